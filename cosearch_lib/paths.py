@@ -1,0 +1,47 @@
+"""Where things live on disk.
+
+The project root is ``$COSEARCH_ROOT`` when set, else the checkout this package was installed
+from (editable install), else the current directory. Generated artefacts never go next to the
+code: worlds, indexes and model caches under ``data/``, executed notebooks and run records under
+``papermill_runs/``, figures under ``figures/`` (all git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def project_root() -> Path:
+    env = os.environ.get("COSEARCH_ROOT")
+    if env:
+        return Path(env).expanduser().resolve()
+    here = Path(__file__).resolve().parents[1]
+    if (here / "pyproject.toml").exists() and (here / "notebooks").is_dir():
+        return here
+    return Path.cwd().resolve()
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("COSEARCH_DATA", project_root() / "data")).expanduser()
+
+
+def cache_dir() -> Path:
+    """Converted model weights and other caches (``$COSEARCH_CACHE`` or ``data/cache``)."""
+    return Path(os.environ.get("COSEARCH_CACHE", data_dir() / "cache")).expanduser()
+
+
+def runs_dir() -> Path:
+    return project_root() / "papermill_runs"
+
+
+def params_dir() -> Path:
+    return runs_dir() / "params"
+
+
+def figures_dir() -> Path:
+    return Path(os.environ.get("COSEARCH_FIGURES", project_root() / "figures")).expanduser()
+
+
+def notebooks_dir() -> Path:
+    return project_root() / "notebooks"
