@@ -1,0 +1,38 @@
+"""The in-process retriever: encoder + FAISS index + corpus store, behind ``search(queries, topk)``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Passage
+
+
+class Retriever:
+    """Dense first-stage retriever. Row i of the index is row i of the corpus (Search-R1's layout)."""
+
+    def __init__(self, encoder, index, corpus):
+        if index.ntotal != len(corpus):
+            raise ValueError(
+                f"index holds {index.ntotal} vectors but the corpus has {len(corpus)} rows: "
+                "they must be built from the same corpus file"
+            )
+        self.encoder, self.index, self.corpus = encoder, index, corpus
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
+        """Top-``topk`` passages per query, best first, with inner-product scores."""
+        if isinstance(queries, str):
+            raise TypeError("search() takes a list of query strings, not one string")
+        if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
+            raise ValueError(f"topk must be a positive int, got {topk!r}")
+        if not queries:
+            return []
+        k = min(topk, len(self.corpus))
+        scores, rows = self.index.search(self.encoder.encode_queries(list(queries)), k)  # (Q, k) each
+        return [self._passages(r, s) for r, s in zip(rows, scores)]
+
+    def _passages(self, rows: np.ndarray, scores: np.ndarray) -> list[Passage]:
+        keep = rows >= 0  # FAISS pads with -1 when fewer than k results exist (HNSW)
+        return self.corpus.rows(rows[keep].tolist(), scores=scores[keep].tolist())
