@@ -1,0 +1,62 @@
+"""Profiles: the committed profiles load, typos and wrong types are caught by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from cosearch_lib.config import ConfigError, ProfileConfig, available_profiles, from_dict, load_profile, papermill_parameters
+
+
+@pytest.mark.parametrize("name", ["ci", "demo"])
+def test_committed_profiles_load(name):
+    cfg = load_profile(name)
+    assert cfg.profile == name and cfg.uses_embedded_world
+    assert 1 <= cfg.retrieval.topk <= cfg.retrieval.topn
+
+
+def test_profiles_are_listed_and_demo_is_bigger_than_ci():
+    assert {"ci", "demo"} <= set(available_profiles())
+    ci, demo = load_profile("ci"), load_profile("demo")
+    assert ci.world.n_train_questions < demo.world.n_train_questions
+    assert ci.fingerprint("world") != demo.fingerprint("world")
+
+
+def test_unknown_key_is_an_error_naming_it(tmp_path):
+    p = tmp_path / "typo.yaml"
+    p.write_text("profile: typo\nretrieval:\n  topn: 20\n  top_k: 5\n")
+    with pytest.raises(ConfigError, match=r"retrieval: unknown key\(s\) \['top_k'\]"):
+        load_profile(p)
+
+
+def test_wrong_types_and_ranges_are_errors(tmp_path):
+    with pytest.raises(ConfigError, match="retrieval.topn: expected int"):
+        from_dict(ProfileConfig, {"retrieval": {"topn": "fifty"}})
+    with pytest.raises(ConfigError, match="seed: expected int, got a boolean"):
+        from_dict(ProfileConfig, {"seed": True})
+    with pytest.raises(ConfigError, match="topk <= retrieval.topn"):
+        from_dict(ProfileConfig, {"retrieval": {"topn": 3, "topk": 5}})
+    with pytest.raises(ConfigError, match="encoder: .*pooling"):
+        from_dict(ProfileConfig, {"retrieval": {"encoder": {"pooling": "max"}}})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profile: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_profile(bad)
+
+
+def test_missing_profile_lists_the_available_ones():
+    with pytest.raises(ConfigError, match="available profiles: .*'ci'"):
+        load_profile("no-such-profile")
+
+
+def test_overrides_and_papermill_parameters():
+    assert load_profile("ci", seed=7).seed == 7
+    assert load_profile("ci", seed=None).seed == load_profile("ci").seed  # None = keep the file's value
+    params = papermill_parameters("ci")
+    assert params["profile"] == "ci" and all(not isinstance(v, (dict, list)) for v in params.values())
+
+
+def test_fingerprint_is_stable_and_sectioned():
+    a, b = load_profile("ci"), load_profile("ci")
+    assert a.fingerprint() == b.fingerprint() and len(a.fingerprint()) == 12
+    b.retrieval.topk = 3
+    assert a.fingerprint("world") == b.fingerprint("world") and a.fingerprint() != b.fingerprint()
