@@ -1,0 +1,142 @@
+"""The ``cosearch`` command.
+
+    cosearch run --profile demo [--notebooks 01 02]     execute notebooks with papermill
+    cosearch build-world --profile demo                 generate the embedded world
+    cosearch build-index --profile demo                 world/corpus -> store -> FAISS index
+    cosearch serve-retriever --profile demo [--port N]  Search-R1-compatible HTTP retrieval server
+    cosearch download {cosearch-data,wiki18-corpus,wiki18-index} --dest DIR
+    cosearch models                                     the model registry and what is installed
+    cosearch profiles                                   the available profiles
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .runs import run_profile
+
+    extra = {"seed": args.seed} if args.seed is not None else None
+    run_profile(args.profile, args.notebooks, parameters=extra, progress=not args.quiet)
+    return 0
+
+
+def _cmd_build_world(args: argparse.Namespace) -> int:
+    from .config import load_profile
+    from .retrieval.pipeline import prepare_world
+
+    paths = prepare_world(load_profile(args.profile), force=args.force)
+    print(json.dumps({"root": str(paths.root), "corpus": str(paths.corpus), "qa": {k: str(v) for k, v in paths.qa.items()}}, indent=2))
+    return 0
+
+
+def _cmd_build_index(args: argparse.Namespace) -> int:
+    from .retrieval.pipeline import build_retriever, corpus_paths, resolve_profile
+
+    cfg = resolve_profile(args.profile)
+    retriever = build_retriever(cfg)
+    print(json.dumps({"index": str(corpus_paths(cfg).index), "passages": len(retriever)}, indent=2))
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from .config import load_profile
+    from .retrieval.pipeline import build_retriever
+    from .retrieval.server import run_server
+
+    cfg = load_profile(args.profile)
+    if args.corpus:
+        cfg.data.corpus_path = args.corpus
+    if args.index:
+        cfg.data.index_path = args.index
+    if args.encoder:
+        cfg.retrieval.encoder.model = args.encoder
+    server_cfg = dataclasses.replace(cfg.server, **{k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None})
+    run_server(build_retriever(cfg), server_cfg)
+    return 0
+
+
+def _cmd_download(args: argparse.Namespace) -> int:
+    from . import data
+
+    fn = {
+        "cosearch-data": data.download_cosearch_data,
+        "wiki18-corpus": data.download_wiki18_corpus,
+        "wiki18-index": data.download_wiki18_e5_index,
+    }[args.what]
+    print(fn(args.dest))
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from .models import describe_models
+
+    for row in describe_models():
+        print(f"{row['name']:<24} {row['kind']:<10} {'installed' if row['installed'] else 'MISSING':<10} {row['path']}")
+    return 0
+
+
+def _cmd_profiles(args: argparse.Namespace) -> int:
+    from .config import available_profiles
+
+    print("\n".join(available_profiles()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cosearch", description="CoSearch research workbook")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="execute notebooks with papermill into papermill_runs/<profile>/")
+    p.add_argument("--profile", default="demo", help="profile name (papermill_runs/params/<name>.yaml) or a .yaml path")
+    p.add_argument("--notebooks", nargs="*", help="notebook prefixes to run, e.g. 01 02 (default: all, in order)")
+    p.add_argument("--seed", type=int, help="override the profile's seed")
+    p.add_argument("--quiet", action="store_true", help="no per-cell progress bar")
+    p.set_defaults(fn=_cmd_run)
+
+    p = sub.add_parser("build-world", help="generate (or reuse) the profile's embedded world")
+    p.add_argument("--profile", default="demo")
+    p.add_argument("--force", action="store_true", help="regenerate even if a matching world exists")
+    p.set_defaults(fn=_cmd_build_world)
+
+    p = sub.add_parser("build-index", help="build (or reuse) the profile's corpus store and FAISS index")
+    p.add_argument("--profile", default="demo")
+    p.set_defaults(fn=_cmd_build_index)
+
+    p = sub.add_parser("serve-retriever", help="serve the profile's retriever over Search-R1's HTTP protocol")
+    p.add_argument("--profile", default="demo")
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default from the profile, 8000)")
+    p.add_argument("--corpus", help="wiki-18-format corpus .jsonl(.gz) instead of the embedded world")
+    p.add_argument("--index", help="prebuilt FAISS index for --corpus (e.g. wiki-18 e5_Flat.index)")
+    p.add_argument("--encoder", help="encoder model name or path (e.g. intfloat/e5-base-v2)")
+    p.set_defaults(fn=_cmd_serve)
+
+    p = sub.add_parser("download", help="download public artefacts (needs the Hugging Face hub)")
+    p.add_argument("what", choices=["cosearch-data", "wiki18-corpus", "wiki18-index"])
+    p.add_argument("--dest", help="destination folder (default: data/...)")
+    p.set_defaults(fn=_cmd_download)
+
+    sub.add_parser("models", help="list bundled models and where their files are").set_defaults(fn=_cmd_models)
+    sub.add_parser("profiles", help="list available profiles").set_defaults(fn=_cmd_profiles)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        return 130
+    except (FileNotFoundError, ValueError, LookupError) as err:
+        print(f"cosearch {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
