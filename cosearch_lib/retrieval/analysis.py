@@ -1,0 +1,82 @@
+"""How good is the first-stage retriever? Answer recall@k per question family.
+
+"Answer recall@k" is the QA community's retrieval metric (DPR, Search-R1): the share of questions
+for which at least one of the top-k passages contains a gold answer (``metrics.has_answer``). It
+is the ceiling a ranker choosing K of N candidates can reach: the gap between recall@N and
+recall@K is the room a ranker has. Yes/no questions are left out (a yes/no answer is never
+"contained" in a passage), and counted in the ``excluded`` column.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from ..groups import hop_group, order_key
+from ..metrics import is_trivial_answer, relevance_labels
+
+
+def first_relevant_ranks(retriever, examples, *, topn: int, batch_size: int = 64, progress: bool = True) -> pd.DataFrame:
+    """One row per question: the 1-based rank of the first answer-containing passage in the top
+    ``topn`` (NaN when none), and how many of the ``topn`` contain an answer.
+
+    ``examples`` are ``data.QAExample`` objects (anything with id, question, golden_answers,
+    data_source).
+    """
+    rows = []
+    todo = [ex for ex in examples if not all(is_trivial_answer(a) for a in ex.golden_answers)]
+    skipped = {}
+    for ex in examples:
+        if ex not in todo:
+            skipped[ex.data_source] = skipped.get(ex.data_source, 0) + 1
+    bar = tqdm(total=len(todo), desc="retrieve", unit="q", disable=not progress)
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        ranked = retriever.search([ex.question for ex in batch], topn)
+        for ex, passages in zip(batch, ranked):
+            labels = np.asarray(relevance_labels([p.contents for p in passages], ex.golden_answers))
+            hits = np.flatnonzero(labels)
+            rows.append({
+                "id": ex.id, "data_source": ex.data_source, "group": hop_group(ex.data_source),
+                "first_hit_rank": float(hits[0] + 1) if hits.size else np.nan, "n_relevant": int(labels.sum()),
+            })
+        bar.update(len(batch))
+    bar.close()
+    df = pd.DataFrame(rows, columns=["id", "data_source", "group", "first_hit_rank", "n_relevant"])
+    df.attrs["excluded_yes_no"] = skipped
+    return df
+
+
+def recall_curve(ranks: pd.DataFrame, ks) -> pd.DataFrame:
+    """Tidy answer recall@k: one row per (data_source, k), plus the single/multi/all averages.
+
+    Group rows average the per-family recalls (the paper's macro average), not the questions.
+    """
+    rows = []
+    for source, part in ranks.groupby("data_source"):
+        r = part["first_hit_rank"].to_numpy()
+        for k in ks:
+            rows.append({"data_source": source, "group": hop_group(source), "k": int(k),
+                         "recall": float(np.mean(np.nan_to_num(r, nan=np.inf) <= k)), "n": len(part)})
+    curve = pd.DataFrame(rows)
+    if curve.empty:
+        return curve
+    avgs = []
+    for name, sel in (("single-hop avg", curve["group"] == "single"), ("multi-hop avg", curve["group"] == "multi"), ("avg", curve["group"] != "")):
+        part = curve[sel]
+        if part.empty:
+            continue
+        agg = part.groupby("k", as_index=False).agg(recall=("recall", "mean"), n=("n", "sum"))
+        avgs.append(agg.assign(data_source=name, group="avg"))
+    out = pd.concat([curve, *avgs], ignore_index=True)
+    return out.sort_values(["group", "data_source", "k"], key=lambda s: s.map(order_key) if s.name == "data_source" else s, ignore_index=True)
+
+
+def recall_table(curve: pd.DataFrame, ks) -> pd.DataFrame:
+    """Wide table: rows = families then averages, columns = recall@k for the chosen ks."""
+    wide = curve[curve["k"].isin(list(ks))].pivot_table(index="data_source", columns="k", values="recall")
+    wide.columns = [f"R@{k}" for k in wide.columns]
+    order = sorted((s for s in wide.index if not s.endswith("avg")), key=order_key)
+    order += [s for s in ("single-hop avg", "multi-hop avg", "avg") if s in wide.index]
+    return wide.loc[order].round(3)
