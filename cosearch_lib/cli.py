@@ -127,13 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that describe bad input or a missing download: print the message, no traceback."""
+    from .data import HubUnavailableError
+
+    return (FileNotFoundError, ValueError, LookupError, HubUnavailableError)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except KeyboardInterrupt:
         return 130
-    except (FileNotFoundError, ValueError, LookupError) as err:
+    except _user_errors() as err:
         print(f"cosearch {args.command}: error: {err}", file=sys.stderr)
         return 2
 

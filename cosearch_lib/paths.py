@@ -32,11 +32,13 @@ def cache_dir() -> Path:
 
 
 def runs_dir() -> Path:
-    return project_root() / "papermill_runs"
+    """Executed notebooks and run records (``$COSEARCH_RUNS`` or ``papermill_runs/``)."""
+    return Path(os.environ.get("COSEARCH_RUNS", project_root() / "papermill_runs")).expanduser()
 
 
 def params_dir() -> Path:
-    return runs_dir() / "params"
+    """Profile files always live in the checkout, wherever runs are written."""
+    return project_root() / "papermill_runs" / "params"
 
 
 def figures_dir() -> Path:

@@ -76,10 +76,10 @@ def corpus_paths(cfg: ProfileConfig) -> CorpusPaths:
 
 def prepare_world(cfg: ProfileConfig, *, force: bool = False) -> CorpusPaths:
     """Generate (or reuse) the embedded world of this profile; a no-op for real corpora."""
-    from ..world import build_world
-
     paths = corpus_paths(cfg)
     if cfg.uses_embedded_world:
+        from ..world import build_world
+
         build_world(cfg.world, paths.root, force=force)
     elif not paths.corpus.exists():
         raise FileNotFoundError(

@@ -1,0 +1,36 @@
+"""Notebooks execute end to end under papermill on the `ci` profile (the same path as `make demo`)."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from cosearch_lib.runs import list_notebooks, run_notebook
+
+
+@pytest.fixture
+def isolated_outputs(tmp_path, monkeypatch):
+    """Figures and run records go to a temp folder; the world/index cache stays shared (data/)."""
+    monkeypatch.setenv("COSEARCH_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_01_retriever_setup_runs_on_ci_profile(isolated_outputs):
+    nb_path = next(p for p in list_notebooks() if p.name.startswith("01_"))
+    executed = run_notebook(nb_path, "ci", progress=False)
+    nb = nbformat.read(executed, as_version=4)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    assert executed == isolated_outputs / "runs" / "ci" / nb_path.name
+    record = json.loads((isolated_outputs / "runs" / "ci" / "01_retriever_setup.run.json").read_text())
+    assert record["status"] == "ok" and record["parameters"]["profile"] == "ci"
+    figs = isolated_outputs / "figures" / "ci"
+    assert (figs / "recall_at_k.png").stat().st_size > 10_000 and (figs / "recall_at_k.csv").exists()
+    metrics = json.loads((isolated_outputs / "runs" / "ci" / "01_retriever_setup.metrics.json").read_text())
+    rows = {r["data_source"]: r for r in metrics["recall"]}
+    n, k = metrics["N"], metrics["K"]
+    assert rows["avg"][f"R@{n}"] >= rows["avg"][f"R@{k}"] > 0.0

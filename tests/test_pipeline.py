@@ -1,0 +1,102 @@
+"""The profile -> retriever pipeline on real-format fixtures (wiki-18 jsonl.gz corpus + Search-R1
+parquet), the paper profile's paths, and the CLI around them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from cosearch_lib import cli
+from cosearch_lib.config import load_profile
+from cosearch_lib.data import load_qa
+from cosearch_lib.paths import project_root
+from cosearch_lib.retrieval.base import make_contents
+from cosearch_lib.retrieval.pipeline import build_retriever, corpus_paths, index_build_info, prepare_world
+from tests.fixtures import search_r1_rows, write_corpus, write_search_r1_parquet
+
+PASSAGES = [
+    ("Founder 0", "Founder 0 established fictional town 0 on the river bend in 1702."),
+    ("Fictional town 1", "Fictional town 1 was founded by Founder 1, a salt merchant."),
+    ("Salt trade", "The salt trade shaped the coast for two centuries."),
+    ("River bend", "A river bend is a curve in the course of a river."),
+    ("Fictional town 2", "Founder 2 laid out the streets of fictional town 2."),
+]
+
+
+@pytest.fixture
+def real_format_profile(tmp_path, monkeypatch):
+    monkeypatch.setenv("COSEARCH_DATA", str(tmp_path / "data"))
+    corpus = write_corpus(tmp_path / "wiki" / "wiki-18.jsonl.gz",
+                          [{"id": str(i), "contents": make_contents(t, x)} for i, (t, x) in enumerate(PASSAGES)])
+    qa = write_search_r1_parquet(tmp_path / "qa" / "test.parquet", search_r1_rows(3, split="test"))
+    profile = tmp_path / "wiki.yaml"
+    profile.write_text(yaml.safe_dump({
+        "profile": "wiki-fixture", "seed": 1,
+        "data": {"corpus_path": str(corpus), "qa_paths": {"test": str(qa)}},
+        "retrieval": {"encoder": {"model": "all-minilm-l6-v2", "batch_size": 2}, "topn": 4, "topk": 2},
+    }))
+    return load_profile(profile)
+
+
+def test_real_format_corpus_builds_a_cached_retriever(real_format_profile):
+    cfg = real_format_profile
+    retriever = build_retriever(cfg, progress=False)
+    paths = corpus_paths(cfg)
+    assert len(retriever) == len(PASSAGES) and paths.index.exists() and paths.store.is_dir()
+    assert index_build_info(cfg)["ntotal"] == len(PASSAGES)
+    questions = load_qa(paths.qa["test"])
+    ranked = retriever.search([q.question for q in questions], topk=2)
+    # "who founded fictional town 1?" must find the passage that names its founder
+    assert any("Founder 1" in p.contents for p in ranked[1])
+    mtime = paths.index.stat().st_mtime_ns
+    build_retriever(cfg, progress=False)  # second call reuses the index instead of re-encoding
+    assert paths.index.stat().st_mtime_ns == mtime
+
+
+def test_user_index_with_the_wrong_size_is_refused(real_format_profile, tmp_path):
+    import numpy as np
+
+    from cosearch_lib.retrieval.index import build_index, save_index
+
+    cfg = real_format_profile
+    cfg.data.index_path = str(save_index(build_index(np.eye(3, dtype=np.float32)), tmp_path / "other.faiss"))
+    with pytest.raises(ValueError, match="3 vectors but the corpus has 5 rows"):
+        build_retriever(cfg, progress=False)
+
+
+def test_paper_profile_paths_and_missing_download_message():
+    cfg = load_profile("paper")
+    paths = corpus_paths(cfg)
+    assert not cfg.uses_embedded_world and cfg.retrieval.encoder.use_e5_prefixes
+    assert paths.corpus == project_root() / "data/wiki18/wiki-18.jsonl.gz"
+    assert paths.index == project_root() / "data/wiki18/e5_Flat.index"
+    if not paths.corpus.exists():
+        with pytest.raises(FileNotFoundError, match="cosearch download wiki18-corpus"):
+            prepare_world(cfg)
+
+
+def test_cli_build_index_and_errors(real_format_profile, tmp_path, capsys, monkeypatch):
+    profile_file = tmp_path / "wiki.yaml"
+    assert cli.main(["build-index", "--profile", str(profile_file)]) == 0
+    assert json.loads(capsys.readouterr().out)["passages"] == len(PASSAGES)
+    assert cli.main(["build-world", "--profile", "no-such-profile"]) == 2
+    assert "available profiles" in capsys.readouterr().err
+
+
+def test_cli_download_offline_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    from cosearch_lib import data
+
+    def offline(*args, **kwargs):
+        raise data.HubUnavailableError("cannot reach the hub for PeterJinGo/wiki-18-corpus; run huggingface-cli download ...")
+
+    monkeypatch.setattr(data, "download_wiki18_corpus", offline)
+    assert cli.main(["download", "wiki18-corpus", "--dest", str(tmp_path)]) == 2
+    assert "PeterJinGo/wiki-18-corpus" in capsys.readouterr().err
+
+
+def test_cli_models_lists_bundled_models(capsys):
+    assert cli.main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "smollm2-135m-instruct" in out and "all-minilm-l6-v2" in out and "MISSING" not in out
