@@ -17,35 +17,59 @@ from ..groups import hop_group, order_key
 from ..metrics import is_trivial_answer, relevance_labels
 
 
-def first_relevant_ranks(retriever, examples, *, topn: int, batch_size: int = 64, progress: bool = True) -> pd.DataFrame:
-    """One row per question: the 1-based rank of the first answer-containing passage in the top
-    ``topn`` (NaN when none), and how many of the ``topn`` contain an answer.
-
-    ``examples`` are ``data.QAExample`` objects (anything with id, question, golden_answers,
-    data_source).
-    """
-    rows = []
-    todo = [ex for ex in examples if not all(is_trivial_answer(a) for a in ex.golden_answers)]
-    skipped = {}
-    for ex in examples:
-        if ex not in todo:
-            skipped[ex.data_source] = skipped.get(ex.data_source, 0) + 1
-    bar = tqdm(total=len(todo), desc="retrieve", unit="q", disable=not progress)
-    for start in range(0, len(todo), batch_size):
-        batch = todo[start : start + batch_size]
-        ranked = retriever.search([ex.question for ex in batch], topn)
-        for ex, passages in zip(batch, ranked):
-            labels = np.asarray(relevance_labels([p.contents for p in passages], ex.golden_answers))
+def _rank_rows(retriever, items: list[dict], *, topn: int, batch_size: int, progress: bool, desc: str) -> list[dict]:
+    """Search each item's ``query``; add the first answer-containing rank and the relevant count."""
+    out = []
+    bar = tqdm(total=len(items), desc=desc, unit="q", disable=not progress)
+    for start in range(0, len(items), batch_size):
+        batch = items[start : start + batch_size]
+        ranked = retriever.search([it["query"] for it in batch], topn)
+        for it, passages in zip(batch, ranked):
+            labels = np.asarray(relevance_labels([p.contents for p in passages], it.pop("answers")))
             hits = np.flatnonzero(labels)
-            rows.append({
-                "id": ex.id, "data_source": ex.data_source, "group": hop_group(ex.data_source),
-                "first_hit_rank": float(hits[0] + 1) if hits.size else np.nan, "n_relevant": int(labels.sum()),
-            })
+            out.append({**it, "first_hit_rank": float(hits[0] + 1) if hits.size else np.nan, "n_relevant": int(labels.sum())})
         bar.update(len(batch))
     bar.close()
-    df = pd.DataFrame(rows, columns=["id", "data_source", "group", "first_hit_rank", "n_relevant"])
+    return out
+
+
+def first_relevant_ranks(retriever, examples, *, topn: int, batch_size: int = 64, progress: bool = True) -> pd.DataFrame:
+    """One row per question, the question itself as the query: the 1-based rank of the first
+    answer-containing passage in the top ``topn`` (NaN when none), and how many contain an answer.
+
+    ``examples`` are ``data.QAExample`` objects (anything with id, question, golden_answers,
+    data_source). Yes/no questions are skipped and counted in ``df.attrs["excluded_yes_no"]``.
+    """
+    items, skipped = [], {}
+    for ex in examples:
+        if all(is_trivial_answer(a) for a in ex.golden_answers):
+            skipped[ex.data_source] = skipped.get(ex.data_source, 0) + 1
+            continue
+        items.append({"id": ex.id, "data_source": ex.data_source, "group": hop_group(ex.data_source),
+                      "query": ex.question, "answers": list(ex.golden_answers)})
+    rows = _rank_rows(retriever, items, topn=topn, batch_size=batch_size, progress=progress, desc="retrieve")
+    df = pd.DataFrame(rows, columns=["id", "data_source", "group", "query", "first_hit_rank", "n_relevant"])
     df.attrs["excluded_yes_no"] = skipped
     return df
+
+
+def gold_hop_ranks(retriever, examples, *, topn: int, batch_size: int = 64, progress: bool = True) -> pd.DataFrame:
+    """One row per reasoning hop of the embedded world's questions, its gold sub-query as the query.
+
+    This is what the ranker faces inside the agent loop: a well-formed sub-query per hop, and the
+    hop's (intermediate) answer as the relevance target. Uses ``extra["extra_info"]["gold_chain"]``
+    (world questions only; other data sets have no chain and are skipped).
+    """
+    items = []
+    for ex in examples:
+        chain = (ex.extra.get("extra_info") or {}).get("gold_chain") or []
+        for h, hop in enumerate(chain):
+            if is_trivial_answer(hop["answer"]):
+                continue
+            items.append({"id": f"{ex.id}#{h}", "data_source": ex.data_source, "group": hop_group(ex.data_source),
+                          "hop": h, "query": hop["sub_query"], "answers": [hop["answer"]]})
+    rows = _rank_rows(retriever, items, topn=topn, batch_size=batch_size, progress=progress, desc="retrieve hops")
+    return pd.DataFrame(rows, columns=["id", "data_source", "group", "hop", "query", "first_hit_rank", "n_relevant"])
 
 
 def recall_curve(ranks: pd.DataFrame, ks) -> pd.DataFrame:
