@@ -7,7 +7,7 @@ import pytest
 
 from cosearch_lib.data import QAExample
 from cosearch_lib.groups import hop_group, mirrored_benchmark
-from cosearch_lib.retrieval.analysis import first_relevant_ranks, recall_curve, recall_table
+from cosearch_lib.retrieval.analysis import first_relevant_ranks, gold_hop_ranks, recall_curve, recall_table
 from cosearch_lib.retrieval.base import Passage
 
 
@@ -57,3 +57,17 @@ def test_hop_groups_cover_paper_and_world_names():
     assert [hop_group(s) for s in ("nq", "syn_triviaqa", "popqa")] == ["single"] * 3
     assert [hop_group(s) for s in ("hotpotqa", "syn_2wiki", "2wikimultihopqa", "syn_musique", "bamboogle")] == ["multi"] * 5
     assert hop_group("my_custom_set") == "other" and mirrored_benchmark("syn_2wiki") == "2wikimultihopqa"
+
+
+def test_gold_hop_ranks_use_each_hop_sub_query_and_answer():
+    chain = [{"sub_query": "hop0", "answer": "Zorvath", "passage_ids": ["1"]},
+             {"sub_query": "hop1", "answer": "Zorvath", "passage_ids": ["2"]},
+             {"sub_query": "hop2", "answer": "no", "passage_ids": ["3"]}]  # yes/no hop: skipped
+    ex = QAExample(id="q", question="unused", golden_answers=["x"], data_source="syn_musique",
+                   extra={"extra_info": {"gold_chain": chain}})
+    plain = _ex("plain", "nq")  # no chain: contributes nothing
+    retriever = ScriptedRetriever({"hop0": 2, "hop1": None})
+    hops = gold_hop_ranks(retriever, [ex, plain], topn=4, progress=False)
+    assert list(hops["id"]) == ["q#0", "q#1"] and list(hops["hop"]) == [0, 1]
+    assert hops["first_hit_rank"].iloc[0] == 2.0 and np.isnan(hops["first_hit_rank"].iloc[1])
+    assert (hops["group"] == "multi").all()

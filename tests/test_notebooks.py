@@ -30,7 +30,10 @@ def test_01_retriever_setup_runs_on_ci_profile(isolated_outputs):
     assert record["status"] == "ok" and record["parameters"]["profile"] == "ci"
     figs = isolated_outputs / "figures" / "ci"
     assert (figs / "recall_at_k.png").stat().st_size > 10_000 and (figs / "recall_at_k.csv").exists()
+    assert (figs / "hop_recall_at_k.png").exists() and (figs / "hop_recall_at_k.csv").exists()
     metrics = json.loads((isolated_outputs / "runs" / "ci" / "01_retriever_setup.metrics.json").read_text())
     rows = {r["data_source"]: r for r in metrics["recall"]}
     n, k = metrics["N"], metrics["K"]
     assert rows["avg"][f"R@{n}"] >= rows["avg"][f"R@{k}"] > 0.0
+    hop_rows = {r["data_source"]: r for r in metrics["hop_recall"]}
+    assert set(hop_rows) >= {"syn_nq", "syn_musique", "avg"}  # every family's chain was measured
