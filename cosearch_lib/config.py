@@ -1,6 +1,6 @@
 """Profiles: one YAML file per profile under ``papermill_runs/params/``, mapped onto dataclasses.
 
-Each module owns the dataclass of its own settings (``WorldConfig`` in world.py, ``EncoderConfig``
+Each module owns the dataclass of its own settings (``WorldConfig`` in world/config.py, ``EncoderConfig``
 in retrieval/encoder.py, ...), with its defaults and a one-line doc per field; that is the one
 source of defaults. A profile YAML only states what differs from them. Unknown keys are errors,
 not silently ignored, so a typo in a profile cannot quietly run the default.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import string
@@ -12,8 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import cosearch_lib.world.io as world_io
 from cosearch_lib import world as W
+from cosearch_lib.metrics import has_answer
 from cosearch_lib.world import FAMILIES, SPLITS, WorldConfig, build_world, generate_world, world_summary, write_world
+from cosearch_lib.world.entities import ASKABLE, answers
+from cosearch_lib.world.questions import train_counts
+from cosearch_lib.world.text import INDIRECT_TEMPLATES
 
 _COMPARISON = re.compile(r", .+ or .+\?$")
 
@@ -59,13 +65,13 @@ def test_tiny_world_is_fast_and_small():
     t0 = time.perf_counter()
     world = generate_world(WorldConfig.tiny())
     assert time.perf_counter() - t0 < 2.0
-    assert 200 <= len(world.passages) <= 600
+    assert 300 <= len(world.passages) <= 800
 
 
 def test_default_config_meets_minimum_sizes(default_world):
     world, seconds = default_world
     assert seconds < 10.0, f"default world took {seconds:.1f} s"
-    assert len(world.passages) >= 3000
+    assert 3000 <= len(world.passages) <= 7000  # the CPU encoder re-encodes it whenever the world changes
     assert len(world.questions["train"]) == 2000
     for split, per_family in (("test", 100), ("dev", 50)):
         counts = pd.Series([r["data_source"] for r in world.questions[split]]).value_counts()
@@ -74,7 +80,7 @@ def test_default_config_meets_minimum_sizes(default_world):
 
 def test_every_family_in_every_split_with_requested_counts(tiny):
     cfg = tiny.config
-    expected = {"train": W._train_counts(cfg.n_train_questions, cfg.train_mix),
+    expected = {"train": train_counts(cfg.n_train_questions, cfg.train_mix),
                 "dev": dict.fromkeys(FAMILIES, cfg.n_dev_per_family),
                 "test": dict.fromkeys(FAMILIES, cfg.n_test_per_family)}
     for split in SPLITS:
@@ -97,6 +103,10 @@ def test_families_table():
 def test_config_validation_names_the_bad_field():
     with pytest.raises(ValueError, match="distractor_rate"):
         WorldConfig(distractor_rate=1.5)
+    with pytest.raises(ValueError, match="mention_pages"):
+        WorldConfig(mention_pages=9)
+    with pytest.raises(ValueError, match="namesake_rate"):
+        WorldConfig(namesake_rate=-0.1)
     with pytest.raises(ValueError, match="train_mix"):
         WorldConfig(train_mix={"syn_nq": 1.0})
     assert WorldConfig(split_fractions=[0.5, 0.2, 0.3]).split_fractions == (0.5, 0.2, 0.3)  # YAML lists
@@ -156,8 +166,8 @@ def test_unique_ids_and_question_texts(default_world):
     assert len({r["id"] for r in rows}) == len(rows)
     assert len({r["question"] for r in rows}) == len(rows)
     assert len({p["id"] for p in world.passages}) == len(world.passages)
-    names = [e.name.lower() for e in world.entities.values()]
-    assert len(set(names)) == len(names)
+    titles = [e.title.lower() for e in world.entities.values()]
+    assert len(set(titles)) == len(titles)  # namesakes share a name, never a title
 
 
 # ----------------------------------------------------------------------------- gold chains
@@ -242,7 +252,7 @@ def test_no_leakage_across_splits(default_world):
 def test_near_duplicates_distractors_and_near_names_exist(default_world):
     world, _ = default_world
     kinds = pd.Series([m["kind"] for m in world.passage_meta]).value_counts()
-    assert kinds["paraphrase"] > 50 and kinds["ablated"] > 50 and kinds["distractor"] > 100
+    assert kinds["paraphrase"] > 50 and kinds["ablated"] > 50 and kinds["distractor"] > 100 and kinds["mention"] > 500
     main = {(m["entity"], m["section"]): (p, m) for p, m in zip(world.passages, world.passage_meta) if m["kind"] == "main"}
     for p, m in zip(world.passages, world.passage_meta):
         if m["kind"] in ("paraphrase", "ablated"):
@@ -251,12 +261,15 @@ def test_near_duplicates_distractors_and_near_names_exist(default_world):
             same, fewer = {tuple(f) for f in m["facts"]}, {tuple(f) for f in orig_m["facts"]}
             assert same == fewer if m["kind"] == "paraphrase" else same < fewer
         if m["kind"] == "distractor":
-            assert m["facts"] == []
+            assert m["facts"] == [] and m["mentions"] == []
             assert any(world.entities[e].name in p["contents"] for e in m["entity"].split(","))
     assert world.near_names
     for a, b in world.near_names:
-        na, nb = world.entities[a].name, world.entities[b].name
-        assert na != nb and (na.split()[0] == nb.split()[0] or world.entities[a].type == "city")
+        ea, eb = world.entities[a], world.entities[b]
+        assert ea.type == eb.type and ea.name != eb.name
+        if ea.type == "person":
+            assert ea.info["given"] == eb.info["given"]
+    assert {world.entities[a].type for a, _ in world.near_names} == {"person", "city", "org", "work"}
 
 
 # ----------------------------------------------------------------------------- files
@@ -312,7 +325,7 @@ def test_build_world_reuses_a_matching_world(tmp_path, monkeypatch):
         raise AssertionError("regenerated a cached world")
 
     with monkeypatch.context() as m:
-        m.setattr(W, "generate_world", must_not_generate)
+        m.setattr(world_io, "generate_world", must_not_generate)
         assert build_world(cfg, out) == paths
     assert paths["corpus"].stat().st_mtime_ns == stamp
     build_world(WorldConfig.tiny(seed=5), out)  # a different config replaces it
@@ -330,3 +343,83 @@ def test_world_summary_counts(tiny):
     p = df[df.section == "passages"]
     assert p["count"].sum() == len(tiny.passages)
     assert (p["mean_words"] >= tiny.config.min_passage_words).all()
+
+
+# ----------------------------------------------------------------------------- hard negatives
+def _answers_of(world: W.World, e: W.Entity) -> list[list[str]]:
+    return [answers(world.entities, r, e.attrs[r]) for r in ASKABLE[e.type] if e.attrs.get(r) is not None]
+
+
+def test_mention_passages_name_their_target_and_hold_none_of_its_answers(default_world):
+    world, _ = default_world
+    seen = 0
+    for p, m in zip(world.passages, world.passage_meta):
+        if m["kind"] != "mention":
+            continue
+        seen += 1
+        target = world.entities[m["entity"]]
+        assert m["mentions"] and all(t == target.id for t, _ in m["mentions"])
+        assert p["contents"].count(target.name) >= 1 + len(m["mentions"])  # the title, and each sentence
+        for gold in _answers_of(world, target):  # a negative for *every* question about the target
+            assert not has_answer(p["contents"], gold), (gold, p["contents"])
+        # Each sentence states another entity's value of the mentioned relation, truthfully.
+        stated = {(f[0], f[1]) for f in m["facts"]}
+        assert {r for _, r in m["mentions"]} <= {r for _, r in stated}
+        for subject, rel in stated:
+            e = world.entities[subject]
+            assert subject != target.id
+            assert has_answer(p["contents"], answers(world.entities, rel, e.attrs[rel])[:1]), (subject, rel)
+    assert seen > 500
+
+
+def test_most_facts_have_a_hard_negative(default_world):
+    world, _ = default_world
+    covered = {tuple(x) for m in world.passage_meta for x in m["mentions"]}
+    facts = [(e.id, r) for e in world.entities.values() for r in ASKABLE[e.type] if e.attrs.get(r) is not None]
+    share = sum(f in covered for f in facts) / len(facts)
+    assert 0.3 < share <= 1.0, share
+
+
+def test_namesakes_are_disambiguated_everywhere(default_world):
+    world, _ = default_world
+    assert len(world.namesakes) >= 20
+    by_name: dict[str, list[W.Entity]] = {}
+    for e in world.entities.values():
+        by_name.setdefault(e.name, []).append(e)
+    for a, b in world.namesakes:
+        ea, eb = world.entities[a], world.entities[b]
+        assert ea.name == eb.name and len(by_name[ea.name]) == 2
+        assert ea.attrs["occupation"] == ea.info["disambig"] != eb.info["disambig"] == eb.attrs["occupation"]
+        assert ea.title == f"{ea.name} ({ea.info['disambig']})" != eb.title
+    twins = {world.entities[x].name: (world.entities[x], world.entities[y]) for x, y in world.namesakes}
+    asked = 0
+    for r in _all_rows(world):
+        named = [n for n in twins if re.search(rf"\b{n}\b", r["question"], re.I)]
+        for name in named:  # a question that names a namesake says which one
+            asked += 1
+            assert any(f"{e.info['disambig']} {name}".lower() in r["question"].lower() for e in twins[name]), r["question"]
+        for hop in r["extra_info"]["gold_chain"]:
+            for name in twins:
+                if re.search(rf"\b{name}\b", hop["sub_query"]) and not hop["sub_query"].startswith("what was the occupation"):
+                    assert any(f"the {e.info['disambig']} {name}" in hop["sub_query"] for e in twins[name]), hop
+    assert asked > 10
+
+
+def test_no_question_asks_a_namesake_its_disambiguator(default_world):
+    world, _ = default_world
+    for r in _all_rows(world):
+        if r["data_source"] in ("syn_nq", "syn_popqa"):
+            assert _norm(r["golden_answers"][0]) not in _norm(r["question"]), r["question"]
+
+
+def test_indirect_phrasing_is_a_knob(tiny):
+    phrases = ["carried the passport of", "spent much of", "is credited", "opened its doors", "owes its existence",
+               "lies within the borders", "dates back to", "Public life in", "home town", "grew up in"]
+    assert all(any(p in t for ts in INDIRECT_TEMPLATES.values() for t in ts) for p in phrases)
+
+    def share(world):
+        main = [p["contents"] for p, m in zip(world.passages, world.passage_meta) if m["kind"] == "main"]
+        return sum(any(x in c for x in phrases) for c in main) / len(main)
+
+    direct = generate_world(dataclasses.replace(WorldConfig.tiny(), indirect_rate=0.0))
+    assert share(direct) == 0.0 < share(tiny)
