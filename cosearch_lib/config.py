@@ -24,6 +24,7 @@ import yaml
 from .paths import params_dir
 from .retrieval.encoder import EncoderConfig
 from .retrieval.server import ServerConfig
+from .rollout import RolloutConfig
 from .world import WorldConfig
 
 
@@ -56,6 +57,26 @@ class RetrievalConfig:
 
 
 @dataclass
+class ModelsConfig:
+    agent: str = "smollm2-135m-instruct"  # agent policy: bundled name, local folder or hub id
+    ranker: str = "smollm2-135m-instruct"  # generative ranker policy (the same name shares one loaded base)
+    backend: str = "transformers"  # generation backend: "transformers" (CPU/GPU), "vllm" or "unsloth" (GPU)
+    batch_size: int = 8  # prompts per forward pass of the transformers backend
+
+    def __post_init__(self) -> None:
+        if self.backend not in {"transformers", "vllm", "unsloth"}:
+            raise ConfigError(f"models.backend must be transformers, vllm or unsloth, got {self.backend!r}")
+
+
+@dataclass
+class EvalSettings:
+    split: str = "test"  # which split the evaluation harness reads
+    n_per_dataset: int | None = None  # questions per data source (None = all)
+    n_samples: int = 1  # rollouts per question at evaluation
+    temperature: float = 0.0  # evaluation sampling temperature (0 = greedy)
+
+
+@dataclass
 class ProfileConfig:
     profile: str = "demo"  # profile name; executed notebooks land in papermill_runs/<profile>/
     seed: int = 0  # the one seed every random choice derives from
@@ -63,6 +84,18 @@ class ProfileConfig:
     data: DataConfig = field(default_factory=DataConfig)  # real corpora / QA files for cluster runs
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)  # encoder, index, N and K
     server: ServerConfig = field(default_factory=ServerConfig)  # the HTTP retrieval server
+    models: ModelsConfig = field(default_factory=ModelsConfig)  # agent and ranker models, backend
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # multi-turn budget (N and K come from retrieval)
+    evaluation: EvalSettings = field(default_factory=EvalSettings)  # the evaluation harness
+
+    def __post_init__(self) -> None:
+        # N and K have one home, the retrieval section; a different value under rollout is a mistake
+        defaults = RolloutConfig()
+        for name in ("topn", "topk"):
+            given, wanted = getattr(self.rollout, name), getattr(self.retrieval, name)
+            if given not in (wanted, getattr(defaults, name)):
+                raise ConfigError(f"rollout.{name}={given} disagrees with retrieval.{name}={wanted}; set it under retrieval only")
+            setattr(self.rollout, name, wanted)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -60,3 +60,12 @@ def test_fingerprint_is_stable_and_sectioned():
     assert a.fingerprint() == b.fingerprint() and len(a.fingerprint()) == 12
     b.retrieval.topk = 3
     assert a.fingerprint("world") == b.fingerprint("world") and a.fingerprint() != b.fingerprint()
+
+
+def test_rollout_takes_n_and_k_from_retrieval():
+    cfg = from_dict(ProfileConfig, {"retrieval": {"topn": 20, "topk": 3}})
+    assert (cfg.rollout.topn, cfg.rollout.topk) == (20, 3)
+    with pytest.raises(ConfigError, match="rollout.topk=4 disagrees with retrieval.topk=3"):
+        from_dict(ProfileConfig, {"retrieval": {"topn": 20, "topk": 3}, "rollout": {"topk": 4}})
+    with pytest.raises(ConfigError, match="models.backend must be"):
+        from_dict(ProfileConfig, {"models": {"backend": "tgi"}})
