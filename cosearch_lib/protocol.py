@@ -562,3 +562,93 @@ class ChatTokens:
                     f"tokenising the chat in pieces differs from tokenising it whole (generated_ended_with_eos={ended}); "
                     "this tokenizer is not boundary-stable at turn edges"
                 )
+
+
+# --------------------------------------------------------------------------- baseline prompts (direct, CoT, RAG)
+
+_SHORT_ANSWER = "The answer is a short span: a name, a date, a number or a few words, never a sentence."
+
+_DIRECT_TASK = """\
+Answer the question from what you know. {short}
+Reply with the answer inside <answer> and </answer> and write nothing else, for example:
+<answer>1874</answer>
+
+Question: {question}"""
+
+_COT_TASK = """\
+Answer the question from what you know. First think it through step by step inside <reason> and \
+</reason>, then give the answer inside <answer> and </answer>. {short} Write nothing outside the \
+tags, for example:
+<reason>The lighthouse was built in 1872 and first lit two years later, in 1874.</reason>
+<answer>1874</answer>
+
+Question: {question}"""
+
+_RAG_TASK = """\
+Answer the question with the help of the passages below; trust them over your memory. {short}
+Reply with the answer inside <answer> and </answer> and write nothing else, for example:
+<answer>1874</answer>
+
+{observation}
+
+Question: {question}"""
+
+
+def direct_messages(question: str) -> list[dict[str, str]]:
+    """Direct-inference baseline: the question alone, answer only."""
+    return [{"role": "user", "content": _DIRECT_TASK.format(short=_SHORT_ANSWER, question=question.strip())}]
+
+
+def cot_messages(question: str) -> list[dict[str, str]]:
+    """Chain-of-thought baseline: one ``<reason>`` block, then the answer."""
+    return [{"role": "user", "content": _COT_TASK.format(short=_SHORT_ANSWER, question=question.strip())}]
+
+
+def rag_messages(question: str, passages: Sequence[Passage], cfg: ProtocolConfig | None = None) -> list[dict[str, str]]:
+    """RAG baseline: the passages retrieved for the question, laid out (and capped) exactly as an
+    agent observation, then the question; answer only."""
+    observation = format_observation(passages, cfg)
+    return [{"role": "user", "content": _RAG_TASK.format(short=_SHORT_ANSWER, observation=observation,
+                                                         question=question.strip())}]
+
+
+@dataclass(frozen=True)
+class AnswerOnly:
+    """One parsed baseline reply; unpacks as ``answer, format_ok, error``."""
+
+    answer: str | None  # the answer span when format_ok, else None
+    format_ok: bool
+    error: str | None  # short machine-readable reason when format_ok is False
+
+    def __iter__(self):
+        return iter((self.answer, self.format_ok, self.error))
+
+
+def parse_answer_only(text: str, strip_suffixes: Sequence[str] = DEFAULT_END_MARKERS) -> AnswerOnly:
+    """Parse a baseline reply: an optional ``<reason>..</reason>`` first, then one ``<answer>..</answer>``.
+
+    As strict as :func:`parse_agent_turn` (whitespace around tags is fine, nothing else outside
+    them). Error codes: no_tags, nested_tags, mismatched_tag, stray_close_tag, unclosed_tag,
+    extra_text, multiple_reasons, wrong_order, empty_reason, missing_answer, multiple_answers,
+    empty_answer.
+    """
+    blocks, outside, error = _scan(_strip_end_marker(text, strip_suffixes), ("reason", "answer"))
+    answers = [b for b in blocks if b.tag == "answer"]
+    reasons = [b for b in blocks if b.tag == "reason"]
+    if error is None and not blocks:
+        error = "no_tags"
+    if error is None and outside.strip():
+        error = "extra_text"
+    if error is None and len(reasons) > 1:
+        error = "multiple_reasons"
+    if error is None and reasons and blocks[0].tag != "reason":
+        error = "wrong_order"
+    if error is None and reasons and not reasons[0].content.strip():
+        error = "empty_reason"
+    if error is None and len(answers) != 1:
+        error = "missing_answer" if not answers else "multiple_answers"
+    if error is None and not answers[0].content.strip():
+        error = "empty_answer"
+    if error is not None:
+        return AnswerOnly(None, False, error)
+    return AnswerOnly(answers[0].content.strip(), True, None)
