@@ -15,7 +15,7 @@ def plot_recall_at_k(curve: pd.DataFrame, *, topk: int | None = None, topn: int 
     """Answer recall@k against k per family (single-hop solid, multi-hop dashed), with K and N marked."""
     fams = curve[curve["group"].isin(["single", "multi", "other"])]
     order = sorted(fams["data_source"].unique(), key=order_key)
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     palette = dict(zip(order, sns.color_palette("tab10", len(order))))
     for source in order:
         part = fams[fams["data_source"] == source]
@@ -24,9 +24,9 @@ def plot_recall_at_k(curve: pd.DataFrame, *, topk: int | None = None, topn: int 
     for value, name in ((topk, "K"), (topn, "N")):
         if value:
             ax.axvline(value, color="grey", lw=0.8, ls=":")
-            ax.text(value, 0.02, f" {name}={value}", color="grey", va="bottom")
+            ax.text(value, 1.0, f" {name}={value}", color="grey", va="top")
     ax.set(xscale="log", xlabel="k (log scale)", ylabel="answer recall@k", ylim=(0, 1.02), title=title or "Dense retriever: answer recall@k")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right", ncol=2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: curves stay visible
     fig.tight_layout()
     return fig
