@@ -165,7 +165,7 @@ def test_real_transformers_backend_records_match_teacher_forcing(tok, chat):
 
     model, tokenizer = load_causal_lm("smollm2-135m-instruct", device="cpu")
     engine = RolloutEngine(TransformersBackend(model, tokenizer, batch_size=4), chat, FixedRetriever(), RetrievalOnlyRanker(),
-                           RolloutConfig(topn=5, topk=2, max_searches=1, agent_max_new_tokens=48, temperature=1.0),
+                           RolloutConfig(topn=5, topk=2, max_searches=1, agent_max_new_tokens=32, temperature=1.0),
                            ProtocolConfig(topk=2))
     trajs = engine.run([QUESTION], n_samples=2, seed=3)
     for t in trajs:
