@@ -162,6 +162,9 @@ def run_notebook(
     executed = out / notebook.name
     record = {"notebook": notebook.name, "profile": profile, "parameters": params, "environment": environment_snapshot()}
     start = time.perf_counter()
+    # the kernel inherits this: widgets.show_trajectories prints text instead of building widgets
+    previous = os.environ.get("PAPERMILL_EXECUTION")
+    os.environ["PAPERMILL_EXECUTION"] = "1"
     try:
         pm.execute_notebook(
             str(notebook), str(executed), parameters=params, kernel_name=kernel_name,
@@ -171,6 +174,11 @@ def run_notebook(
         record.update(status="failed", error=f"{type(err).__name__}: {str(err)[:2000]}", wall_s=time.perf_counter() - start)
         write_json(record, out / f"{notebook.stem}.run.json")
         raise
+    finally:
+        if previous is None:
+            os.environ.pop("PAPERMILL_EXECUTION", None)
+        else:
+            os.environ["PAPERMILL_EXECUTION"] = previous
     record.update(status="ok", wall_s=round(time.perf_counter() - start, 2))
     write_json(record, out / f"{notebook.stem}.run.json")
     return executed
