@@ -144,3 +144,36 @@ def _write_parquet(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
+
+
+# --- test doubles for the rollout engine, the evaluation harness and the widgets ---------------
+
+
+class FixedRetriever:
+    """Always the first ``topk`` passages of ``corpus`` in order, scores descending; records each
+    call as ``(queries, topk)`` so tests can check batching."""
+
+    def __init__(self, corpus):
+        from cosearch_lib.retrieval.base import Passage
+
+        self.corpus, self._passage = list(corpus), Passage
+        self.rows = {p.id: p for p in self.corpus}
+        self.calls: list[tuple[list[str], int]] = []
+
+    def search(self, queries, topk):
+        self.calls.append((list(queries), topk))
+        return [[self._passage(p.id, p.contents, 1.0 - i / 10) for i, p in enumerate(self.corpus[:topk])] for _ in queries]
+
+    def get(self, pid):
+        """CorpusStore-style lookup (the widgets show titles through it)."""
+        return self.rows[pid]
+
+
+def search_turn(query: str, reason: str = "I need to look this up.") -> str:
+    """A well-formed agent search turn."""
+    return f'<reason>{reason}</reason>\n<tool_call>{json.dumps({"name": "search", "arguments": {"query": query}})}</tool_call>'
+
+
+def answer_turn(answer: str, reason: str = "The passages say so.") -> str:
+    """A well-formed agent answer turn."""
+    return f"<reason>{reason}</reason>\n<answer>{answer}</answer>"

@@ -11,13 +11,13 @@ import math
 import pandas as pd
 import pytest
 
+from tests.fixtures import FixedRetriever, answer_turn, search_turn
 from cosearch_lib.data import QAExample
 from cosearch_lib.evaluation import (
     RECORD_COLUMNS, EvalConfig, EvalContext, MethodSkippedWarning, evaluate, format_fail_breakdown, load_records,
     oracle_gap_table, run_evaluation, save_records, select_examples, summary_table, turn_distribution)
 from cosearch_lib.generation import ScriptedBackend
-from cosearch_lib.models import load_tokenizer
-from cosearch_lib.protocol import ChatTokens, parse_answer_only
+from cosearch_lib.protocol import parse_answer_only
 from cosearch_lib.retrieval.base import Passage
 from cosearch_lib.seeding import derive_seed
 
@@ -30,38 +30,23 @@ Q2 = QAExample(id="q2", question="Which bridge crosses the Drask?", golden_answe
                data_source="syn_hotpotqa")
 
 
-class FixedRetriever:
-    """Always documents 0..topk-1 in order: the answer passage for Q1 sits at rank 3 (index 2)."""
-
-    def __init__(self):
-        self.calls = []
-
-    def search(self, queries, topk):
-        self.calls.append((list(queries), topk))
-        return [[Passage(p.id, p.contents, 1.0 - i / 10) for i, p in enumerate(CORPUS[:topk])] for _ in queries]
 
 
-def search(q):
-    return f'<reason>I look it up.</reason>\n<tool_call>{json.dumps({"name": "search", "arguments": {"query": q}})}</tool_call>'
 
 
-def answer(a):
-    return f"<reason>The passages say so.</reason>\n<answer>{a}</answer>"
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer("smollm2-135m-instruct")
 
 
-@pytest.fixture(scope="module")
-def chat(tok):
-    return ChatTokens(tok)
+
+
+def search_turn_short(q):
+    return search_turn(q, reason="I look it up.")
 
 
 def make_ctx(tok, chat, respond):
     backend = ScriptedBackend(tok, respond)
-    return EvalContext(agent_backend=backend, chat=chat, retriever=FixedRetriever()), backend
+    return EvalContext(agent_backend=backend, chat=chat, retriever=FixedRetriever(CORPUS)), backend
 
 
 def small_cfg(**kw):
@@ -126,8 +111,8 @@ def test_rag_puts_the_retrieved_passages_in_the_prompt(tok, chat):
 def test_oracle_and_retrieval_agents_see_different_observations(tok, chat):
     def respond(prompt, key):
         if key[-1] == 0:
-            return search("Orvane Tellis birthplace")
-        return answer("Kessmere" if "born in Kessmere" in tok.decode(prompt) else "Drask")
+            return search_turn_short("Orvane Tellis birthplace")
+        return answer_turn("Kessmere" if "born in Kessmere" in tok.decode(prompt) else "Drask")
 
     ctx, _ = make_ctx(tok, chat, respond)
     records = run_evaluation(["agent_retrieval", "agent_oracle"], [Q1], ctx, small_cfg(), progress=False)
@@ -142,7 +127,7 @@ def test_fixed_and_trained_llm_rankers_use_their_adapters(tok, chat):
     def respond(prompt, key):
         if key[0] == "ranker":
             return "<reason>3 names the birthplace.</reason><rerank>[3] > [1]</rerank>"
-        return search("birthplace") if key[-1] == 0 else answer("Kessmere")
+        return search_turn_short("birthplace") if key[-1] == 0 else answer_turn("Kessmere")
 
     ctx, backend = make_ctx(tok, chat, respond)
     cfg = small_cfg(fixed_ranker_adapter=None, trained_ranker_adapter="ranker_step100", agent_adapter="agent")
@@ -154,7 +139,7 @@ def test_fixed_and_trained_llm_rankers_use_their_adapters(tok, chat):
 
 
 def test_agent_format_failure_and_search_cap(tok, chat):
-    ctx, _ = make_ctx(tok, chat, lambda prompt, key: "Kessmere, I think." if key[2] == "q1" else search(f"try {key[-1]}"))
+    ctx, _ = make_ctx(tok, chat, lambda prompt, key: "Kessmere, I think." if key[2] == "q1" else search_turn_short(f"try {key[-1]}"))
     records = evaluate("agent_retrieval", [Q1, Q2], ctx, small_cfg(max_searches=2), progress=False)
     bad, capped = records.iloc[0], records.iloc[1]
     assert bad.prediction is None and bad.f1 == 0.0 and not bad.format_ok and bad.finish == "invalid"
@@ -191,7 +176,7 @@ def seeded_responder(backend_ref):
     """A stand-in for sampling: the reply depends on (call seed, row key), as a real sampler's does."""
     def respond(prompt, key):
         seed = backend_ref[0].calls[-1][1].seed
-        return answer(["Kessmere", "Drask", "Tellis"][derive_seed(seed, key) % 3]) if key[-1] else search("q")
+        return answer_turn(["Kessmere", "Drask", "Tellis"][derive_seed(seed, key) % 3]) if key[-1] else search_turn_short("q")
     return respond
 
 

@@ -4,14 +4,13 @@ A scripted backend makes these deterministic; one slow test runs the real transf
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
+from tests.fixtures import FixedRetriever, answer_turn, search_turn
 from cosearch_lib.data import QAExample
 from cosearch_lib.generation import ScriptedBackend
-from cosearch_lib.models import load_tokenizer
-from cosearch_lib.protocol import ChatTokens, ProtocolConfig, agent_messages, observation_message
+from cosearch_lib.protocol import ProtocolConfig, agent_messages, observation_message
 from cosearch_lib.ranking import LLMRanker, OracleRanker, RetrievalOnlyRanker
 from cosearch_lib.retrieval.base import Passage
 from cosearch_lib.rollout import RolloutConfig, RolloutEngine, ranker_calls_frame, trajectories_frame
@@ -21,33 +20,14 @@ CORPUS = [Passage(str(i), f'"Doc {i}"\n{text}') for i, text in enumerate([
     "Kessmere lies on the coast.", "Tellis wrote atlases.", "Unrelated passage about bells."])]
 
 
-class FixedRetriever:
-    """Always the same ranked list: documents 0..N-1 (so the answer passage sits at rank 3)."""
-
-    def __init__(self):
-        self.calls = []
-
-    def search(self, queries, topk):
-        self.calls.append(list(queries))
-        return [[Passage(p.id, p.contents, 1.0 - i / 10) for i, p in enumerate(CORPUS[:topk])] for _ in queries]
 
 
-def search(q):
-    return f'<reason>I need to look this up.</reason>\n<tool_call>{json.dumps({"name": "search", "arguments": {"query": q}})}</tool_call>'
 
 
-def answer(a):
-    return f"<reason>The passages say so.</reason>\n<answer>{a}</answer>"
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer("smollm2-135m-instruct")
 
 
-@pytest.fixture(scope="module")
-def chat(tok):
-    return ChatTokens(tok)
 
 
 QUESTION = QAExample(id="q1", question="Where was Orvane Tellis born?", golden_answers=["Kessmere"], data_source="syn_nq")
@@ -64,22 +44,22 @@ def agent_script(per_turn):
 
 def _engine(tok, chat, agent_responses, ranker=None, **cfg):
     backend = ScriptedBackend(tok, agent_script(agent_responses))
-    retriever = FixedRetriever()
+    retriever = FixedRetriever(CORPUS)
     engine = RolloutEngine(backend, chat, retriever, ranker or RetrievalOnlyRanker(),
                            RolloutConfig(topn=5, topk=2, **cfg), ProtocolConfig(topk=2))
     return engine, backend, retriever
 
 
 def test_masks_logprobs_and_template_equality(tok, chat):
-    engine, backend, _ = _engine(tok, chat, [search("tellis birthplace"), answer("Kessmere")])
+    engine, backend, _ = _engine(tok, chat, [search_turn("tellis birthplace"), answer_turn("Kessmere")])
     (t,) = engine.run([QUESTION], n_samples=1)
     assert t.finish == "answer" and t.answer == "Kessmere" and t.format_ok and t.f1 == 1.0 and t.n_searches == 1
     assert len(t.token_ids) == len(t.loss_mask) == len(t.old_logprobs)
     # the masked-in tokens are exactly the generated ids, in order; their logprobs are the backend's
     # generation ends right after the stop string, so no end-of-turn token is sampled: the chat
     # template's observation segment closes the turn (and is masked out)
-    generated = [tok.encode(search("tellis birthplace"), add_special_tokens=False),
-                 tok.encode(answer("Kessmere"), add_special_tokens=False)]
+    generated = [tok.encode(search_turn("tellis birthplace"), add_special_tokens=False),
+                 tok.encode(answer_turn("Kessmere"), add_special_tokens=False)]
     assert [i for i, m in zip(t.token_ids, t.loss_mask) if m] == generated[0] + generated[1]
     assert all(lp == -1.0 for lp, m in zip(t.old_logprobs, t.loss_mask) if m)
     assert all(lp == 0.0 for lp, m in zip(t.old_logprobs, t.loss_mask) if not m)
@@ -90,19 +70,19 @@ def test_masks_logprobs_and_template_equality(tok, chat):
     assert "Orvane Tellis was born" not in unmasked_after_prompt  # rank 3 is beyond K=2
     # the whole sequence is what the chat template renders for the conversation
     msgs = agent_messages(QUESTION.question, ProtocolConfig(topk=2)) + [
-        {"role": "assistant", "content": search("tellis birthplace")},
+        {"role": "assistant", "content": search_turn("tellis birthplace")},
         observation_message(unmasked_after_prompt[unmasked_after_prompt.index("<information>"):].split("<|im_end|>")[0]),
-        {"role": "assistant", "content": answer("Kessmere")}]
+        {"role": "assistant", "content": answer_turn("Kessmere")}]
     rendered = tok.apply_chat_template(msgs, tokenize=False)
     assert tok.decode(t.token_ids) == rendered.removesuffix("<|im_end|>\n")
 
 
 def test_one_batched_call_per_turn_and_g_samples(tok, chat):
     qs = [QUESTION, QAExample(id="q2", question="What did Tellis write?", golden_answers=["atlases"], data_source="syn_nq")]
-    engine, backend, retriever = _engine(tok, chat, lambda key: search("x") if key[-1] == 0 else answer("atlases"))
+    engine, backend, retriever = _engine(tok, chat, lambda key: search_turn("x") if key[-1] == 0 else answer_turn("atlases"))
     trajs = engine.run(qs, n_samples=3, seed=7, step=2)
     assert len(trajs) == 6 and [t.sample for t in trajs] == [0, 1, 2, 0, 1, 2]
-    assert len(backend.calls) == 2 and len(retriever.calls) == 1 and len(retriever.calls[0]) == 6
+    assert len(backend.calls) == 2 and len(retriever.calls) == 1 and len(retriever.calls[0][0]) == 6
     keys = backend.calls[0][3]
     assert keys[0] == ("agent", 2, "q1", 0, 0) and backend.calls[0][1].seed == 7
     assert backend.calls[0][1].stop == ("</tool_call>", "</answer>")
@@ -111,7 +91,7 @@ def test_one_batched_call_per_turn_and_g_samples(tok, chat):
 
 
 def test_ranker_call_records(tok, chat):
-    engine, _, _ = _engine(tok, chat, [search("tellis birthplace"), answer("Kessmere")], ranker=OracleRanker())
+    engine, _, _ = _engine(tok, chat, [search_turn("tellis birthplace"), answer_turn("Kessmere")], ranker=OracleRanker())
     (t,) = engine.run([QUESTION])
     (call,) = t.ranker_calls
     assert call.q0 == QUESTION.question and call.sub_query == "tellis birthplace" and call.turn == 0
@@ -126,12 +106,12 @@ def test_llm_ranker_in_the_loop_valid_and_invalid(tok, chat):
     def respond(prompt, key):
         if key[0] == "ranker":
             return "<reason>3 names the birthplace.</reason><rerank>[3] > [1]</rerank>" if key[3] == 0 else "[9] > [9]"
-        return search("birthplace") if key[-1] == 0 else answer("Kessmere")
+        return search_turn("birthplace") if key[-1] == 0 else answer_turn("Kessmere")
 
     backend = ScriptedBackend(tok, respond)
     from cosearch_lib.generation import SamplingConfig
     ranker = LLMRanker(backend, chat, ProtocolConfig(topk=2), SamplingConfig(max_new_tokens=64, stop=("</rerank>",)), adapter="ranker")
-    engine = RolloutEngine(backend, chat, FixedRetriever(), ranker, RolloutConfig(topn=5, topk=2), ProtocolConfig(topk=2))
+    engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), ranker, RolloutConfig(topn=5, topk=2), ProtocolConfig(topk=2))
     good, bad = engine.run([QUESTION], n_samples=2)
     g, b = good.ranker_calls[0], bad.ranker_calls[0]
     assert g.valid and g.order == [2, 0] and g.hit_at[1] == 1.0 and g.output_text.endswith("</rerank>")
@@ -145,13 +125,13 @@ def test_invalid_turn_retires_and_max_searches_caps(tok, chat):
     engine, _, _ = _engine(tok, chat, ["I think it is Kessmere."])
     (t,) = engine.run([QUESTION])
     assert t.finish == "invalid" and not t.format_ok and t.answer is None and t.f1 == 0.0
-    engine, _, retriever = _engine(tok, chat, lambda key: search(f"try {key[-1]}"), max_searches=2)
+    engine, _, retriever = _engine(tok, chat, lambda key: search_turn(f"try {key[-1]}"), max_searches=2)
     (t,) = engine.run([QUESTION])
     assert t.finish == "max_searches" and t.n_searches == 3 and len(t.ranker_calls) == 2 and len(retriever.calls) == 2
 
 
 def test_invalid_turn_can_continue_with_a_corrective_note(tok, chat):
-    engine, _, _ = _engine(tok, chat, ["no tags at all", answer("Kessmere")], stop_on_invalid=False)
+    engine, _, _ = _engine(tok, chat, ["no tags at all", answer_turn("Kessmere")], stop_on_invalid=False)
     (t,) = engine.run([QUESTION])
     assert t.finish == "answer" and t.answer == "Kessmere" and not t.format_ok  # f = 0: one turn broke the protocol
     assert "did not follow the protocol" in tok.decode(t.token_ids)
@@ -164,7 +144,7 @@ def test_real_transformers_backend_records_match_teacher_forcing(tok, chat):
     from cosearch_lib.models import load_causal_lm
 
     model, tokenizer = load_causal_lm("smollm2-135m-instruct", device="cpu")
-    engine = RolloutEngine(TransformersBackend(model, tokenizer, batch_size=4), chat, FixedRetriever(), RetrievalOnlyRanker(),
+    engine = RolloutEngine(TransformersBackend(model, tokenizer, batch_size=4), chat, FixedRetriever(CORPUS), RetrievalOnlyRanker(),
                            RolloutConfig(topn=5, topk=2, max_searches=1, agent_max_new_tokens=32, temperature=1.0),
                            ProtocolConfig(topk=2))
     trajs = engine.run([QUESTION], n_samples=2, seed=3)

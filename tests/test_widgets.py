@@ -4,15 +4,14 @@ without building a widget. Trajectories come from the scripted backend (as in te
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
+from tests.fixtures import FixedRetriever, answer_turn, search_turn
 from cosearch_lib import widgets
 from cosearch_lib.data import QAExample
 from cosearch_lib.generation import SamplingConfig, ScriptedBackend
-from cosearch_lib.models import load_tokenizer
-from cosearch_lib.protocol import ChatTokens, ProtocolConfig
+from cosearch_lib.protocol import ProtocolConfig
 from cosearch_lib.ranking import LLMRanker, OracleRanker
 from cosearch_lib.retrieval.base import Passage
 from cosearch_lib.rollout import RolloutConfig, RolloutEngine
@@ -26,9 +25,11 @@ Q1 = QAExample(id="q1", question="Where was Orvane Tellis born?", golden_answers
 Q2 = QAExample(id="q2", question="What did Tellis write?", golden_answers=["atlases"], data_source="syn_hotpotqa")
 
 
-class FixedRetriever:
-    def search(self, queries, topk):
-        return [[Passage(p.id, p.contents, 1.0 - i / 10) for i, p in enumerate(CORPUS[:topk])] for _ in queries]
+
+
+def html_search(q):
+    """A search turn whose reasoning holds HTML-like text, to test escaping."""
+    return search_turn(q, reason="I need to <b>look</b> this up.")
 
 
 class Store:
@@ -41,17 +42,10 @@ class Store:
         return self.rows[pid]
 
 
-def search(q):
-    return f'<reason>I need to <b>look</b> this up.</reason>\n<tool_call>{json.dumps({"name": "search", "arguments": {"query": q}})}</tool_call>'
 
 
-def answer(a):
-    return f"<reason>The passages say so.</reason>\n<answer>{a}</answer>"
 
 
-@pytest.fixture(scope="module")
-def chat():
-    return ChatTokens(load_tokenizer("smollm2-135m-instruct"))
 
 
 @pytest.fixture(scope="module")
@@ -63,15 +57,15 @@ def trajs(chat):
             return "<reason>[3] names it.</reason><rerank>[3] > [4]</rerank>"
         question, turn = key[2], key[-1]
         if turn == 0:
-            return search("tellis <script>alert(1)</script> birthplace" if question != "q2" else "tellis books")
-        return answer("Kessmere") if question != "q2" else answer("maps <i>and</i> charts")
+            return html_search("tellis <script>alert(1)</script> birthplace" if question != "q2" else "tellis books")
+        return answer_turn("Kessmere") if question != "q2" else answer_turn("maps <i>and</i> charts")
 
     backend = ScriptedBackend(chat.tokenizer, respond)
-    engine = RolloutEngine(backend, chat, FixedRetriever(), OracleRanker(), RolloutConfig(topn=5, topk=2),
+    engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), OracleRanker(), RolloutConfig(topn=5, topk=2),
                            ProtocolConfig(topk=2))
     out = engine.run([Q1, Q2], n_samples=1)
     llm = LLMRanker(backend, chat, ProtocolConfig(topk=2), SamplingConfig(max_new_tokens=64, stop=("</rerank>",)))
-    engine = RolloutEngine(backend, chat, FixedRetriever(), llm, RolloutConfig(topn=5, topk=2), ProtocolConfig(topk=2))
+    engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), llm, RolloutConfig(topn=5, topk=2), ProtocolConfig(topk=2))
     (with_llm,) = engine.run([QAExample(id="q3", question=Q1.question, golden_answers=["Kessmere"],
                                         data_source="syn_nq")], n_samples=1)
     return [*out, with_llm]
