@@ -201,11 +201,13 @@ def register_adapter(backend: Any, adapter: str | None) -> str | None:
 
 
 def evaluate(method: str, examples: Sequence[QAExample], ctx: EvalContext, cfg: EvalConfig, *,
-             progress: bool = True) -> pd.DataFrame:
+             progress: bool = True, trajectories: dict[str, list[Trajectory]] | None = None) -> pd.DataFrame:
     """Run one method on the selected examples; one record row per (question, sample).
 
     A method that cannot run (no trained adapter, no cross-encoder) warns with
-    :class:`MethodSkippedWarning`, saying what to set, and returns no rows.
+    :class:`MethodSkippedWarning`, saying what to set, and returns no rows. Pass a dict as
+    ``trajectories`` to also keep the agent methods' :class:`Trajectory` objects (keyed by method),
+    e.g. for the trajectory browser; records alone are what gets saved.
     """
     ranker_factory = _AGENT_RANKERS.get(check_method(method))  # None: a one-generation baseline
     chosen = select_examples(examples, cfg.n_per_dataset)
@@ -214,7 +216,10 @@ def evaluate(method: str, examples: Sequence[QAExample], ctx: EvalContext, cfg: 
         if ranker_factory is None:
             rows = _run_prompted(method, chosen, ctx, cfg)
         else:
-            rows = _run_agent(method, ranker_factory, chosen, ctx, cfg, progress)
+            trajs = _run_agent(method, ranker_factory, chosen, ctx, cfg, progress)
+            rows = [_agent_row(method, t) for t in trajs]
+            if trajectories is not None:
+                trajectories[method] = trajs
     except _Skip as why:
         warnings.warn(f"skipping method {method!r}: {why}", MethodSkippedWarning, stacklevel=2)
         return empty_records()
@@ -225,14 +230,15 @@ def evaluate(method: str, examples: Sequence[QAExample], ctx: EvalContext, cfg: 
 
 
 def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample], ctx: EvalContext,
-                   cfg: EvalConfig, *, progress: bool = True) -> pd.DataFrame:
+                   cfg: EvalConfig, *, progress: bool = True,
+                   trajectories: dict[str, list[Trajectory]] | None = None) -> pd.DataFrame:
     """:func:`evaluate` for each method (None: ``cfg.methods``), records concatenated in method order."""
     methods = [check_method(m) for m in (cfg.methods if methods is None else methods)]
     frames = []
     bar = tqdm(methods, desc="evaluate", unit="method", disable=not progress)
     for method in bar:
         bar.set_postfix_str(method)
-        frames.append(evaluate(method, examples, ctx, cfg, progress=progress))
+        frames.append(evaluate(method, examples, ctx, cfg, progress=progress, trajectories=trajectories))
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else empty_records()
 
@@ -326,12 +332,11 @@ _AGENT_RANKERS = {
 
 
 def _run_agent(method: str, make: Any, examples: list[QAExample], ctx: EvalContext, cfg: EvalConfig,
-               progress: bool) -> list[dict]:
+               progress: bool) -> list[Trajectory]:
     ranker = make(ctx, cfg)  # may skip the method, before any generation
     engine = RolloutEngine(ctx.agent_backend, ctx.chat, ctx.retriever, ranker, cfg.rollout_config(),
                            ctx.protocol_for(cfg), agent_adapter=register_adapter(ctx.agent_backend, cfg.agent_adapter))
-    trajs = engine.run(examples, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress) if examples else []
-    return [_agent_row(method, t) for t in trajs]
+    return engine.run(examples, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress) if examples else []
 
 
 def _agent_row(method: str, t: Trajectory) -> dict:

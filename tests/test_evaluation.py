@@ -115,7 +115,14 @@ def test_oracle_and_retrieval_agents_see_different_observations(tok, chat):
         return answer_turn("Kessmere" if "born in Kessmere" in tok.decode(prompt) else "Drask")
 
     ctx, _ = make_ctx(tok, chat, respond)
-    records = run_evaluation(["agent_retrieval", "agent_oracle"], [Q1], ctx, small_cfg(), progress=False)
+    kept = {}
+    records = run_evaluation(["direct", "agent_retrieval", "agent_oracle"], [Q1], ctx, small_cfg(), progress=False,
+                             trajectories=kept)
+    records = records[records["method"] != "direct"].reset_index(drop=True)
+    # the agent methods' trajectories come back for the browser; the one-generation baseline has none
+    assert set(kept) == {"agent_retrieval", "agent_oracle"}
+    assert [t.answer for t in kept["agent_retrieval"] + kept["agent_oracle"]] == ["Drask", "Kessmere"]
+    assert kept["agent_oracle"][0].ranker_calls[0].order[0] == 2  # the answer passage was promoted to the top
     retrieval, oracle = records.iloc[0], records.iloc[1]
     assert retrieval.prediction == "Drask" and retrieval.f1 == 0.0 and retrieval["ranker_hit@1"] == 0.0
     assert oracle.prediction == "Kessmere" and oracle.f1 == 1.0 and oracle["ranker_hit@1"] == 1.0
