@@ -16,9 +16,8 @@ Every method gives one row per (method, question, sample) with the same columns
 :func:`turn_distribution`, :func:`format_fail_breakdown`) read only those columns, so a notebook
 can rebuild every table from records saved on disk (:func:`save_records`, :func:`load_records`).
 
-Departures worth knowing: ``n_searches`` counts the searches actually run (one ranker call each),
-so a search refused at the ``max_searches`` cap is not counted (``Trajectory.n_searches`` counts
-it); direct / CoT / RAG always use the base model (no agent adapter); agent methods share row keys,
+Departures worth knowing: ``n_searches`` counts the searches actually run (one ranker call each;
+a search refused at the ``max_searches`` cap is not counted, as in ``Trajectory.n_searches``); direct / CoT / RAG always use the base model (no agent adapter); agent methods share row keys,
 so at temperature > 0 they draw common random numbers (differences come from the ranking, not noise).
 """
 
@@ -344,7 +343,7 @@ def _agent_row(method: str, t: Trajectory) -> dict:
     hits = {f"ranker_hit@{k}": _mean_or_nan([c.hit_at.get(k, 0.0) for c in calls]) for k in HIT_KS}
     return {**_base_row(method, t.question_id, t.data_source, t.question, t.golds, t.sample),
             "prediction": t.answer, "f1": t.f1, "em": t.em, "format_ok": t.format_ok, "finish": t.finish,
-            "error": next((turn.error for turn in t.turns if not turn.format_ok), None), "n_searches": len(calls),
+            "error": next((turn.error for turn in t.turns if not turn.format_ok), None), "n_searches": t.n_searches,
             **hits, "ranker_valid_rate": _mean_or_nan([float(c.valid) for c in calls]),
             "n_generated_tokens": int(sum(t.loss_mask))}
 

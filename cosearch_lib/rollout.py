@@ -114,6 +114,12 @@ class Trajectory:
 
     @property
     def n_searches(self) -> int:
+        """Searches actually run (one ranker call each); a search refused at the cap is not one."""
+        return len(self.ranker_calls)
+
+    @property
+    def n_search_turns(self) -> int:
+        """Turns that asked to search, the refused one at the cap included."""
         return sum(t.kind == "search" for t in self.turns)
 
     @property
@@ -195,7 +201,7 @@ class RolloutEngine:
             t.turns.append(Turn(gen.text, action.kind, action.format_ok, action.error, action.query, action.answer))
             if action.kind == "answer" and action.format_ok:
                 t.answer, t.finish = action.answer, "answer"
-            elif action.kind == "search" and action.format_ok and t.n_searches <= self.cfg.max_searches:
+            elif action.kind == "search" and action.format_ok and t.n_search_turns <= self.cfg.max_searches:
                 searching.append((t, action.query))
             elif action.kind == "search" and action.format_ok:
                 t.finish = "max_searches"

@@ -127,7 +127,7 @@ def test_invalid_turn_retires_and_max_searches_caps(tok, chat):
     assert t.finish == "invalid" and not t.format_ok and t.answer is None and t.f1 == 0.0
     engine, _, retriever = _engine(tok, chat, lambda key: search_turn(f"try {key[-1]}"), max_searches=2)
     (t,) = engine.run([QUESTION])
-    assert t.finish == "max_searches" and t.n_searches == 3 and len(t.ranker_calls) == 2 and len(retriever.calls) == 2
+    assert t.finish == "max_searches" and t.n_search_turns == 3 and t.n_searches == 2 and len(t.ranker_calls) == 2 and len(retriever.calls) == 2
 
 
 def test_invalid_turn_can_continue_with_a_corrective_note(tok, chat):
