@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +140,7 @@ def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
 
 def _check_scalar(value: Any, hint: Any, key: str) -> Any:
     """Light type check of YAML scalars against the field's annotation (int/float/str/bool/None)."""
-    allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", None)) else (hint,)
+    allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     plain = tuple(t for t in allowed if t in (int, float, str, bool, type(None)))
     if not plain or len(plain) != len(allowed):
         return value  # containers and other types: trust the dataclass

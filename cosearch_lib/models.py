@@ -151,8 +151,6 @@ def _hub_snapshot(repo_id: str, allow_download: bool) -> Path:
             return Path(snapshot_download(repo_id))
         except Exception as err:  # no network, unknown repo, gated repo...
             reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        else:  # pragma: no cover - the return above always runs
-            raise AssertionError
     else:
         reason = "downloads are disabled (HF_HUB_OFFLINE or allow_download=False)"
     known = ", ".join(sorted(BUNDLED))

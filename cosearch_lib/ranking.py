@@ -69,7 +69,8 @@ def oracle_order(candidates: list[Passage], golds: list[str], k: int) -> list[in
     relevant = [i for i, p in enumerate(candidates) if has_answer(p.contents, golds)]
     if not relevant:
         return top_k_order(len(candidates), k)
-    rest = [i for i in range(len(candidates)) if i not in set(relevant)]
+    chosen = set(relevant)
+    rest = [i for i in range(len(candidates)) if i not in chosen]
     return (relevant + rest)[:k]
 
 
