@@ -75,6 +75,7 @@ class EvalSettings:
     n_per_dataset: int | None = None  # questions per data source (None = all)
     n_samples: int = 1  # rollouts per question at evaluation
     temperature: float = 0.0  # evaluation sampling temperature (0 = greedy)
+    answer_max_new_tokens: int = 64  # tokens of the direct / RAG replies (CoT and agent turns: rollout.agent_max_new_tokens)
 
 
 @dataclass

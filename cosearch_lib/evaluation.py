@@ -23,6 +23,7 @@ so at temperature > 0 they draw common random numbers (differences come from the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -194,6 +195,51 @@ def register_adapter(backend: Any, adapter: str | None) -> str | None:
         elif name not in backend.model.peft_config:
             backend.model.load_adapter(str(path), adapter_name=name)
     return name
+
+
+# --------------------------------------------------------------------------- from a profile
+
+
+def eval_config_from_profile(cfg: Any, **overrides: Any) -> EvalConfig:
+    """The :class:`EvalConfig` a profile describes: split, questions, samples and temperature from its
+    ``evaluation`` section, token and search budgets from ``rollout``, N and K from ``retrieval``,
+    the profile's seed. Keyword overrides (any EvalConfig field) win, e.g. ``methods=[...]``."""
+    ev, ro = cfg.evaluation, cfg.rollout
+    fields = dict(split=ev.split, n_per_dataset=ev.n_per_dataset, n_samples=ev.n_samples, seed=cfg.seed,
+                  temperature=ev.temperature, max_searches=ro.max_searches, topn=cfg.retrieval.topn,
+                  topk=cfg.retrieval.topk, agent_max_new_tokens=ro.agent_max_new_tokens,
+                  ranker_max_new_tokens=ro.ranker_max_new_tokens, answer_max_new_tokens=ev.answer_max_new_tokens,
+                  max_context_tokens=ro.max_context_tokens)
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(EvalConfig)})
+    if unknown:
+        raise TypeError(f"unknown EvalConfig field(s) {unknown}")
+    return EvalConfig(**{**fields, **overrides})
+
+
+def backends_from_profile(cfg: Any, *, progress: bool = False) -> tuple[Any, Any]:
+    """(agent backend, ranker backend) for the profile's ``models`` section. When agent and ranker
+    name the same model they share one loaded backend (LoRA adapters tell the two policies apart)."""
+    from .generation import make_backend
+
+    m = cfg.models
+    kwargs = {"batch_size": m.batch_size, "progress": progress} if m.backend == "transformers" else {}
+    agent = make_backend(m.backend, m.agent, **kwargs)
+    ranker = agent if m.ranker == m.agent else make_backend(m.backend, m.ranker, **kwargs)
+    return agent, ranker
+
+
+def context_from_profile(cfg: Any, retriever: Any, *, backends: tuple[Any, Any] | None = None,
+                         progress: bool = False) -> EvalContext:
+    """An :class:`EvalContext` for a profile: its models (:func:`backends_from_profile`, unless
+    ``backends`` are given), their chat templates, and ``retriever``."""
+    agent, ranker = backends if backends is not None else backends_from_profile(cfg, progress=progress)
+    for role, backend in (("agent", agent), ("ranker", ranker)):
+        if getattr(backend, "tokenizer", None) is None:
+            raise ValueError(f"the {role} backend has no tokenizer; build it with one (VLLMBackend(tokenizer=...))")
+    chat = ChatTokens(agent.tokenizer)
+    ranker_chat = chat if ranker is agent else ChatTokens(ranker.tokenizer)
+    return EvalContext(agent_backend=agent, chat=chat, retriever=retriever, ranker_backend=ranker,
+                       ranker_chat=ranker_chat)
 
 
 # --------------------------------------------------------------------------- running methods

@@ -441,8 +441,9 @@ class VLLMBackend:
 
     @classmethod
     def from_llm(cls, llm: Any) -> VLLMBackend:
-        """Wrap an existing ``vllm.LLM``."""
-        return cls(generate_fn=llm.generate)
+        """Wrap an existing ``vllm.LLM`` (its tokenizer too, for chat templates)."""
+        get_tokenizer = getattr(llm, "get_tokenizer", None)
+        return cls(generate_fn=llm.generate, tokenizer=get_tokenizer() if get_tokenizer is not None else None)
 
     @classmethod
     def from_unsloth(cls, model: Any, tokenizer: Any = None) -> VLLMBackend:

@@ -30,3 +30,55 @@ def plot_recall_at_k(curve: pd.DataFrame, *, topk: int | None = None, topn: int 
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: curves stay visible
     fig.tight_layout()
     return fig
+
+
+def plot_oracle_gap(beside: pd.DataFrame, *, metric: str = "F1", title: str = ""):
+    """Table 1 as bars: one panel per source (ours, paper 3B, ...), standard vs oracle for the
+    single-hop, multi-hop and overall averages, relative gain written over each pair.
+
+    ``beside``: :func:`paper.oracle_gap_beside_paper` (index levels source, row)."""
+    sources = list(dict.fromkeys(beside.index.get_level_values("source")))
+    fig, axes = plt.subplots(1, len(sources), figsize=(3.6 * len(sources), 3.8), sharey=True, squeeze=False)
+    colors = {"standard": "#8da0cb", "oracle": "#fc8d62"}
+    for ax, source in zip(axes[0], sources):
+        part = beside.loc[source]
+        cols = list(part.columns)
+        for j, setting in enumerate(("standard", "oracle")):
+            ax.bar([i + (j - 0.5) * 0.38 for i in range(len(cols))], part.loc[setting], width=0.38,
+                   color=colors[setting], label=setting)
+        for i, col in enumerate(cols):
+            gain, top = part.loc["relative gain %", col], part.loc[["standard", "oracle"], col].max()
+            text = "n/a" if pd.isna(gain) else f"{gain:+.0f}%"
+            ax.text(i, (0 if pd.isna(top) else top) + 0.01, text, ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(cols)), [c.replace(" avg", "\navg") for c in cols])
+        ax.set_title(source, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel(metric)
+    axes[0][0].set_ylim(0, max(0.1, float(beside.drop(index="relative gain %", level="row").max().max()) * 1.2))
+    axes[0][-1].legend(frameon=False, fontsize=8)
+    fig.suptitle(title or f"Oracle gap: {metric} with the retriever's top-K vs answer-containing passages first")
+    fig.tight_layout()
+    return fig
+
+
+def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
+    """Table 7 as stacked bars: % of questions with 0, 1, ... searches per method, one panel per
+    source. ``beside``: :func:`paper.turns_beside_paper` (index levels source, method)."""
+    sources = list(dict.fromkeys(beside.index.get_level_values("source")))
+    fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 0.5 + 0.55 * beside.index.size / len(sources) + 1.5),
+                             sharex=True, squeeze=False)
+    counts = [c for c in beside.columns if c != "mean"]
+    palette = sns.color_palette("crest", len(counts))
+    for ax, source in zip(axes[0], sources):
+        part = beside.loc[source]
+        left = pd.Series(0.0, index=part.index)
+        for color, c in zip(palette, counts):
+            ax.barh(range(len(part)), part[c], left=left, color=color, label=str(c))
+            left += part[c]
+        ax.set_yticks(range(len(part)), [f"{m}  (mean {part.loc[m, 'mean']:.2f})" for m in part.index], fontsize=8)
+        ax.invert_yaxis()
+        ax.set(xlim=(0, 100), xlabel="% of questions", title=source)
+    axes[0][-1].legend(title="searches", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.suptitle(title or "Search turns per question")
+    fig.tight_layout()
+    return fig

@@ -14,8 +14,8 @@ import pytest
 from tests.fixtures import FixedRetriever, answer_turn, search_turn
 from cosearch_lib.data import QAExample
 from cosearch_lib.evaluation import (
-    RECORD_COLUMNS, EvalConfig, EvalContext, MethodSkippedWarning, evaluate, format_fail_breakdown, load_records,
-    oracle_gap_table, run_evaluation, save_records, select_examples, summary_table, turn_distribution)
+    RECORD_COLUMNS, EvalConfig, EvalContext, MethodSkippedWarning, context_from_profile, eval_config_from_profile,
+    evaluate, format_fail_breakdown, load_records, oracle_gap_table, run_evaluation, save_records, select_examples, summary_table, turn_distribution)
 from cosearch_lib.generation import ScriptedBackend
 from cosearch_lib.protocol import parse_answer_only
 from cosearch_lib.retrieval.base import Passage
@@ -334,3 +334,54 @@ def test_register_adapter_loads_checkpoint_folders_once(tmp_path):
     vllm_like = SimpleNamespace(add_adapter=lambda name, path: added.append((name, path)))
     assert register_adapter(vllm_like, str(tmp_path / "step_1" / "ranker")) == first
     assert added == [(first, str((tmp_path / "step_1" / "ranker").resolve()))]
+
+
+# ------------------------------------------------------------------------------ from a profile
+
+
+def test_eval_config_from_profile_reads_evaluation_rollout_and_retrieval_sections(tmp_path):
+    from cosearch_lib.config import load_profile
+
+    path = tmp_path / "p.yaml"
+    path.write_text("profile: p\nseed: 7\nretrieval: {topn: 12, topk: 3}\n"
+                    "rollout: {max_searches: 2, agent_max_new_tokens: 40, ranker_max_new_tokens: 30, max_context_tokens: 900}\n"
+                    "evaluation: {split: dev, n_per_dataset: 4, n_samples: 2, temperature: 0.5, answer_max_new_tokens: 20}\n")
+    cfg = load_profile(path)
+    ec = eval_config_from_profile(cfg)
+    assert (ec.split, ec.n_per_dataset, ec.n_samples, ec.temperature, ec.seed) == ("dev", 4, 2, 0.5, 7)
+    assert (ec.topn, ec.topk, ec.max_searches, ec.max_context_tokens) == (12, 3, 2, 900)
+    assert (ec.agent_max_new_tokens, ec.ranker_max_new_tokens, ec.answer_max_new_tokens) == (40, 30, 20)
+    assert ec.answer_sampling("cot").max_new_tokens == 40 and ec.answer_sampling("rag").max_new_tokens == 20
+    over = eval_config_from_profile(cfg, methods=["rag"], n_per_dataset=None)
+    assert over.methods == ("rag",) and over.n_per_dataset is None and over.topk == 3
+    with pytest.raises(TypeError, match="n_per_datset"):
+        eval_config_from_profile(cfg, n_per_datset=3)
+    with pytest.raises(ValueError, match="unknown evaluation method"):
+        eval_config_from_profile(cfg, methods=["agent_magic"])
+
+
+def test_context_from_profile_shares_one_backend_when_agent_and_ranker_are_the_same_model(tok, monkeypatch):
+    from cosearch_lib import generation
+    from cosearch_lib.config import load_profile
+
+    built = []
+
+    def fake_make_backend(kind, name, **kw):
+        built.append((kind, name, kw))
+        return ScriptedBackend(tok, [])
+
+    monkeypatch.setattr(generation, "make_backend", fake_make_backend)
+    cfg = load_profile("ci")
+    retriever = FixedRetriever([])
+    ctx = context_from_profile(cfg, retriever)
+    assert len(built) == 1 and built[0][:2] == ("transformers", cfg.models.agent)
+    assert built[0][2]["batch_size"] == cfg.models.batch_size
+    assert ctx.ranker_backend is ctx.agent_backend and ctx.ranker_chat is ctx.chat and ctx.retriever is retriever
+    cfg.models.ranker = "some-other-ranker"
+    ctx = context_from_profile(cfg, retriever)
+    assert [b[1] for b in built[1:]] == [cfg.models.agent, "some-other-ranker"]
+    assert ctx.ranker_backend is not ctx.agent_backend
+    no_tok = ScriptedBackend(tok, [])
+    no_tok.tokenizer = None
+    with pytest.raises(ValueError, match="ranker backend has no tokenizer"):
+        context_from_profile(cfg, retriever, backends=(ctx.agent_backend, no_tok))

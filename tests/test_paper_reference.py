@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 REF = Path(__file__).resolve().parents[1] / "data" / "paper_reference"
 SINGLE, MULTI = ["nq", "triviaqa", "popqa"], ["hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
@@ -53,3 +54,54 @@ def test_table3_and_4_shapes():
     assert t3.loc[t3["variant"] == "full", "avg"].item() == t3["avg"].max()
     t4 = pd.read_csv(REF / "table4_topk.csv")
     assert list(t4["k"]) == [1, 3, 5, 10] and (t4["Oracle"] > t4["CoSearch"]).all()
+
+
+# ------------------------------------------------------------------------------ cosearch_lib.paper
+
+
+def test_paper_oracle_gap_has_the_reported_relative_gains():
+    from cosearch_lib.paper import paper_oracle_gap
+
+    t = paper_oracle_gap("7B")
+    assert list(t.index) == ["standard", "oracle", "relative gain %"]
+    assert t.loc["relative gain %"].round(1).tolist() == [18.2, 11.5, 14.7]  # as PAPER_NOTES states them
+    assert paper_oracle_gap("3B").loc["relative gain %"].round(1).tolist() == [19.8, 34.5, 26.8]
+    with pytest.raises(ValueError, match="13B"):
+        paper_oracle_gap("13B")
+
+
+def test_oracle_gap_and_turns_beside_paper_line_up_with_our_tables():
+    from cosearch_lib.evaluation import oracle_gap_table, turn_distribution
+    from cosearch_lib.paper import oracle_gap_beside_paper, turns_beside_paper
+
+    rows = []
+    for method, f1s, searches in (("agent_retrieval", [0.5, 0.0], [1, 9]), ("agent_oracle", [1.0, 0.5], [2, 2])):
+        for i, (f1, n) in enumerate(zip(f1s, searches)):
+            rows.append({"method": method, "dataset": ["syn_nq", "syn_hotpotqa"][i], "question_id": str(i), "f1": f1,
+                         "n_searches": n})
+    records = pd.DataFrame(rows)
+    gap = oracle_gap_beside_paper(oracle_gap_table(records), "ours")
+    assert list(dict.fromkeys(gap.index.get_level_values("source"))) == ["ours", "paper 3B", "paper 7B"]
+    assert gap.loc[("ours", "relative gain %"), "avg"] == pytest.approx(200.0)  # 0.75 / 0.25 - 1
+    assert gap.loc[("paper 7B", "oracle"), "avg"] == pytest.approx(0.626)
+    turns = turns_beside_paper(turn_distribution(records), "ours")
+    assert list(turns.columns) == [0, 1, 2, 3, 4, 5, 6, "mean"]
+    # the 9-search row folds into the paper's last column (6); the mean stays the raw mean
+    assert turns.loc[("ours", "agent_retrieval"), 6] == 50.0 and turns.loc[("ours", "agent_retrieval"), "mean"] == 5.0
+    assert turns.loc[("paper", "agent_oracle"), 1] == pytest.approx(49.3)
+    assert set(turns.loc["paper"].index) == {"agent_retrieval", "agent_oracle"}  # only methods we have
+
+
+def test_gap_and_turn_plots_draw_the_table_values():
+    from cosearch_lib.paper import paper_oracle_gap, paper_turn_distribution
+    from cosearch_lib.plots import plot_oracle_gap, plot_turn_distribution
+
+    gap = pd.concat({"paper 7B": paper_oracle_gap("7B")}, names=["source", "row"])
+    fig = plot_oracle_gap(gap)
+    heights = sorted(round(p.get_height(), 3) for p in fig.axes[0].patches)
+    assert heights == sorted([0.600, 0.506, 0.546, 0.709, 0.564, 0.626])
+    assert {t.get_text() for t in fig.axes[0].texts} == {"+18%", "+11%", "+15%"}
+    turns = pd.concat({"paper": paper_turn_distribution()}, names=["source", "method"])
+    fig = plot_turn_distribution(turns)
+    widths = [round(p.get_width(), 1) for p in fig.axes[0].patches]
+    assert len(widths) == 4 * 7 and 49.3 in widths and 54.5 in widths
