@@ -25,7 +25,11 @@ import yaml
 from .paths import params_dir
 from .retrieval.encoder import EncoderConfig
 from .retrieval.server import ServerConfig
+from .policies import LoraSettings
+from .protocol import ProtocolConfig
 from .rollout import RolloutConfig
+from .training import TrainConfig
+from .warmstart import WarmStartConfig
 from .world import WorldConfig
 
 
@@ -89,15 +93,25 @@ class ProfileConfig:
     models: ModelsConfig = field(default_factory=ModelsConfig)  # agent and ranker models, backend
     rollout: RolloutConfig = field(default_factory=RolloutConfig)  # multi-turn budget (N and K come from retrieval)
     evaluation: EvalSettings = field(default_factory=EvalSettings)  # the evaluation harness
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)  # prompts and passage caps (K and the search cap come from retrieval / rollout)
+    lora: LoraSettings = field(default_factory=LoraSettings)  # LoRA adapters of both policies (warm start and GRPO)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)  # supervised warm start on gold data
+    training: TrainConfig = field(default_factory=TrainConfig)  # joint GRPO training
 
     def __post_init__(self) -> None:
-        # N and K have one home, the retrieval section; a different value under rollout is a mistake
-        defaults = RolloutConfig()
-        for name in ("topn", "topk"):
-            given, wanted = getattr(self.rollout, name), getattr(self.retrieval, name)
-            if given not in (wanted, getattr(defaults, name)):
-                raise ConfigError(f"rollout.{name}={given} disagrees with retrieval.{name}={wanted}; set it under retrieval only")
-            setattr(self.rollout, name, wanted)
+        # N, K and the search cap each have one home; a different value elsewhere is a mistake
+        for section, name, home, home_name in (
+            ("rollout", "topn", self.retrieval, "retrieval.topn"),
+            ("rollout", "topk", self.retrieval, "retrieval.topk"),
+            ("protocol", "topk", self.retrieval, "retrieval.topk"),
+            ("protocol", "max_search_turns", self.rollout, "rollout.max_searches"),
+        ):
+            target = getattr(self, section)
+            wanted = getattr(home, home_name.split(".")[1])
+            given, default = getattr(target, name), getattr(type(target)(), name)
+            if given not in (wanted, default):
+                raise ConfigError(f"{section}.{name}={given} disagrees with {home_name}={wanted}; set it there only")
+            setattr(target, name, wanted)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -239,7 +239,7 @@ def context_from_profile(cfg: Any, retriever: Any, *, backends: tuple[Any, Any] 
     chat = ChatTokens(agent.tokenizer)
     ranker_chat = chat if ranker is agent else ChatTokens(ranker.tokenizer)
     return EvalContext(agent_backend=agent, chat=chat, retriever=retriever, ranker_backend=ranker,
-                       ranker_chat=ranker_chat)
+                       ranker_chat=ranker_chat, protocol=cfg.protocol)
 
 
 # --------------------------------------------------------------------------- running methods

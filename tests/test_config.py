@@ -69,3 +69,20 @@ def test_rollout_takes_n_and_k_from_retrieval():
         from_dict(ProfileConfig, {"retrieval": {"topn": 20, "topk": 3}, "rollout": {"topk": 4}})
     with pytest.raises(ConfigError, match="models.backend must be"):
         from_dict(ProfileConfig, {"models": {"backend": "tgi"}})
+
+
+def test_protocol_and_training_sections_follow_their_homes(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("retrieval: {topn: 10, topk: 3}\nrollout: {max_searches: 2}\n"
+                    "protocol: {max_passage_chars: 300}\ntraining: {method: oracle, grouping: {k_min: 4}, "
+                    "ranker_reward: {variant: released, hit_ks: [1, 3]}}\nlora: {r: 8, target_modules: [q_proj]}\n")
+    cfg = load_profile(path)
+    assert (cfg.protocol.topk, cfg.protocol.max_search_turns, cfg.protocol.max_passage_chars) == (3, 2, 300)
+    assert cfg.training.method == "oracle" and cfg.training.grouping.k_min == 4
+    assert cfg.training.ranker_reward.hit_ks == (1, 3) and cfg.lora.target_modules == ("q_proj",)
+    path.write_text("retrieval: {topn: 10, topk: 3}\nprotocol: {topk: 4}\n")
+    with pytest.raises(ConfigError, match="protocol.topk=4 disagrees with retrieval.topk=3"):
+        load_profile(path)
+    path.write_text("training: {method: ppo}\n")
+    with pytest.raises(ConfigError, match="method"):
+        load_profile(path)

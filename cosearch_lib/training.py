@@ -1,0 +1,540 @@
+"""The joint GRPO trainer: questions -> rollouts -> rewards -> groups -> updates -> records -> checkpoint.
+
+One step (:meth:`JointTrainer.train_step`):
+
+1. take the step's questions (a seeded permutation of the training split, epoch after epoch);
+2. roll out G trajectories per question with the batched engine: the agent adapter samples turns,
+   the retriever returns N candidates, the method's ranker picks K;
+3. rewards: the agent's (Eq. 4) per trajectory, the ranker's (Eq. 6 or the released variant) per
+   search call;
+4. groups: the agent's G trajectories of a question form one group; the ranker's calls are grouped
+   semantically (Alg. 2), reusing the agent's rollouts;
+5. one GRPO update of each trained adapter (clipped surrogate + k3 KL to the base model);
+6. a tidy record of the step; a checkpoint (adapters, optimizer states, RNG states, records).
+
+Methods (``TrainConfig.method``), one code path with a role table rather than string switches in
+the loop:
+
+==============  ===================  ==================  =====================
+method          ranking              agent trained        ranker trained
+==============  ===================  ==================  =====================
+search_r1       retriever top-K      yes                  (no ranker)
+fixed_ranker    LLM ranker adapter   yes                  no (frozen warm start)
+cosearch        LLM ranker adapter   yes                  yes
+oracle          Eq. 7 oracle         yes                  (no ranker)
+==============  ===================  ==================  =====================
+
+Departures from the paper: LoRA adapters on one shared base instead of two full models (so the
+reference policy of the KL term is the base with adapters disabled); a much smaller rollout batch
+and learning rate suited to LoRA; sequences whose advantage is exactly 0 are not forwarded (their
+tokens still count in the token-mean denominator, so the policy gradient is the full batch's; their
+KL term, weight 0.001, is left out); one optimizer step per training step unless ``minibatches`` > 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .data import QAExample
+from .generation import TransformersBackend, adapter_context
+from .grouping import GroupingConfig, group_ids, group_ranker_calls
+from .grpo import GRPOConfig, group_advantages, policy_loss, token_logprobs
+from .policies import PolicySet
+from .protocol import ChatTokens, ProtocolConfig
+from .ranking import LLMRanker, OracleRanker, RetrievalOnlyRanker
+from .rewards import AgentRewardConfig, RankerRewardConfig, agent_rewards, ranker_rewards
+from .rollout import RolloutConfig, RolloutEngine, Trajectory
+from .runs import write_table
+from .seeding import rng
+
+METHODS = ("search_r1", "fixed_ranker", "cosearch", "oracle")
+#: method -> (ranking, agent trained, ranker trained); ranking "llm" uses the ranker adapter.
+ROLE_TABLE = {
+    "search_r1": ("retrieval", True, False),
+    "fixed_ranker": ("llm", True, False),
+    "cosearch": ("llm", True, True),
+    "oracle": ("oracle", True, False),
+}
+#: training method -> the evaluation harness method that evaluates its policies
+EVAL_METHOD = {"search_r1": "agent_retrieval", "fixed_ranker": "agent_fixed_ranker",
+               "cosearch": "agent_trained_ranker", "oracle": "agent_oracle"}
+
+
+@dataclass
+class TrainConfig:
+    method: str = "cosearch"  # one of METHODS (see the role table above)
+    steps: int = 100  # training steps (paper: ~100)
+    questions_per_step: int = 8  # questions rolled out per step (paper: 512)
+    group_size: int = 8  # G: rollouts per question (paper: 8)
+    split: str = "train"  # QA split the questions come from
+    agent_lr: float = 1e-5  # AdamW learning rate of the agent's LoRA (paper, full fine-tuning: 1e-6)
+    ranker_lr: float = 1e-5  # AdamW learning rate of the ranker's LoRA
+    minibatches: int = 1  # optimizer steps per training step, each on a slice of the step's sequences
+    micro_batch: int = 4  # sequences per forward/backward pass (memory, not maths)
+    max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
+    shared_backbone: bool = False  # ablation: one adapter plays both roles
+    eval_every: int = 20  # E: validation F1 every E steps (and after the last); 0 = never
+    val_split: str = "dev"  # split of the validation questions
+    val_per_dataset: int = 5  # validation questions per family
+    checkpoint_every: int = 1  # steps between checkpoints (0 = only after the last step)
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)  # loss: clip range, KL weight, aggregation
+    agent_reward: AgentRewardConfig = field(default_factory=AgentRewardConfig)  # Eq. 4
+    ranker_reward: RankerRewardConfig = field(default_factory=RankerRewardConfig)  # Eq. 6 / released variant
+    grouping: GroupingConfig = field(default_factory=GroupingConfig)  # Alg. 2 and its ablations
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"TrainConfig.method must be one of {METHODS}, got {self.method!r}")
+        for name in ("steps", "questions_per_step", "minibatches", "micro_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.group_size < 2:
+            raise ValueError(f"TrainConfig.group_size must be >= 2 (GRPO compares samples), got {self.group_size}")
+        if self.grpo.aggregation == "seq-mean-token-sum-norm":
+            raise ValueError("the trainer splits batches into micro-batches, which needs 'token-mean' or "
+                             "'seq-mean-token-mean' aggregation")
+        for name in ("eval_every", "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def ranking(self) -> str:
+        return ROLE_TABLE[self.method][0]
+
+    def roles(self) -> dict[str, str | None]:
+        """role -> adapter name (None: the role is played by a rule, not a policy)."""
+        ranker = "ranker" if self.ranking == "llm" else None
+        if self.shared_backbone:
+            return {"agent": "shared", "ranker": "shared" if ranker else None}
+        return {"agent": "agent", "ranker": ranker}
+
+    def trainable(self) -> set[str]:
+        _, agent, ranker = ROLE_TABLE[self.method]
+        roles = self.roles()
+        return {roles[r] for r, on in (("agent", agent), ("ranker", ranker)) if on and roles[r]}
+
+
+# --------------------------------------------------------------------------- sequences and updates
+
+
+@dataclass
+class PolicySequence:
+    """One sampled sequence as the update sees it."""
+
+    ids: list[int]  # prompt + generated (+ observations) token ids
+    mask: list[int]  # 1 on the policy's sampled tokens
+    old_logprobs: list[float]  # sampling log-prob per token (0 where mask is 0)
+
+
+def agent_sequences(trajs: Sequence[Trajectory]) -> list[PolicySequence]:
+    return [PolicySequence(t.token_ids, t.loss_mask, t.old_logprobs) for t in trajs]
+
+
+def ranker_sequences(calls: Sequence[Any]) -> list[PolicySequence]:
+    return [PolicySequence(list(c.prompt_ids) + list(c.output_ids), [0] * len(c.prompt_ids) + [1] * len(c.output_ids),
+                           [0.0] * len(c.prompt_ids) + list(c.output_logprobs)) for c in calls]
+
+
+def _padded(seqs: Sequence[PolicySequence], pad_id: int, device: Any) -> tuple[torch.Tensor, ...]:
+    """Right-padded tensors: ids (B, L), attention (B, L), and for the L-1 predicted positions
+    mask (B, L-1) and old log-probs (B, L-1)."""
+    width = max(len(s.ids) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.float32)
+    old = torch.zeros((len(seqs), width), dtype=torch.float32)
+    for i, s in enumerate(seqs):
+        n = len(s.ids)
+        ids[i, :n] = torch.tensor(s.ids)
+        attn[i, :n] = 1
+        mask[i, :n] = torch.tensor(s.mask, dtype=torch.float32)
+        old[i, :n] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+    return ids.to(device), attn.to(device), mask[:, 1:].to(device), old[:, 1:].to(device)
+
+
+def _backbone_and_head(model: Any) -> tuple[Any, Any]:
+    """The transformer body and the LM head of a causal LM (inside a peft wrapper, LoRA included)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    body = getattr(base, getattr(base, "base_model_prefix", "model"), None)
+    head = base.get_output_embeddings()
+    if body is None or head is None or body is base:
+        raise ValueError(f"cannot split {type(base).__name__} into a backbone and an LM head")
+    return body, head
+
+
+def sequence_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, *, temperature: float,
+                      mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Log-prob of each next token under ``model`` at ``temperature``: (B, L) ids -> (B, L-1).
+
+    With ``mask`` (B, L-1), the LM head and the log-softmax run only where mask is 1 (elsewhere the
+    result is 0): generated tokens are a small share of an agent's sequence (the prompt and the
+    observations are not trained on), and the head over a 49k-150k vocabulary is a large part of
+    the cost of a small model's forward and backward pass."""
+    if mask is None:
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (B, L, V)
+        return token_logprobs(logits[:, :-1], ids[:, 1:], temperature=temperature)  # (B, L-1)
+    body, head = _backbone_and_head(model)
+    hidden = body(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[:, :-1]  # (B, L-1, H)
+    where = mask.bool()
+    picked = head(hidden[where])  # (n, V): only the positions that are scored
+    lp = token_logprobs(picked[None], ids[:, 1:][where][None], temperature=temperature)[0]  # (n,)
+    return torch.zeros(where.shape, dtype=lp.dtype, device=lp.device).masked_scatter(where, lp)  # (B, L-1)
+
+
+@dataclass
+class UpdateJob:
+    """What one role contributes to an adapter's update."""
+
+    role: str  # "agent" | "ranker": prefixes the stats
+    seqs: Sequence[PolicySequence]
+    advantages: Sequence[float]  # one per sequence
+    temperature: float  # the temperature the sequences were sampled at (log-probs are recomputed at it)
+
+
+def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cfg: GRPOConfig, *, micro_batch: int,
+                max_grad_norm: float, pad_id: int, minibatches: int = 1) -> dict[str, float]:
+    """GRPO update(s) of one adapter from its ``jobs`` (one per role it plays: two with a shared
+    backbone). Each job's loss is aggregated over its own tokens; the jobs' losses are summed.
+
+    The sequences are split round-robin into ``minibatches`` slices, one optimizer step each.
+    Returns ``<role>_<stat>`` (token-weighted means over micro-batches of :func:`grpo.policy_loss`'s
+    stats, plus ``<role>_n_forwarded`` and ``<role>_n_tokens``) and ``grad_norm`` (mean pre-clip norm)."""
+    model, optimizer = policies.model, policies.optimizers[adapter]
+    params = list(policies.params[adapter].values())
+    device = next(model.parameters()).device
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    norms = []
+    for part in range(minibatches):
+        optimizer.zero_grad(set_to_none=True)
+        for job in jobs:
+            idx = [i for i in range(len(job.seqs)) if i % minibatches == part]
+            denom = _denominator([job.seqs[i] for i in idx], cfg.aggregation)
+            active = [i for i in idx if job.advantages[i] != 0.0 and any(job.seqs[i].mask)]
+            for start in range(0, len(active), micro_batch):
+                chunk = active[start:start + micro_batch]
+                ids, attn, mask, old = _padded([job.seqs[i] for i in chunk], pad_id, device)
+                adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=device)
+                with adapter_context(model, adapter):
+                    lp = sequence_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)
+                    ref = None
+                    if cfg.kl_coef > 0:
+                        with torch.no_grad(), adapter_context(model, None):
+                            ref = sequence_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)
+                    loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref)
+                    # the micro-batch's aggregate -> its share of the (mini)batch aggregate
+                    share = _denominator([job.seqs[i] for i in chunk], cfg.aggregation) / denom
+                    (loss * share).backward()
+                counts[job.role] = counts.get(job.role, 0) + len(chunk)
+                w = stats.pop("n_tokens")
+                weights[job.role] = weights.get(job.role, 0.0) + w
+                for k, v in stats.items():
+                    if not math.isnan(v):
+                        sums[f"{job.role}_{k}"] = sums.get(f"{job.role}_{k}", 0.0) + v * w
+        if any(p.grad is not None for p in params):
+            norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)))
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    out = {k: v / weights[k.split("_", 1)[0]] for k, v in sums.items() if weights.get(k.split("_", 1)[0])}
+    for job in jobs:
+        out[f"{job.role}_n_forwarded"] = counts.get(job.role, 0)
+        out[f"{job.role}_n_tokens"] = weights.get(job.role, 0.0)
+    out["grad_norm"] = float(np.mean(norms)) if norms else 0.0
+    return out
+
+
+def _denominator(seqs: Sequence[PolicySequence], aggregation: str) -> float:
+    """What the aggregation divides by over ``seqs``: tokens (token-mean) or sequences with tokens."""
+    if aggregation == "token-mean":
+        return float(sum(sum(s.mask[1:]) for s in seqs)) or 1.0
+    return float(sum(1 for s in seqs if any(s.mask[1:]))) or 1.0
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+def question_order(n: int, step: int, per_step: int, seed: int) -> list[int]:
+    """Indices of the questions of ``step``: consecutive slices of seeded permutations of range(n),
+    one permutation per epoch, so a step's questions depend only on (seed, step)."""
+    if n < 1:
+        raise ValueError("no training questions")
+    out = []
+    for pos in range(step * per_step, (step + 1) * per_step):
+        epoch, i = divmod(pos, n)
+        out.append(int(rng("train-order", seed, epoch).permutation(n)[i]))
+    return out
+
+
+class JointTrainer:
+    """Trains the policies of one method; ``run`` steps, records and checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, policies: PolicySet, tokenizer: Any, retriever: Any,
+                 questions: Sequence[QAExample], rollout_cfg: RolloutConfig, protocol: ProtocolConfig, *,
+                 out_dir: str | Path, seed: int = 0, val_questions: Sequence[QAExample] = (),
+                 batch_size: int = 8, progress: bool = True, chat: ChatTokens | None = None,
+                 backend: Any = None) -> None:
+        if rollout_cfg.temperature <= 0:
+            raise ValueError("GRPO needs sampled rollouts: rollout temperature must be > 0")
+        self.cfg, self.policies, self.tokenizer, self.retriever = cfg, policies, tokenizer, retriever
+        self.questions, self.val_questions = list(questions), list(val_questions)
+        self.rollout_cfg, self.protocol, self.seed, self.progress = rollout_cfg, protocol, seed, progress
+        self.out_dir = Path(out_dir)
+        self.chat = chat or ChatTokens(tokenizer)
+        # Rollouts run on ``backend`` when given (vLLM on GPU, a scripted backend in tests), else on
+        # the policy model itself; the updates always run on the policy model.
+        self.backend = backend if backend is not None else TransformersBackend(policies.model, tokenizer,
+                                                                               batch_size=batch_size)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.step = 0  # steps completed
+        self.records: list[dict] = []
+        self.call_records: list[dict] = []
+        ranker = {"retrieval": RetrievalOnlyRanker, "oracle": OracleRanker}.get(cfg.ranking)
+        self.ranker = ranker() if ranker else LLMRanker(self.backend, self.chat, protocol,
+                                                         rollout_cfg.ranker_sampling(seed),
+                                                         adapter=policies.adapter("ranker"))
+        self.engine = RolloutEngine(self.backend, self.chat, retriever, self.ranker, rollout_cfg, protocol,
+                                    agent_adapter=policies.adapter("agent"))
+
+    # -- one step
+
+    def step_questions(self, step: int) -> list[QAExample]:
+        return [self.questions[i] for i in question_order(len(self.questions), step, self.cfg.questions_per_step,
+                                                           self.seed)]
+
+    def train_step(self) -> dict:
+        cfg, step = self.cfg, self.step
+        t0 = time.perf_counter()
+        trajs = self.engine.run(self.step_questions(step), n_samples=cfg.group_size, seed=self.seed, step=step,
+                                progress=self.progress)
+        t_rollout = time.perf_counter()
+        a_rewards = agent_rewards(trajs, **asdict(cfg.agent_reward))
+        q_index = {q: i for i, q in enumerate(dict.fromkeys(t.question_id for t in trajs))}
+        a_adv = group_advantages(torch.tensor(a_rewards, dtype=torch.float64),
+                                 torch.tensor([q_index[t.question_id] for t in trajs]),
+                                 scale_std=cfg.grpo.scale_std, eps=cfg.grpo.std_eps).tolist()
+        calls = [c for t in trajs for c in t.ranker_calls]
+        r_rewards = ranker_rewards(trajs, cfg.ranker_reward, agent_cfg=cfg.agent_reward)
+        grouping = group_ranker_calls(calls, r_rewards, cfg.grouping)
+        gids = group_ids(grouping, len(calls))
+        r_adv = [0.0] * len(calls)
+        in_group = [i for i, g in enumerate(gids) if g >= 0]
+        if in_group:
+            adv = group_advantages(torch.tensor([grouping.rewards[i] for i in in_group], dtype=torch.float64),
+                                   torch.tensor([gids[i] for i in in_group]), scale_std=cfg.grpo.scale_std,
+                                   eps=cfg.grpo.std_eps)
+            for i, a in zip(in_group, adv.tolist()):
+                r_adv[i] = a
+        t_reward = time.perf_counter()
+
+        jobs: dict[str, list[UpdateJob]] = {}
+        ro = self.rollout_cfg
+        if self.policies.is_trained("agent"):
+            jobs.setdefault(self.policies.adapter("agent"), []).append(
+                UpdateJob("agent", agent_sequences(trajs), a_adv, ro.temperature))
+        if self.policies.is_trained("ranker") and calls:
+            ranker_t = ro.temperature if ro.ranker_temperature is None else ro.ranker_temperature
+            jobs.setdefault(self.policies.adapter("ranker"), []).append(
+                UpdateJob("ranker", ranker_sequences(calls), r_adv, ranker_t))
+        update_stats, update_time = {}, {}
+        for adapter, adapter_jobs in jobs.items():
+            u0 = time.perf_counter()
+            update_stats[adapter] = grpo_update(self.policies, adapter, adapter_jobs, cfg.grpo,
+                                                micro_batch=cfg.micro_batch, max_grad_norm=cfg.max_grad_norm,
+                                                pad_id=self.pad_id, minibatches=cfg.minibatches)
+            update_time[adapter] = time.perf_counter() - u0
+        t_update = time.perf_counter()
+
+        record = self._step_record(trajs, a_rewards, calls, r_rewards, grouping, update_stats)
+        record.update(rollout_s=t_rollout - t0, reward_s=t_reward - t_rollout, update_s=t_update - t_reward,
+                      step_s=t_update - t0, **{f"{a}_update_s": s for a, s in update_time.items()})
+        self.call_records.extend(_call_rows(step, calls, r_rewards, gids, r_adv))
+        self.step += 1
+        if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps) and self.val_questions:
+            record["val_f1"] = self.validate()
+        self.records.append(record)
+        return record
+
+    def _step_record(self, trajs, a_rewards, calls, r_rewards, grouping, update_stats) -> dict:
+        kept = [r for r in r_rewards if r.kept]
+        in_groups = {i for g in grouping.groups for i in g}
+        post = [grouping.rewards[i] for i in sorted(in_groups)]
+        rec = {
+            "step": self.step, "method": self.cfg.method, "n_questions": len({t.question_id for t in trajs}),
+            "n_trajectories": len(trajs),
+            "agent_reward": float(np.mean(a_rewards)), "agent_f1": float(np.mean([t.f1 for t in trajs])),
+            "agent_format_ok": float(np.mean([t.format_ok for t in trajs])),
+            "searches_per_traj": float(np.mean([t.n_searches for t in trajs])),
+            "n_ranker_calls": len(calls),
+            "ranker_valid_rate": _mean([float(c.valid) for c in calls]),
+            "hit@5": _mean([c.hit_at.get(5, 0.0) for c in calls]),
+            "i_ans_rate": _mean([float(c.i_ans) for c in calls]),
+            "r_rel_pre": _mean([r.r_rel for r in r_rewards]),
+            "r_rel_post": _mean([r_rewards[i].r_rel for i in sorted(in_groups)]),
+            "ranker_reward_pre": _mean([r.reward for r in kept]),
+            "ranker_reward_post": _mean(post),
+            "ranker_main_pre": _mean([r.r_main for r in kept]),
+            "ranker_main_post": _mean([r_rewards[i].r_main for i in sorted(in_groups)]),
+        }
+        rec.update({f"grouping_{k}": v for k, v in grouping.stats.items()})
+        for adapter, stats in update_stats.items():
+            rec.update({(f"{adapter}_{k}" if k == "grad_norm" else k): v for k, v in stats.items()})
+        return rec
+
+    # -- validation
+
+    def validate(self) -> float:
+        """Greedy avg F1 (macro over families) of the method's policies on the validation questions."""
+        from .evaluation import EvalConfig, EvalContext, evaluate, summary_table
+
+        method = EVAL_METHOD[self.cfg.method]
+        ranker = self.policies.adapter("ranker")
+        ecfg = EvalConfig(methods=(method,), split=self.cfg.val_split, n_per_dataset=self.cfg.val_per_dataset,
+                          seed=self.seed, temperature=0.0, agent_adapter=self.policies.adapter("agent"),
+                          fixed_ranker_adapter=ranker, trained_ranker_adapter=ranker,
+                          max_searches=self.rollout_cfg.max_searches, topn=self.rollout_cfg.topn,
+                          topk=self.rollout_cfg.topk, agent_max_new_tokens=self.rollout_cfg.agent_max_new_tokens,
+                          ranker_max_new_tokens=self.rollout_cfg.ranker_max_new_tokens,
+                          max_context_tokens=self.rollout_cfg.max_context_tokens)
+        ctx = EvalContext(agent_backend=self.backend, chat=self.chat, retriever=self.retriever, protocol=self.protocol)
+        records = evaluate(method, self.val_questions, ctx, ecfg, progress=False)
+        return float(summary_table(records).loc[method, "avg"]) if len(records) else float("nan")
+
+    # -- running, checkpoints
+
+    def run(self, steps: int | None = None) -> pd.DataFrame:
+        """Train until ``steps`` (default ``cfg.steps``) steps are done; checkpoint as configured."""
+        until = self.cfg.steps if steps is None else steps
+        bar = tqdm(total=until, initial=self.step, desc=f"train {self.cfg.method}", unit="step", disable=not self.progress)
+        while self.step < until:
+            rec = self.train_step()
+            bar.update(1)
+            bar.set_postfix(reward=f"{rec['agent_reward']:.3f}", hit5=f"{rec['hit@5']:.2f}")
+            every = self.cfg.checkpoint_every
+            if (every and self.step % every == 0) or self.step == until:
+                self.save_checkpoint()
+        bar.close()
+        return self.frame()
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.records)
+
+    def calls_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.call_records)
+
+    def checkpoint_dir(self, step: int | None = None) -> Path:
+        return self.out_dir / "checkpoints" / f"step_{self.step if step is None else step:06d}"
+
+    def save_checkpoint(self) -> Path:
+        """``out_dir/checkpoints/step_N/``: state.pt (adapters, optimizers, RNG, step, records) and the
+        adapters in peft format; written to a temporary folder and renamed. Records are also written
+        as ``out_dir/steps.csv`` and ``ranker_calls.parquet``."""
+        final = self.checkpoint_dir()
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        state = {"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
+                 "call_records": self.call_records, "config": asdict(self.cfg), "seed": self.seed,
+                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
+        torch.save(state, tmp / "state.pt")
+        self.policies.save_adapters(tmp / "adapters")
+        (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        write_table(self.frame(), self.out_dir / "steps.csv")
+        if self.call_records:
+            write_table(self.calls_frame(), self.out_dir / "ranker_calls.parquet")
+        self._prune()
+        return final
+
+    def _prune(self) -> None:
+        done = sorted(p for p in (self.out_dir / "checkpoints").glob("step_*") if not p.name.endswith(".tmp"))
+        for old in done[: max(0, len(done) - self.cfg.keep_checkpoints)]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self, path: str | Path | None = None) -> int:
+        """Restore from ``path`` (default: the newest checkpoint in ``out_dir``); returns the step."""
+        path = Path(path) if path is not None else latest_checkpoint(self.out_dir)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint under {self.out_dir / 'checkpoints'}")
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+        if state["config"]["method"] != self.cfg.method:
+            raise ValueError(f"checkpoint {path} is of method {state['config']['method']!r}, not {self.cfg.method!r}")
+        self.policies.load_state_dict(state["policies"])
+        self.step, self.records, self.call_records = state["step"], state["records"], state["call_records"]
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        return self.step
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    done = sorted(p for p in (Path(out_dir) / "checkpoints").glob("step_*")
+                  if not p.name.endswith(".tmp") and (p / "state.pt").exists())
+    return done[-1] if done else None
+
+
+def _mean(values: Sequence[float]) -> float:
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _call_rows(step: int, calls, rewards, gids, advs) -> list[dict]:
+    return [{"step": step, "question_id": c.question_id, "traj_id": c.traj_id, "turn": c.turn, "sub_query": c.sub_query,
+             "i_ans": c.i_ans, "valid": c.valid, "r_rel": r.r_rel, "r_main": r.r_main, "reward": r.reward,
+             "kept": r.kept, "reason": r.reason, "group": g, "advantage": a, "hit@5": c.hit_at.get(5, 0.0)}
+            for c, r, g, a in zip(calls, rewards, gids, advs)]
+
+
+def build_trainer(cfg: Any, retriever: Any, *, warm: dict[str, str | Path] | None = None,
+                  out_dir: str | Path | None = None, progress: bool = True, backend: Any = None,
+                  **overrides: Any) -> JointTrainer:
+    """A :class:`JointTrainer` for a profile: ``cfg.training`` with ``overrides`` (e.g. ``method=``,
+    ``steps=``), the agent model with LoRA adapters started from ``warm`` ({role: adapter folder},
+    e.g. :func:`warmstart.warm_start`; missing roles start fresh), questions from the profile's
+    splits. Output goes to ``out_dir`` (default ``papermill_runs/<profile>/training/<method>``).
+    With a shared backbone the one adapter starts from the agent's warm start."""
+    from dataclasses import replace
+
+    from .data import load_qa
+    from .evaluation import select_examples
+    from .models import load_causal_lm
+    from .policies import lora_model
+    from .retrieval.pipeline import corpus_paths
+    from .runs import run_dir
+
+    tcfg = replace(cfg.training, **overrides)
+    roles = tcfg.roles()
+    if roles["ranker"] is not None and cfg.models.ranker != cfg.models.agent:
+        raise ValueError(f"LoRA training puts both policies on one base model, but models.agent={cfg.models.agent!r} "
+                         f"and models.ranker={cfg.models.ranker!r}; use one model for both")
+    warm = {k: Path(v) for k, v in (warm or {}).items()}
+    starts = {"agent": warm.get("agent"), "ranker": warm.get("ranker"), "shared": warm.get("agent")}
+    model, tokenizer = load_causal_lm(cfg.models.agent)
+    adapters = {name: starts[name] for name in dict.fromkeys(a for a in roles.values() if a)}
+    model = lora_model(model, adapters, cfg.lora)
+    policies = PolicySet(model, roles, tcfg.trainable(),
+                         {"agent": tcfg.agent_lr, "ranker": tcfg.ranker_lr, "shared": tcfg.agent_lr})
+    qa = corpus_paths(cfg).qa
+    for split in {tcfg.split, tcfg.val_split}:
+        if split not in qa:
+            raise ValueError(f"profile {cfg.profile!r} has no {split!r} split; have {sorted(qa)}")
+    val = select_examples(load_qa(qa[tcfg.val_split]), tcfg.val_per_dataset) if tcfg.eval_every else []
+    return JointTrainer(tcfg, policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
+                        out_dir=out_dir or run_dir(cfg.profile) / "training" / tcfg.method, seed=cfg.seed,
+                        val_questions=val, batch_size=cfg.models.batch_size, progress=progress, backend=backend)

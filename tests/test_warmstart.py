@@ -1,0 +1,114 @@
+"""Gold warm-start data: token-exact, masks on the policy's turns only, every gold turn parses under
+the strict protocol; skipped cases are counted; SFT trains a LoRA adapter on the masked tokens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.fixtures import FixedRetriever
+from cosearch_lib.data import QAExample
+from cosearch_lib.protocol import ProtocolConfig, agent_messages, parse_agent_turn, parse_ranking
+from cosearch_lib.retrieval.base import Passage
+from cosearch_lib.warmstart import (
+    WarmStartConfig, build_gold_data, gold_agent_example, gold_ranker_examples, ranking_text, train_sft)
+
+CORPUS = [Passage(str(i), f'"Doc {i}"\n{text}') for i, text in enumerate([
+    "Drulel Bank is a bank in Ciova.", "Drulel Bank was founded by Shertev Sewick.",
+    "Shertev Sewick worked as a politician.", "Bells ring in the tower.", "A quiet harbour."])]
+PROTOCOL = ProtocolConfig(topk=3, max_search_turns=4)
+
+
+def two_hop(qid="q1", second_answer="politician"):
+    chain = [{"sub_query": "who founded Drulel Bank", "answer": "Shertev Sewick", "passage_ids": ["1"]},
+             {"sub_query": "what was the occupation of Shertev Sewick", "answer": second_answer, "passage_ids": ["2"]}]
+    return QAExample(id=qid, question="The founder of Drulel Bank worked in which profession?",
+                     golden_answers=[second_answer], data_source="syn_bamboogle",
+                     extra={"extra_info": {"gold_chain": chain}})
+
+
+def segments(ids, mask):
+    """Runs of consecutive mask-1 ids."""
+    out, cur = [], []
+    for i, m in zip(ids, mask):
+        if m:
+            cur.append(i)
+        elif cur:
+            out.append(cur)
+            cur = []
+    return out + ([cur] if cur else [])
+
+
+def test_gold_agent_trajectory_is_token_exact_and_every_turn_parses(chat):
+    ex = two_hop()
+    hops = [CORPUS, CORPUS]
+    gold, why = gold_agent_example(ex, hops, chat, PROTOCOL, seed=0)
+    assert why is None and gold.n_hops == 2 and len(gold.input_ids) == len(gold.assistant_masks)
+    turns = [chat.decode(s) for s in segments(gold.input_ids, gold.assistant_masks)]
+    assert len(turns) == 3  # search, search, answer
+    actions = [parse_agent_turn(t) for t in turns]
+    assert [a.kind for a in actions] == ["search", "search", "answer"] and all(a.format_ok for a in actions)
+    assert [a.query for a in actions[:2]] == [h["sub_query"] for h in ex.extra["extra_info"]["gold_chain"]]
+    assert actions[2].answer == "politician" and turns[2].endswith("<|im_end|>")  # the last turn closes itself
+    # the reasoning cites the passage that holds each hop's answer: the oracle puts it first ([1])
+    assert "[1]" in actions[1].reason and "Shertev Sewick" in actions[1].reason
+    # observations (mask 0) are exactly what the rollout engine would append
+    text, prompt = chat.decode(gold.input_ids), chat.decode(chat.prompt_ids(agent_messages(ex.question, PROTOCOL)))
+    assert text.startswith(prompt) and text.count("<information>") - prompt.count("<information>") == 2
+    assert "Drulel Bank was founded by" in text[len(prompt):]
+    # same seed, same phrasing; the prompt is the agent prompt
+    again, _ = gold_agent_example(ex, hops, chat, PROTOCOL, seed=0)
+    assert again.input_ids == gold.input_ids
+
+
+def test_questions_whose_hop_answer_is_not_shown_are_skipped(chat):
+    gold, why = gold_agent_example(two_hop(second_answer="astronomer"), [CORPUS, CORPUS], chat, PROTOCOL)
+    assert gold is None and why == "hop answer not in the shown passages"
+    no_chain = QAExample(id="x", question="q?", golden_answers=["a"], data_source="nq")
+    assert gold_agent_example(no_chain, [], chat, PROTOCOL) == (None, "no gold chain")
+
+
+def test_gold_rankings_parse_and_put_the_hop_answer_first(chat):
+    rankings, skipped = gold_ranker_examples(two_hop(), [CORPUS, CORPUS], chat, PROTOCOL)
+    assert len(rankings) == 2 and not skipped
+    for r, answer_index in zip(rankings, (1, 2)):
+        (reply,) = segments(r.input_ids, r.assistant_masks)
+        parsed = parse_ranking(chat.decode(reply), len(CORPUS), 3)
+        assert parsed.valid and parsed.order[0] == answer_index and len(set(parsed.order)) == 3
+    assert ranking_text("q", [], [0, 1, 2]).count("search engine's best matches") == 1
+    assert "Passages [2], [4] answer" in ranking_text("q", [1, 3], [1, 3, 0])
+
+
+def test_build_gold_data_stops_at_the_requested_sizes_and_counts_skips(chat):
+    qs = [two_hop(f"q{i}", "politician" if i % 2 == 0 else "astronomer") for i in range(6)]
+    retriever = FixedRetriever(CORPUS)
+    data, stats = build_gold_data(qs, retriever, chat, PROTOCOL, topn=5, n_agent=2, n_ranker=3)
+    assert len(data["agent"]) == 2 and len(data["ranker"]) == 3
+    assert stats.skipped["agent: hop answer not in the shown passages"] == 1  # q1 (astronomer) before q2 made it
+    assert len(retriever.calls) == 1 and retriever.calls[0][1] == 5  # one batched search for the block
+    assert stats.tokens["agent"]["trained_mean"] > 0
+
+
+def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path):
+    from peft import PeftModel
+
+    from tests.test_training import tiny_model
+    from cosearch_lib.policies import LoraSettings
+
+    data, _ = build_gold_data([two_hop(f"q{i}") for i in range(4)], FixedRetriever(CORPUS), chat, PROTOCOL,
+                              topn=5, n_agent=4, n_ranker=0)
+    cfg = WarmStartConfig(batch_size=2, epochs=2, learning_rate=1e-2, logging_steps=1)
+    summary = train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "agent",
+                        progress=False)
+    assert summary["steps"] == 4 and len(summary["losses"]) == 4
+    assert summary["losses"][-1]["loss"] < summary["losses"][0]["loss"]  # it learns the (repeated) gold sequence
+    saved = json.loads((tmp_path / "agent" / "warmstart.json").read_text())
+    assert saved["trained_tokens"] == sum(r.n_trained for r in data["agent"])
+    model = PeftModel.from_pretrained(tiny_model(tok), str(tmp_path / "agent"))
+    lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert lora_b and any(p.abs().sum() > 0 for p in lora_b)  # B starts at 0: training moved it
+    assert not (tmp_path / "agent.tmp").exists()
+    with pytest.raises(ValueError, match="no gold examples"):
+        train_sft(tiny_model(tok), tok, [], cfg, LoraSettings(), tmp_path / "none", progress=False)
