@@ -73,6 +73,57 @@ EVAL_METHOD = {"search_r1": "agent_retrieval", "fixed_ranker": "agent_fixed_rank
                "cosearch": "agent_trained_ranker", "oracle": "agent_oracle"}
 
 
+#: Every column of the per-step records (``steps.csv``), for the README glossary. ``<role>`` is
+#: agent or ranker (the policy updated), ``<adapter>`` agent, ranker or shared.
+STEP_GLOSSARY: dict[str, str] = {
+    "step": "0-based training step", "method": "training method (METHODS)",
+    "n_questions": "questions rolled out this step", "n_trajectories": "trajectories (questions x G)",
+    "agent_reward": "mean agent reward, Eq. 4 (F1 if the protocol was kept, else -alpha)",
+    "agent_f1": "mean answer F1 of the trajectories (0 without a valid answer)",
+    "agent_format_ok": "share of trajectories that kept the protocol on every turn and answered",
+    "searches_per_traj": "mean searches run per trajectory",
+    "n_ranker_calls": "search calls this step (one ranking each)",
+    "ranker_valid_rate": "share of ranker outputs that followed the protocol (rule rankers: 1)",
+    "hit@5": "mean Hit@5 of the passages shown to the agent, over all search calls",
+    "i_ans_rate": "share of search calls whose N candidates held an answer passage (I_ans = 1)",
+    "r_rel_pre": "mean relevance reward over all search calls (before grouping filters)",
+    "r_rel_post": "mean relevance reward over the calls in surviving ranker groups",
+    "ranker_reward_pre": "mean composite ranker reward over kept calls (before grouping filters)",
+    "ranker_reward_post": "mean composite ranker reward over the calls in surviving groups",
+    "ranker_main_pre": "mean r_main (agent term of the composite) over kept calls",
+    "ranker_main_post": "mean r_main over the calls in surviving groups",
+    "grouping_<stat>": "semantic-grouping statistics of the step (grouping.GROUPING_GLOSSARY)",
+    "<role>_loss": "GRPO loss of the role's update (surrogate + KL), token-weighted over micro-batches",
+    "<role>_pg_loss": "the clipped-surrogate part of the loss",
+    "<role>_kl": "token-mean k3 KL to the reference (base model, adapters off)",
+    "<role>_clip_frac": "share of tokens whose gradient the clip zeroed",
+    "<role>_ratio_mean": "mean importance ratio exp(logp - old logp) over tokens",
+    "<role>_ratio_max": "largest importance ratio",
+    "<role>_adv_mean": "mean advantage of the forwarded sequences",
+    "<role>_n_forwarded": "sequences forwarded (non-zero advantage)",
+    "<role>_n_tokens": "scored tokens in the forwarded sequences",
+    "<adapter>_grad_norm": "adapter gradient norm before clipping (mean over minibatches)",
+    "<adapter>_update_s": "seconds spent updating the adapter",
+    "rollout_s": "seconds of rollout (generation, retrieval, ranking)",
+    "reward_s": "seconds of rewards, advantages and grouping", "update_s": "seconds of all updates",
+    "step_s": "seconds of the whole step (validation excluded)",
+    "val_f1": "greedy avg F1 on the validation questions (every eval_every steps)",
+}
+
+
+def describe_step_metric(name: str) -> str:
+    """The glossary entry of a step-record column (patterns included); KeyError when undocumented."""
+    if name in STEP_GLOSSARY:
+        return STEP_GLOSSARY[name]
+    if name.startswith("grouping_"):
+        return STEP_GLOSSARY["grouping_<stat>"]
+    head, _, tail = name.partition("_")
+    for pattern in (f"<role>_{tail}", f"<adapter>_{tail}"):
+        if head in ("agent", "ranker", "shared") and pattern in STEP_GLOSSARY:
+            return STEP_GLOSSARY[pattern]
+    raise KeyError(f"step metric {name!r} has no glossary entry")
+
+
 @dataclass
 class TrainConfig:
     method: str = "cosearch"  # one of METHODS (see the role table above)

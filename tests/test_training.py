@@ -179,6 +179,14 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     assert rec["agent_n_forwarded"] == 8 and rec["ranker_n_forwarded"] > 0
     assert rec["grouping_n_groups_post"] >= 1 and not math.isnan(rec["ranker_reward_post"])
     assert t.calls_frame()["group"].ge(0).any()
+    from cosearch_lib.grouping import GROUPING_GLOSSARY
+    from cosearch_lib.training import describe_step_metric
+
+    for key in rec:  # every logged metric has a glossary entry
+        assert describe_step_metric(key)
+    assert {k[len("grouping_"):] for k in rec if k.startswith("grouping_")} <= set(GROUPING_GLOSSARY)
+    with pytest.raises(KeyError):
+        describe_step_metric("agent_mystery")
 
 
 @pytest.mark.parametrize("method", ["search_r1", "fixed_ranker", "oracle"])
