@@ -324,10 +324,13 @@ def question_order(n: int, step: int, per_step: int, seed: int) -> list[int]:
     one permutation per epoch, so a step's questions depend only on (seed, step)."""
     if n < 1:
         raise ValueError("no training questions")
+    perms: dict[int, np.ndarray] = {}  # a step spans at most a few epochs; permute each once
     out = []
     for pos in range(step * per_step, (step + 1) * per_step):
         epoch, i = divmod(pos, n)
-        out.append(int(rng("train-order", seed, epoch).permutation(n)[i]))
+        if epoch not in perms:
+            perms[epoch] = rng("train-order", seed, epoch).permutation(n)
+        out.append(int(perms[epoch][i]))
     return out
 
 
