@@ -40,6 +40,7 @@ class ProtocolConfig:
     ranker_passage_chars: int = 600  # cap on one candidate in the ranker prompt; CPU budget: the paper shows whole passages
     max_search_turns: int = 6  # searches allowed per trajectory, stated in the agent prompt (paper: 6)
     instructions_in_system: bool = False  # put the instructions in a system message (some templates, e.g. Gemma's, reject one)
+    worked_example: bool = True  # show one worked search/answer example in the agent prompt (~150 tokens; a warm-started agent needs none)
 
     def __post_init__(self) -> None:
         for name in ("topk", "max_passage_chars", "max_observation_chars", "ranker_passage_chars", "max_search_turns"):
@@ -143,14 +144,16 @@ def _agent_example(cfg: ProtocolConfig) -> str:
 
 
 def agent_messages(question: str, cfg: ProtocolConfig | None = None) -> list[dict[str, str]]:
-    """The agent's opening messages for ``question``: protocol, one worked example, the question."""
+    """The agent's opening messages for ``question``: protocol, one worked example (unless
+    ``cfg.worked_example`` is off), the question."""
     cfg = cfg or ProtocolConfig()
     rules = _AGENT_RULES.format(k=cfg.topk, max_searches=cfg.max_search_turns)
-    instructions = f"{rules}\n\n{_agent_example(cfg)}"
+    instructions = f"{rules}\n\n{_agent_example(cfg)}" if cfg.worked_example else rules
     ask = f"Question: {question.strip()}"
     if cfg.instructions_in_system:
         return [{"role": "system", "content": instructions}, {"role": "user", "content": ask}]
-    return [{"role": "user", "content": f"{instructions}\n\nNow the real question.\n{ask}"}]
+    lead = "\n\nNow the real question.\n" if cfg.worked_example else "\n\n"
+    return [{"role": "user", "content": f"{instructions}{lead}{ask}"}]
 
 
 _RANKER_TASK = """\

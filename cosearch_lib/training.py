@@ -557,12 +557,16 @@ def _call_rows(step: int, calls, rewards, gids, advs) -> list[dict]:
 
 def build_trainer(cfg: Any, retriever: Any, *, warm: dict[str, str | Path] | None = None,
                   out_dir: str | Path | None = None, progress: bool = True, backend: Any = None,
-                  **overrides: Any) -> JointTrainer:
+                  resume: bool = False, **overrides: Any) -> JointTrainer:
     """A :class:`JointTrainer` for a profile: ``cfg.training`` with ``overrides`` (e.g. ``method=``,
     ``steps=``), the agent model with LoRA adapters started from ``warm`` ({role: adapter folder},
     e.g. :func:`warmstart.warm_start`; missing roles start fresh), questions from the profile's
     splits. Output goes to ``out_dir`` (default ``papermill_runs/<profile>/training/<method>``).
-    With a shared backbone the one adapter starts from the agent's warm start."""
+    With a shared backbone the one adapter starts from the agent's warm start.
+
+    ``resume=True`` continues from the newest checkpoint in the output folder when there is one;
+    ``resume=False`` starts over: earlier checkpoints and records of that folder are deleted first
+    (they belong to the run being replaced)."""
     from dataclasses import replace
 
     from .data import load_qa
@@ -589,6 +593,26 @@ def build_trainer(cfg: Any, retriever: Any, *, warm: dict[str, str | Path] | Non
         if split not in qa:
             raise ValueError(f"profile {cfg.profile!r} has no {split!r} split; have {sorted(qa)}")
     val = select_examples(load_qa(qa[tcfg.val_split]), tcfg.val_per_dataset) if tcfg.eval_every else []
-    return JointTrainer(tcfg, policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
-                        out_dir=out_dir or run_dir(cfg.profile) / "training" / tcfg.method, seed=cfg.seed,
-                        val_questions=val, batch_size=cfg.models.batch_size, progress=progress, backend=backend)
+    out_dir = Path(out_dir or run_dir(cfg.profile) / "training" / tcfg.method)
+    if not resume:
+        clear_run(out_dir)
+    trainer = JointTrainer(tcfg, policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
+                           out_dir=out_dir, seed=cfg.seed, val_questions=val, batch_size=cfg.models.batch_size,
+                           progress=progress, backend=backend)
+    if resume and latest_checkpoint(out_dir) is not None:
+        trainer.load_checkpoint()
+    return trainer
+
+
+#: What a training run writes into its folder (removed by :func:`clear_run`).
+RUN_OUTPUTS = ("checkpoints", "steps.csv", "ranker_calls.parquet")
+
+
+def clear_run(out_dir: str | Path) -> None:
+    """Delete a training folder's checkpoints and records (nothing else in it)."""
+    for name in RUN_OUTPUTS:
+        path = Path(out_dir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()

@@ -257,6 +257,14 @@ def test_agent_prompt_states_protocol_and_limits_and_its_example_parses():
     assert parse_agent_turn(first).kind == "search" and parse_agent_turn(second).answer == "1874"
 
 
+def test_agent_prompt_without_worked_example_is_shorter_and_keeps_the_rules():
+    full = agent_messages("Q?", ProtocolConfig())[0]["content"]
+    bare = agent_messages("Q?", ProtocolConfig(worked_example=False))[0]["content"]
+    assert "Harrowgate" in full and "Harrowgate" not in bare and "Now the real question" not in bare
+    assert bare.endswith("Answer as soon as the passages tell you the answer.\n\nQuestion: Q?")
+    assert len(bare) < len(full) - 300
+
+
 def test_agent_prompt_can_use_a_system_message():
     msgs = agent_messages("Q?", ProtocolConfig(instructions_in_system=True))
     assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "Question: Q?"
