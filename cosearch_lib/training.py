@@ -52,13 +52,14 @@ from .data import QAExample
 from .generation import TransformersBackend, adapter_context
 from .grouping import GroupingConfig, group_ids, group_ranker_calls
 from .grpo import GRPOConfig, group_advantages, policy_loss, token_logprobs
-from .policies import PolicySet
+from .policies import PolicySet, sync_adapters
 from .protocol import ChatTokens, ProtocolConfig
 from .ranking import LLMRanker, OracleRanker, RetrievalOnlyRanker
 from .rewards import AgentRewardConfig, RankerRewardConfig, agent_rewards, ranker_rewards
 from .rollout import RolloutConfig, RolloutEngine, Trajectory
 from .runs import write_table
 from .seeding import rng
+from .tracking import StepTracker, check_kinds, make_tracker
 
 METHODS = ("search_r1", "fixed_ranker", "cosearch", "oracle")
 #: method -> (ranking, agent trained, ranker trained); ranking "llm" uses the ranker adapter.
@@ -104,9 +105,10 @@ STEP_GLOSSARY: dict[str, str] = {
     "<role>_n_tokens": "scored tokens in the forwarded sequences",
     "<adapter>_grad_norm": "adapter gradient norm before clipping (mean over minibatches)",
     "<adapter>_update_s": "seconds spent updating the adapter",
+    "sync_s": "seconds spent saving the updated adapters and re-registering them with vLLM (vLLM backend only)",
     "rollout_s": "seconds of rollout (generation, retrieval, ranking)",
     "reward_s": "seconds of rewards, advantages and grouping", "update_s": "seconds of all updates",
-    "step_s": "seconds of the whole step (validation excluded)",
+    "step_s": "seconds of the whole step (validation excluded, adapter sync included)",
     "val_f1": "greedy avg F1 on the validation questions (every eval_every steps)",
 }
 
@@ -146,6 +148,8 @@ class TrainConfig:
     agent_reward: AgentRewardConfig = field(default_factory=AgentRewardConfig)  # Eq. 4
     ranker_reward: RankerRewardConfig = field(default_factory=RankerRewardConfig)  # Eq. 6 / released variant
     grouping: GroupingConfig = field(default_factory=GroupingConfig)  # Alg. 2 and its ablations
+    log_to: tuple[str, ...] = ()  # live logging of the step records: "tensorboard" and/or "wandb" (tracking.py)
+    wandb_project: str = "cosearch"  # W&B project of the runs (with "wandb" in log_to)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -161,6 +165,12 @@ class TrainConfig:
         for name in ("eval_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        try:
+            self.log_to = check_kinds(self.log_to)
+        except ValueError as err:
+            raise ValueError(f"TrainConfig.log_to: {err}") from None
+        if not isinstance(self.wandb_project, str) or not self.wandb_project.strip():
+            raise ValueError(f"TrainConfig.wandb_project must be a non-empty string, got {self.wandb_project!r}")
 
     @property
     def ranking(self) -> str:
@@ -341,7 +351,7 @@ class JointTrainer:
                  questions: Sequence[QAExample], rollout_cfg: RolloutConfig, protocol: ProtocolConfig, *,
                  out_dir: str | Path, seed: int = 0, val_questions: Sequence[QAExample] = (),
                  batch_size: int = 8, progress: bool = True, chat: ChatTokens | None = None,
-                 backend: Any = None) -> None:
+                 backend: Any = None, tracker: StepTracker | None = None) -> None:
         if rollout_cfg.temperature <= 0:
             raise ValueError("GRPO needs sampled rollouts: rollout temperature must be > 0")
         self.cfg, self.policies, self.tokenizer, self.retriever = cfg, policies, tokenizer, retriever
@@ -363,6 +373,15 @@ class JointTrainer:
                                                          adapter=policies.adapter("ranker"))
         self.engine = RolloutEngine(self.backend, self.chat, retriever, self.ranker, rollout_cfg, protocol,
                                     agent_adapter=policies.adapter("agent"))
+        # A backend that reads adapters from disk (vLLM: it has add_adapter) samples with saved copies:
+        # every role adapter is saved and registered now, and the updated ones again after each step.
+        self.live_dir = self.out_dir / "live_adapters"
+        self.live_adapters = callable(getattr(self.backend, "add_adapter", None))
+        if self.live_adapters:
+            sync_adapters(policies, self.backend, self.live_dir)
+        self._live_step = self.step  # the step whose adapter weights the backend serves
+        # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
+        self.tracker = tracker
 
     # -- one step
 
@@ -412,15 +431,27 @@ class JointTrainer:
                                                 pad_id=self.pad_id, minibatches=cfg.minibatches)
             update_time[adapter] = time.perf_counter() - u0
         t_update = time.perf_counter()
+        if self.live_adapters:  # the updated adapters' new weights, to the generation engine
+            sync_adapters(self.policies, self.backend, self.live_dir, list(jobs))
+            self._live_step = step + 1
+        t_sync = time.perf_counter()
 
         record = self._step_record(trajs, a_rewards, calls, r_rewards, grouping, update_stats)
         record.update(rollout_s=t_rollout - t0, reward_s=t_reward - t_rollout, update_s=t_update - t_reward,
-                      step_s=t_update - t0, **{f"{a}_update_s": s for a, s in update_time.items()})
+                      step_s=t_sync - t0, **{f"{a}_update_s": s for a, s in update_time.items()})
+        if self.live_adapters:
+            record["sync_s"] = t_sync - t_update
         self.call_records.extend(_call_rows(step, calls, r_rewards, gids, r_adv))
         self.step += 1
         if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps) and self.val_questions:
             record["val_f1"] = self.validate()
         self.records.append(record)
+        if self.tracker is None and cfg.log_to:
+            self.tracker = make_tracker(cfg.log_to, self.out_dir / "tb", f"{cfg.method}-seed{self.seed}",
+                                        {**asdict(cfg), "seed": self.seed, "out_dir": str(self.out_dir)},
+                                        project=cfg.wandb_project)
+        if self.tracker is not None:
+            self.tracker.log(record)
         return record
 
     def _step_record(self, trajs, a_rewards, calls, r_rewards, grouping, update_stats) -> dict:
@@ -473,15 +504,23 @@ class JointTrainer:
     def run(self, steps: int | None = None) -> pd.DataFrame:
         """Train until ``steps`` (default ``cfg.steps``) steps are done; checkpoint as configured."""
         until = self.cfg.steps if steps is None else steps
+        if self.live_adapters and self._live_step != self.step:  # weights restored from a checkpoint since
+            sync_adapters(self.policies, self.backend, self.live_dir)
+            self._live_step = self.step
         bar = tqdm(total=until, initial=self.step, desc=f"train {self.cfg.method}", unit="step", disable=not self.progress)
-        while self.step < until:
-            rec = self.train_step()
-            bar.update(1)
-            bar.set_postfix(reward=f"{rec['agent_reward']:.3f}", hit5=f"{rec['hit@5']:.2f}")
-            every = self.cfg.checkpoint_every
-            if (every and self.step % every == 0) or self.step == until:
-                self.save_checkpoint()
-        bar.close()
+        try:
+            while self.step < until:
+                rec = self.train_step()
+                bar.update(1)
+                bar.set_postfix(reward=f"{rec['agent_reward']:.3f}", hit5=f"{rec['hit@5']:.2f}")
+                every = self.cfg.checkpoint_every
+                if (every and self.step % every == 0) or self.step == until:
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+            if self.tracker is not None:
+                self.tracker.close()
+                self.tracker = None
         return self.frame()
 
     def frame(self) -> pd.DataFrame:
@@ -534,6 +573,9 @@ class JointTrainer:
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
+        if self.live_adapters:  # the generation engine must serve the restored weights
+            sync_adapters(self.policies, self.backend, self.live_dir)
+            self._live_step = self.step
         return self.step
 
 
@@ -571,8 +613,7 @@ def build_trainer(cfg: Any, retriever: Any, *, warm: dict[str, str | Path] | Non
 
     from .data import load_qa
     from .evaluation import select_examples
-    from .models import load_causal_lm
-    from .policies import lora_model
+    from .policies import load_policy_model
     from .retrieval.pipeline import corpus_paths
     from .runs import run_dir
 
@@ -583,9 +624,12 @@ def build_trainer(cfg: Any, retriever: Any, *, warm: dict[str, str | Path] | Non
                          f"and models.ranker={cfg.models.ranker!r}; use one model for both")
     warm = {k: Path(v) for k, v in (warm or {}).items()}
     starts = {"agent": warm.get("agent"), "ranker": warm.get("ranker"), "shared": warm.get("agent")}
-    model, tokenizer = load_causal_lm(cfg.models.agent)
     adapters = {name: starts[name] for name in dict.fromkeys(a for a in roles.values() if a)}
-    model = lora_model(model, adapters, cfg.lora)
+    ro = cfg.rollout  # longest sequence: a context just under the cap plus one generated turn or ranking
+    model, tokenizer, policy_backend = load_policy_model(
+        cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed,
+        max_seq_length=ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens))
+    backend = backend if backend is not None else policy_backend  # unsloth: its vLLM engine generates
     policies = PolicySet(model, roles, tcfg.trainable(),
                          {"agent": tcfg.agent_lr, "ranker": tcfg.ranker_lr, "shared": tcfg.agent_lr})
     qa = corpus_paths(cfg).qa
@@ -605,7 +649,7 @@ def build_trainer(cfg: Any, retriever: Any, *, warm: dict[str, str | Path] | Non
 
 
 #: What a training run writes into its folder (removed by :func:`clear_run`).
-RUN_OUTPUTS = ("checkpoints", "steps.csv", "ranker_calls.parquet")
+RUN_OUTPUTS = ("checkpoints", "steps.csv", "ranker_calls.parquet", "live_adapters", "tb")
 
 
 def clear_run(out_dir: str | Path) -> None:

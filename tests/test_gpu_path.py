@@ -1,0 +1,239 @@
+"""The GPU training path (Unsloth + its vLLM engine) on CPU, with a fake ``unsloth`` module.
+
+The fake ``FastLanguageModel`` hands out a tiny random Llama and wraps it the way Unsloth does
+(peft's ``get_peft_model``, so its adapter is named "default", plus ``fast_generate`` / ``load_lora``
+on the peft model). What is tested is ours: the adapters end up named as the policy set expects,
+warm starts land in the right adapter, the LoRA settings reach Unsloth, and the trainer keeps a
+disk-reading generation backend (vLLM) in step with the updated adapters."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.fixtures import FixedRetriever, search_r1_rows, write_search_r1_parquet
+from tests.test_training import CORPUS, LORA, QUESTIONS, script, tiny_model
+from cosearch_lib.generation import ScriptedBackend, VLLMBackend, _model_path
+from cosearch_lib.policies import (
+    LoraSettings, PolicySet, adapter_parameters, load_policy_model, lora_model, vllm_max_lora_rank)
+from cosearch_lib.protocol import ProtocolConfig
+from cosearch_lib.rollout import RolloutConfig
+from cosearch_lib.training import JointTrainer, TrainConfig
+
+MODEL = "smollm2-135m-instruct"  # a bundled name: Unsloth must get its converted folder, not the name
+
+
+def fake_unsloth(monkeypatch, tok):
+    """Install a fake ``unsloth`` module; returns the record of its calls."""
+    calls: dict[str, list] = {"from_pretrained": [], "get_peft_model": [], "load_lora": [], "fast_generate": []}
+
+    class FastLanguageModel:
+        @staticmethod
+        def from_pretrained(model_name, **kw):
+            calls["from_pretrained"].append({"model_name": model_name, **kw})
+            model = tiny_model(tok)
+            model.vllm_engine = "engine"  # what fast_inference=True attaches
+            return model, copy.deepcopy(tok)
+
+        @staticmethod
+        def get_peft_model(model, r=16, target_modules=None, lora_alpha=16, lora_dropout=0.0, bias="none",
+                           use_gradient_checkpointing="unsloth", random_state=3407, **kw):
+            from peft import LoraConfig, get_peft_model
+
+            calls["get_peft_model"].append(dict(r=r, target_modules=target_modules, lora_alpha=lora_alpha,
+                                                lora_dropout=lora_dropout, bias=bias, random_state=random_state,
+                                                use_gradient_checkpointing=use_gradient_checkpointing, **kw))
+            torch.manual_seed(random_state)
+            peft = get_peft_model(model, LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, bias=bias,
+                                                    target_modules=list(target_modules), task_type="CAUSAL_LM"))
+            peft.fast_generate = lambda *a, **k: calls["fast_generate"].append((a, k)) or []
+            peft.load_lora = lambda path: calls["load_lora"].append(path) or f"lora-request:{path}"
+            return peft
+
+    module = types.ModuleType("unsloth")
+    module.FastLanguageModel = FastLanguageModel
+    monkeypatch.setitem(sys.modules, "unsloth", module)
+    return calls
+
+
+def warm_adapter(tok, folder: Path, lora: LoraSettings = LORA, seed: int = 1) -> Path:
+    """A saved "agent" adapter with non-zero weights (a stand-in for a warm start)."""
+    model = lora_model(tiny_model(tok), {"agent": None}, lora)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in adapter_parameters(model, "agent").values():
+            p.normal_(std=0.05)
+    return PolicySet(model, {"agent": "agent"}, [], {}).save_adapters(folder)["agent"]
+
+
+def adapter_weights(model, adapter: str) -> dict[str, torch.Tensor]:
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(model, adapter_name=adapter).items()}
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def test_unsloth_adapters_are_named_for_the_policy_set_and_warm_start_lands_in_its_adapter(tok, tmp_path, monkeypatch):
+    from peft.utils import load_peft_weights
+
+    calls = fake_unsloth(monkeypatch, tok)
+    warm = warm_adapter(tok, tmp_path / "warm")
+    model, tokenizer, backend = load_policy_model(MODEL, {"agent": warm, "ranker": None}, LORA, backend="unsloth",
+                                                  seed=7, max_seq_length=1024, gpu_memory_utilization=0.3)
+    assert list(model.peft_config) == ["agent", "ranker"]  # Unsloth's "default" is gone
+    assert not [n for n in dict(model.named_parameters()) if ".default." in n]
+    saved = load_peft_weights(str(warm))
+    assert same(adapter_weights(model, "agent"), saved)  # the warm start, bit for bit
+    assert all(not p.any() for n, p in adapter_parameters(model, "ranker").items() if "lora_B" in n)  # fresh: B = 0
+    assert (model.peft_config["ranker"].r, model.peft_config["ranker"].lora_alpha) == (LORA.r, LORA.alpha)
+
+    (load,) = calls["from_pretrained"]
+    assert load == {"model_name": _model_path(MODEL), "max_seq_length": 1024, "load_in_4bit": False,
+                    "fast_inference": True, "max_lora_rank": vllm_max_lora_rank(LORA.r), "gpu_memory_utilization": 0.3}
+    assert load["model_name"] != MODEL and Path(load["model_name"]).is_dir()
+    (peft_call,) = calls["get_peft_model"]
+    assert peft_call == {"r": LORA.r, "target_modules": list(LORA.target_modules), "lora_alpha": LORA.alpha,
+                         "lora_dropout": LORA.dropout, "bias": "none", "random_state": 7,
+                         "use_gradient_checkpointing": "unsloth"}
+
+    assert isinstance(backend, VLLMBackend) and backend.model is model and backend.tokenizer is tokenizer
+    backend.add_adapter("agent", str(warm))
+    assert calls["load_lora"] == [str(warm)] and backend.adapters["agent"].request == f"lora-request:{warm}"
+
+    policies = PolicySet(model, {"agent": "agent", "ranker": "ranker"}, ["agent", "ranker"],
+                         {"agent": 1e-2, "ranker": 1e-2})
+    assert set(policies.optimizers) == {"agent", "ranker"}
+    assert all(".agent." in n for n in policies.params["agent"]) and policies.params["agent"]
+
+
+def test_unsloth_shared_backbone_and_guards(tok, tmp_path, monkeypatch):
+    fake_unsloth(monkeypatch, tok)
+    model, _, _ = load_policy_model(MODEL, {"shared": None}, LORA, backend="unsloth")
+    assert list(model.peft_config) == ["shared"]
+    with pytest.raises(ValueError, match="'default' is reserved"):
+        load_policy_model(MODEL, {"default": None}, LORA, backend="unsloth")
+    big = warm_adapter(tok, tmp_path / "big", LoraSettings(r=16, alpha=32))
+    with pytest.raises(ValueError, match="rank 16, above vLLM's max_lora_rank 8"):
+        load_policy_model(MODEL, {"agent": big}, LORA, backend="unsloth")
+    assert [vllm_max_lora_rank(r) for r in (1, 8, 9, 64, 1000)] == [8, 8, 16, 64, 1000]
+
+
+def test_missing_unsloth_and_vllm_only_training_say_what_to_do(monkeypatch):
+    monkeypatch.setitem(sys.modules, "unsloth", None)  # `import unsloth` raises ImportError
+    with pytest.raises(ImportError, match=r"backend 'unsloth' needs Unsloth.*pip install -e \.\[gpu\]"):
+        load_policy_model(MODEL, {"agent": None}, LORA, backend="unsloth")
+    with pytest.raises(ValueError, match="vLLM only generates and cannot update weights.*'unsloth'.*'transformers'"):
+        load_policy_model(MODEL, {"agent": None}, LORA, backend="vllm")
+    with pytest.raises(ValueError, match="unknown training backend 'tgi'"):
+        load_policy_model(MODEL, {"agent": None}, LORA, backend="tgi")
+    with pytest.raises(ValueError, match="at least one adapter"):
+        load_policy_model(MODEL, {}, LORA)
+
+
+# ------------------------------------------------------------------------------ keeping vLLM in step
+
+
+class RegisteringBackend(ScriptedBackend):
+    """Scripted rollouts plus vLLM's ``add_adapter``: records what each registration's folder holds."""
+
+    def __init__(self, tok):
+        super().__init__(tok, script)
+        self.registered: list[tuple[str, Path, dict]] = []
+
+    def add_adapter(self, name: str, path: str) -> None:
+        from peft.utils import load_peft_weights
+
+        self.registered.append((name, Path(path), load_peft_weights(path)))
+
+
+def _trainer(tok, model, out_dir, backend, method="cosearch", **kw):
+    cfg = TrainConfig(method=method, steps=2, questions_per_step=2, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
+                      micro_batch=2, eval_every=0, **kw)
+    cfg.grouping.k_min = 2
+    policies = PolicySet(model, cfg.roles(), cfg.trainable(), {"agent": 1e-2, "ranker": 1e-2, "shared": 1e-2})
+    rollout = RolloutConfig(max_searches=2, topn=6, topk=3, temperature=1.0, agent_max_new_tokens=64)
+    return JointTrainer(cfg, policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(topk=3),
+                        out_dir=out_dir, seed=0, progress=False, backend=backend)
+
+
+@pytest.mark.parametrize("method, updated", [("cosearch", ["agent", "ranker"]), ("fixed_ranker", ["agent"])])
+def test_trainer_registers_the_adapters_then_re_registers_exactly_the_updated_ones(tok, tmp_path, monkeypatch,
+                                                                                  method, updated):
+    fake_unsloth(monkeypatch, tok)
+    model, _, _ = load_policy_model(MODEL, {"agent": warm_adapter(tok, tmp_path / "warm"), "ranker": None}, LORA,
+                                    backend="unsloth")
+    backend = RegisteringBackend(tok)
+    t = _trainer(tok, model, tmp_path / "run", backend, method=method)
+    live = tmp_path / "run" / "live_adapters"
+    assert [(n, p) for n, p, _ in backend.registered] == [("agent", live / "agent"), ("ranker", live / "ranker")]
+    for name, _, weights in backend.registered:
+        assert same(weights, adapter_weights(model, name))
+    before = {n: w for n, _, w in backend.registered}
+
+    rec = t.train_step()
+    new = backend.registered[2:]
+    assert [n for n, _, _ in new] == updated and all(p == live / n for n, p, _ in new)
+    for name, _, weights in new:
+        assert same(weights, adapter_weights(model, name))  # the folder holds the updated weights
+        assert not same(weights, before[name])
+    assert rec["sync_s"] >= 0 and rec["step_s"] >= rec["update_s"]
+
+
+def test_resumed_trainer_registers_the_checkpoint_weights_before_rolling_out(tok, tmp_path):
+    first = _trainer(tok, lora_model(tiny_model(tok), {"agent": None, "ranker": None}, LORA), tmp_path / "run",
+                     RegisteringBackend(tok))
+    first.run(steps=1)
+    trained = adapter_weights(first.policies.model, "agent")
+    backend = RegisteringBackend(tok)
+    resumed = _trainer(tok, lora_model(tiny_model(tok), {"agent": None, "ranker": None}, LORA), tmp_path / "run",
+                       backend)
+    assert len(backend.registered) == 2  # the fresh weights, registered at init
+    assert resumed.load_checkpoint() == 1  # vLLM must now serve the checkpoint's adapters
+    assert [n for n, _, _ in backend.registered[2:]] == ["agent", "ranker"]
+    assert same(backend.registered[2][2], trained)
+    resumed.run(steps=1)  # nothing left to train, nothing to re-register
+    assert len(backend.registered) == 4
+
+
+def test_transformers_path_registers_nothing(tok, tmp_path):
+    t = _trainer(tok, lora_model(tiny_model(tok), {"agent": None, "ranker": None}, LORA), tmp_path / "run",
+                 ScriptedBackend(tok, script))
+    rec = t.train_step()
+    assert not t.live_adapters and "sync_s" not in rec and not (tmp_path / "run" / "live_adapters").exists()
+
+
+def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_path, monkeypatch):
+    import cosearch_lib.policies as policies_mod
+    from cosearch_lib.config import ProfileConfig, from_dict
+    from cosearch_lib.training import build_trainer
+
+    qa = {s: str(write_search_r1_parquet(tmp_path / f"{s}.parquet", search_r1_rows(3, split=s)))
+          for s in ("train", "dev")}
+    cfg = from_dict(ProfileConfig, {"data": {"qa_paths": qa}, "models": {"backend": "unsloth"},
+                                    "lora": {"r": 4, "alpha": 8}, "training": {"eval_every": 0}})
+    backend, seen = RegisteringBackend(tok), {}
+
+    def fake_load(name, adapters, lora, **kw):
+        seen.update(name=name, adapters=adapters, **kw)
+        return lora_model(tiny_model(tok), adapters, lora), tok, backend
+
+    monkeypatch.setattr(policies_mod, "load_policy_model", fake_load)
+    trainer = build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run", progress=False)
+    assert trainer.backend is backend and [n for n, _, _ in backend.registered] == ["agent", "ranker"]
+    ro = cfg.rollout
+    assert seen == {"name": cfg.models.agent, "adapters": {"agent": None, "ranker": None}, "backend": "unsloth",
+                    "seed": cfg.seed, "max_seq_length": ro.max_context_tokens + ro.agent_max_new_tokens}
+    other = RegisteringBackend(tok)  # a backend the caller passes wins
+    assert build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run2", progress=False,
+                         backend=other).backend is other
