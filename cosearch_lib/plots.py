@@ -82,3 +82,72 @@ def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
     fig.suptitle(title or "Search turns per question")
     fig.tight_layout()
     return fig
+
+
+#: Fig. 2 panels: (record column, axis label); val_f1 is drawn only at the steps that have it.
+TRAINING_PANELS = (("agent_reward", "agent reward (Eq. 4)"), ("hit@5", "ranker Hit@5 (shown passages)"),
+                   ("searches_per_traj", "searches per trajectory"), ("val_f1", "validation avg F1"))
+
+
+def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], ...] = TRAINING_PANELS, title: str = ""):
+    """The Fig. 2 analogue: one panel per metric over training steps, one line per method.
+
+    ``steps``: :func:`training_report.read_steps` (columns step, method and the panel metrics).
+    Panels whose column is missing or all-NaN say so instead of drawing an empty axis."""
+    methods = list(dict.fromkeys(steps["method"]))
+    palette = dict(zip(methods, sns.color_palette("tab10", len(methods))))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
+    for ax, (column, label) in zip(axes[0], panels):
+        ax.set(xlabel="training step", title=label)
+        ax.grid(alpha=0.3)
+        if column not in steps or steps[column].isna().all():
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+            continue
+        for method in methods:
+            part = steps[(steps["method"] == method) & steps[column].notna()]
+            ax.plot(part["step"] + 1, part[column], marker="o", ms=4, lw=1.6, color=palette[method], label=method)
+    axes[0][0].legend(fontsize=8, frameon=False)
+    fig.suptitle(title or "Training curves (x = steps completed)")
+    fig.tight_layout()
+    return fig
+
+
+#: Fig. 3 panels: (pre-filter column, post-filter column, title).
+RANKER_DYNAMICS_PANELS = (
+    ("ranker_main_pre", "ranker_main_post", "(a) agent term r_main"),
+    ("r_rel_pre", "r_rel_post", "(b) relevance reward r_rel"),
+    ("ranker_reward_pre", "ranker_reward_post", "(c) composite reward"),
+    ("grouping_mean_group_size_pre", "grouping_mean_group_size_post", "(d) mean group size"),
+)
+
+
+def plot_ranker_dynamics(steps: pd.DataFrame, *, title: str = ""):
+    """The Fig. 3 analogue for one method's steps: each panel shows a ranker quantity over all
+    search calls (pre-filter, dashed) and over the calls in the surviving semantic groups
+    (post-filter, solid). Steps without any surviving group have no post-filter point."""
+    fig, axes = plt.subplots(1, len(RANKER_DYNAMICS_PANELS), figsize=(3.6 * len(RANKER_DYNAMICS_PANELS), 3.4),
+                             squeeze=False)
+    x = steps["step"] + 1
+    for ax, (pre, post, label) in zip(axes[0], RANKER_DYNAMICS_PANELS):
+        ax.plot(x, steps[pre], ls="--", marker="o", ms=4, color="#8da0cb", label="pre-filter")
+        ax.plot(x, steps[post], ls="-", marker="s", ms=4, color="#fc8d62", label="post-filter")
+        ax.set(xlabel="training step", title=label)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, frameon=False)
+    method = steps["method"].iloc[0] if len(steps) else ""
+    fig.suptitle(title or f"Ranker dynamics ({method}): pre- and post-filter")
+    fig.tight_layout()
+    return fig
+
+
+def plot_warmstart_losses(losses: pd.DataFrame, *, title: str = ""):
+    """Supervised warm-start loss per optimizer step, one line per role
+    (``losses``: :func:`training_report.warmstart_losses`)."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for role, part in losses.groupby("role", sort=False):
+        ax.plot(part["step"], part["loss"], marker="o", ms=4, lw=1.6, label=role)
+    ax.set(xlabel="optimizer step", ylabel="cross-entropy on the policy's tokens", title=title or "Warm start (SFT)")
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return fig

@@ -244,6 +244,7 @@ class WarmStartConfig:
     warmup_ratio: float = 0.05  # linear warm-up share of the steps, then linear decay
     max_length: int = 4096  # sequences are cut to this many tokens (their start is kept)
     logging_steps: int = 5  # optimizer steps between logged losses
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory for large models, slower (TRL's default is on)
 
     def __post_init__(self) -> None:
         for name in ("n_agent", "n_ranker", "batch_size", "grad_accum", "max_length", "logging_steps"):
@@ -303,7 +304,7 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
         output_dir=str(tmp / "trainer"), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio, logging_steps=cfg.logging_steps,
-        save_strategy="no", report_to=[], seed=seed, data_seed=seed, max_length=cfg.max_length,
+        save_strategy="no", report_to=[], seed=seed, gradient_checkpointing=cfg.gradient_checkpointing, data_seed=seed, max_length=cfg.max_length,
         use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
         dataloader_num_workers=0, disable_tqdm=not progress, dataset_num_proc=None,
     )
@@ -377,3 +378,26 @@ def warm_start(cfg: Any, retriever: Any, *, roles: Sequence[str] = ROLES, force:
 def warmstart_summary(folder: str | Path) -> dict:
     """What :func:`train_sft` recorded next to an adapter (losses, sizes, wall time)."""
     return json.loads((Path(folder) / "warmstart.json").read_text())
+
+
+#: The policy sources notebooks can evaluate.
+POLICY_SOURCES = ("base", "warmstart")
+
+
+def policy_adapters(cfg: Any, retriever: Any, source: str, *, agent_adapter: str | Path | None = None,
+                    progress: bool = True) -> dict[str, str | None]:
+    """EvalConfig adapter fields for a policy source: ``"base"`` (the models as shipped, no adapters)
+    or ``"warmstart"`` (the profile's warm-started agent and, as the paper's Fixed Ranker, its
+    warm-started ranker; trained on first use, then cached). ``agent_adapter`` (a folder) replaces
+    the agent whatever the source."""
+    if source not in POLICY_SOURCES:
+        raise ValueError(f"unknown policy source {source!r}; expected one of {POLICY_SOURCES}")
+    fields: dict[str, str | None] = {"agent_adapter": None, "fixed_ranker_adapter": None}
+    if source == "warmstart":
+        warm = warm_start(cfg, retriever, progress=progress)
+        fields = {"agent_adapter": str(warm["agent"]), "fixed_ranker_adapter": str(warm["ranker"])}
+    if agent_adapter:
+        if not Path(agent_adapter).is_dir():
+            raise FileNotFoundError(f"agent adapter folder {agent_adapter} does not exist")
+        fields["agent_adapter"] = str(agent_adapter)
+    return fields

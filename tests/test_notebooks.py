@@ -60,3 +60,35 @@ def test_02_oracle_gap_study_runs_on_ci_profile(isolated_outputs):
     assert metrics["n_records"] == len(records)
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert "showing" in text and "question:" in text  # the trajectory browser's printed fallback
+
+
+@pytest.mark.slow
+def test_03_joint_grpo_training_runs_on_ci_profile(isolated_outputs):
+    import pandas as pd
+
+    from cosearch_lib.evaluation import load_records
+    from cosearch_lib.training import STEP_GLOSSARY, describe_step_metric
+
+    nb_path = next(p for p in list_notebooks() if p.name.startswith("03_"))
+    executed = run_notebook(nb_path, "ci", progress=False)
+    nb = nbformat.read(executed, as_version=4)
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    runs, figs = isolated_outputs / "runs" / "ci", isolated_outputs / "figures" / "ci"
+    steps = pd.read_csv(runs / "training" / "cosearch" / "steps.csv")
+    assert steps["step"].tolist() == [0, 1] and (steps["n_trajectories"] == 4).all()  # 2 questions x G=2
+    assert steps["agent_reward"].between(-0.2, 1).all()  # Eq. 4: -alpha for a broken protocol, else F1
+    searched = steps["n_ranker_calls"] > 0  # hit@5 exists exactly when the agent searched
+    assert steps.loc[searched, "hit@5"].between(0, 1).all() and steps.loc[~searched, "hit@5"].isna().all()
+    assert steps["val_f1"].isna().tolist() == [True, False]  # eval_every=2: after the last step only
+    assert all(describe_step_metric(c) for c in steps.columns) and STEP_GLOSSARY
+    ckpts = sorted((runs / "training" / "cosearch" / "checkpoints").iterdir())
+    assert [c.name for c in ckpts] == ["step_000002"]  # keep_checkpoints=1
+    assert {p.name for p in (ckpts[0] / "adapters").iterdir()} == {"agent", "ranker"}
+    for name in ("warmstart_loss", "training_curves", "ranker_dynamics_cosearch"):
+        assert (figs / f"{name}.png").stat().st_size > 10_000
+    records = load_records(runs / "03_eval_records.parquet")
+    assert records.groupby("method", sort=False).size().to_dict() == {"cosearch: warm start": 7, "cosearch: after GRPO": 7}
+    assert set(records["eval_method"]) == {"agent_trained_ranker"}
+    metrics = json.loads((runs / "03_joint_grpo_training.metrics.json").read_text())
+    assert metrics["steps"] == 2 and set(metrics["warmstart"]) == {"agent", "ranker"}
+    assert set(metrics["eval_f1"]) == {"cosearch: warm start", "cosearch: after GRPO"}

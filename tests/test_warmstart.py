@@ -112,3 +112,22 @@ def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path):
     assert not (tmp_path / "agent.tmp").exists()
     with pytest.raises(ValueError, match="no gold examples"):
         train_sft(tiny_model(tok), tok, [], cfg, LoraSettings(), tmp_path / "none", progress=False)
+
+
+def test_policy_adapters_resolve_base_warm_start_and_an_agent_folder(tmp_path, monkeypatch):
+    from cosearch_lib import warmstart
+
+    calls = []
+    monkeypatch.setattr(warmstart, "warm_start", lambda cfg, retriever, progress=True: calls.append(cfg)
+                        or {"agent": tmp_path / "w" / "agent", "ranker": tmp_path / "w" / "ranker"})
+    assert warmstart.policy_adapters("cfg", None, "base") == {"agent_adapter": None, "fixed_ranker_adapter": None}
+    assert calls == []  # the base source trains nothing
+    got = warmstart.policy_adapters("cfg", None, "warmstart")
+    assert got == {"agent_adapter": str(tmp_path / "w" / "agent"), "fixed_ranker_adapter": str(tmp_path / "w" / "ranker")}
+    own = tmp_path / "mine"
+    own.mkdir()
+    assert warmstart.policy_adapters("cfg", None, "warmstart", agent_adapter=own)["agent_adapter"] == str(own)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        warmstart.policy_adapters("cfg", None, "base", agent_adapter=tmp_path / "missing")
+    with pytest.raises(ValueError, match="unknown policy source"):
+        warmstart.policy_adapters("cfg", None, "sft")

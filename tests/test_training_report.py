@@ -1,0 +1,105 @@
+"""Reading training runs back (training_report) and the Fig. 2 / Fig. 3 / warm-start plots."""
+
+import json
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+matplotlib.use("Agg")
+
+from cosearch_lib.plots import plot_ranker_dynamics, plot_training_curves, plot_warmstart_losses  # noqa: E402
+from cosearch_lib.training_report import (  # noqa: E402
+    checkpoint_adapters, read_ranker_calls, read_steps, trained_eval_settings, warmstart_losses, warmstart_table)
+
+
+def steps_frame(method, n=3, offset=0.0):
+    return pd.DataFrame({
+        "step": range(n), "method": method, "agent_reward": [0.1 * i + offset for i in range(n)],
+        "hit@5": [0.5, 0.6, 0.7][:n], "searches_per_traj": [1.0, 1.5, 2.0][:n], "val_f1": [np.nan] * (n - 1) + [0.3],
+        "ranker_main_pre": [0.2] * n, "ranker_main_post": [0.25, np.nan, 0.3][:n], "r_rel_pre": [0.4] * n,
+        "r_rel_post": [0.5] * n, "ranker_reward_pre": [0.3] * n, "ranker_reward_post": [0.35] * n,
+        "grouping_mean_group_size_pre": [2.0] * n, "grouping_mean_group_size_post": [4.0, np.nan, 5.0][:n]})
+
+
+def test_read_steps_concatenates_methods_in_method_order_and_names_what_is_missing(tmp_path):
+    for method, off in (("cosearch", 0.0), ("search_r1", 1.0)):
+        (tmp_path / method).mkdir()
+        steps_frame(method, offset=off).to_csv(tmp_path / method / "steps.csv", index=False)
+    steps = read_steps(tmp_path)
+    assert list(dict.fromkeys(steps["method"])) == ["search_r1", "cosearch"]  # METHODS order
+    assert steps.loc[steps["method"] == "search_r1", "agent_reward"].tolist() == pytest.approx([1.0, 1.1, 1.2])
+    with pytest.raises(FileNotFoundError, match="oracle"):
+        read_steps(tmp_path, ["oracle"])
+    with pytest.raises(FileNotFoundError, match="any method"):
+        read_steps(tmp_path / "nothing")
+    assert read_ranker_calls(tmp_path, "cosearch").empty
+
+
+def test_checkpoint_adapters_takes_the_newest_complete_checkpoint(tmp_path):
+    for step, complete in ((1, True), (2, True), (3, False)):
+        ckpt = tmp_path / "cosearch" / "checkpoints" / f"step_{step:06d}"
+        for name in ("agent", "ranker"):
+            (ckpt / "adapters" / name).mkdir(parents=True)
+            (ckpt / "adapters" / name / "adapter_config.json").write_text("{}")
+        if complete:
+            (ckpt / "state.pt").write_bytes(b"x")
+    found = checkpoint_adapters(tmp_path, "cosearch")
+    assert set(found) == {"agent", "ranker"} and all("step_000002" in str(p) for p in found.values())
+    with pytest.raises(FileNotFoundError, match="oracle"):
+        checkpoint_adapters(tmp_path, "oracle")
+
+
+def test_trained_eval_settings_map_each_method_to_its_harness_method_and_adapters():
+    warm = {"agent": "w/agent", "ranker": "w/ranker"}
+    got = trained_eval_settings("cosearch", {"agent": "c/agent", "ranker": "c/ranker"}, warm)
+    assert got == {"methods": ("agent_trained_ranker",), "agent_adapter": "c/agent", "trained_ranker_adapter": "c/ranker"}
+    got = trained_eval_settings("fixed_ranker", {"agent": "f/agent"}, warm)
+    assert got["fixed_ranker_adapter"] == "w/ranker" and got["methods"] == ("agent_fixed_ranker",)
+    shared = trained_eval_settings("cosearch", {"shared": "s"}, warm)
+    assert shared["agent_adapter"] == shared["trained_ranker_adapter"] == "s"
+    assert trained_eval_settings("oracle", {"agent": "o"}, warm) == {"methods": ("agent_oracle",), "agent_adapter": "o"}
+    with pytest.raises(ValueError, match="unknown training method"):
+        trained_eval_settings("ppo", {"agent": "x"}, warm)
+    with pytest.raises(ValueError, match="no agent adapter"):
+        trained_eval_settings("search_r1", {"ranker": "x"}, warm)
+
+
+def test_warmstart_tables_read_the_saved_summaries(tmp_path):
+    for role, losses in (("agent", [2.0, 1.5, 1.2]), ("ranker", [1.0, 0.8])):
+        (tmp_path / role).mkdir()
+        summary = {"n_sequences": 8, "tokens": 800, "trained_tokens": 100, "steps": 2 * len(losses), "train_loss": 1.0,
+                   "wall_s": 3.5, "losses": [{"step": 2 * (i + 1), "loss": v} for i, v in enumerate(losses)]}
+        (tmp_path / role / "warmstart.json").write_text(json.dumps(summary))
+    folders = {"agent": tmp_path / "agent", "ranker": tmp_path / "ranker"}
+    table = warmstart_table(folders)
+    assert table.loc["agent", "first_loss"] == 2.0 and table.loc["agent", "last_loss"] == 1.2
+    assert table.loc["ranker", "steps"] == 4
+    losses = warmstart_losses(folders)
+    assert losses.groupby("role")["step"].apply(list).to_dict() == {"agent": [2, 4, 6], "ranker": [2, 4]}
+    fig = plot_warmstart_losses(losses)
+    drawn = {line.get_label(): list(line.get_ydata()) for line in fig.axes[0].get_lines()}
+    assert drawn == {"agent": [2.0, 1.5, 1.2], "ranker": [1.0, 0.8]}
+
+
+def test_training_curves_draw_one_line_per_method_and_val_f1_only_where_logged():
+    steps = pd.concat([steps_frame("search_r1", offset=1.0), steps_frame("cosearch")], ignore_index=True)
+    fig = plot_training_curves(steps)
+    reward_ax, hit_ax, _, val_ax = fig.axes
+    lines = {line.get_label(): line for line in reward_ax.get_lines()}
+    assert list(lines["cosearch"].get_xdata()) == [1, 2, 3]
+    assert list(lines["search_r1"].get_ydata()) == pytest.approx([1.0, 1.1, 1.2])
+    assert [list(line.get_xdata()) for line in val_ax.get_lines()] == [[3], [3]]
+    no_val = plot_training_curves(steps.drop(columns="val_f1"))
+    assert no_val.axes[3].texts[0].get_text() == "not logged" and not no_val.axes[3].get_lines()
+
+
+def test_ranker_dynamics_draw_pre_and_post_filter_values():
+    fig = plot_ranker_dynamics(steps_frame("cosearch"))
+    size_ax = fig.axes[3]
+    pre, post = size_ax.get_lines()
+    assert (pre.get_label(), post.get_label()) == ("pre-filter", "post-filter")
+    assert list(pre.get_ydata()) == [2.0, 2.0, 2.0]
+    np.testing.assert_array_equal(post.get_ydata(), [4.0, np.nan, 5.0])
+    assert "(d) mean group size" == size_ax.get_title()
