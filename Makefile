@@ -37,6 +37,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/retrieval_server.py --profile $(PROFILE)
+	$(BIN)/python benchmarks/train_step.py --profile $(PROFILE)
 
 clean-runs:
 	rm -rf papermill_runs/ci papermill_runs/demo figures/*.png figures/*.pdf figures/*.csv

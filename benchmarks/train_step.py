@@ -8,6 +8,7 @@ start, questions and seed, each method in its own process so peak memory is its 
     python benchmarks/train_step.py                          # demo: search_r1 vs cosearch, 2 steps each
     python benchmarks/train_step.py --profile ci --steps 1   # quick check
     python benchmarks/train_step.py --methods cosearch --steps 3
+    python benchmarks/train_step.py --methods cosearch --micro-batch 4   # padded micro-batches: peak memory
 
 Per method and step it prints the phase times (the trainer's own step record: ``rollout_s``,
 ``reward_s``, ``update_s``, ``step_s``), the sequences and tokens each update scored, and the
@@ -41,7 +42,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def run_one(profile: str, method: str, steps: int, seed: int) -> dict:
+def run_one(profile: str, method: str, steps: int, seed: int, micro_batch: int | None = None) -> dict:
     """Warm start (cached), then ``steps`` steps of ``method``; the step records and peak memory."""
     import torch
 
@@ -55,7 +56,8 @@ def run_one(profile: str, method: str, steps: int, seed: int) -> dict:
     warm = warm_start(cfg, retriever, progress=False)
     rss_before = peak_rss_mb()
     t0 = time.perf_counter()
-    trainer = build_trainer(cfg, retriever, warm=warm, method=method, steps=steps, eval_every=0,
+    extra = {"micro_batch": micro_batch} if micro_batch else {}
+    trainer = build_trainer(cfg, retriever, warm=warm, method=method, steps=steps, eval_every=0, **extra,
                             out_dir=run_dir(cfg.profile) / "bench" / f"train_step_{method}", progress=False)
     load_s = time.perf_counter() - t0
     records = [trainer.train_step() for _ in range(steps)]
@@ -70,17 +72,19 @@ def main() -> None:
     ap.add_argument("--methods", default="search_r1,cosearch", help="comma-separated; the first is the baseline")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--micro-batch", type=int, default=0, help="override training.micro_batch (0: the profile's)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one method, print JSON
     args = ap.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(run_one(args.profile, args.one, args.steps, args.seed), default=str))
+        result = run_one(args.profile, args.one, args.steps, args.seed, args.micro_batch or None)
+        print("RESULT " + json.dumps(result, default=str))
         return
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     results = []
     for method in methods:  # one process each: peak memory is the method's own
         cmd = [sys.executable, __file__, "--profile", args.profile, "--steps", str(args.steps), "--seed", str(args.seed),
-               "--one", method]
+               "--micro-batch", str(args.micro_batch), "--one", method]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if proc.returncode or line is None:
@@ -92,12 +96,12 @@ def main() -> None:
             for r in results for rec in r["records"]]
     table = pd.DataFrame(rows)
     pd.set_option("display.width", 200)
-    print(f"profile={args.profile} steps={args.steps} seed={args.seed}")
+    print(f"profile={args.profile} steps={args.steps} seed={args.seed} micro_batch={args.micro_batch or 'profile'}")
     print(table.round(2).to_string(index=False))
     means = table.groupby("method", sort=False)[PHASES].mean()
     print("\nmean seconds per step:")
     print(means.round(2).to_string())
-    summary = {"profile": args.profile, "steps": args.steps, "mean_s": means.round(3).to_dict(orient="index"),
+    summary = {"profile": args.profile, "steps": args.steps, "micro_batch": args.micro_batch or None, "mean_s": means.round(3).to_dict(orient="index"),
                "peak_rss_mb": {r["method"]: round(r["peak_rss_mb"]) for r in results}}
     if len(methods) > 1:
         base = means.loc[methods[0]]
@@ -107,9 +111,10 @@ def main() -> None:
         summary["ratio_to_" + methods[0]] = ratios.to_dict(orient="index")
     print("\npeak resident memory (MB):", summary["peak_rss_mb"])
     out = run_dir(args.profile) / "bench"
-    write_table(table, out / "train_step.csv")
-    write_json({**summary, "environment": environment_snapshot()}, out / "train_step.json")
-    print(f"\nwrote {out / 'train_step.csv'} and train_step.json")
+    stem = f"train_step_mb{args.micro_batch}" if args.micro_batch else "train_step"
+    write_table(table, out / f"{stem}.csv")
+    write_json({**summary, "environment": environment_snapshot()}, out / f"{stem}.json")
+    print(f"\nwrote {out / stem}.csv and .json")
 
 
 if __name__ == "__main__":

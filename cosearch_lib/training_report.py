@@ -58,6 +58,9 @@ def checkpoint_adapters(root: str | Path, method: str) -> dict[str, Path]:
 def warmstart_table(folders: dict[str, str | Path]) -> pd.DataFrame:
     """One row per warm-started role: sequences, tokens, optimizer steps, first/last logged loss, wall time."""
     rows = []
+    if not folders:  # no warm start (warmstart.enabled: false)
+        return pd.DataFrame(columns=["sequences", "tokens", "trained_tokens", "steps", "first_loss", "last_loss",
+                                     "train_loss", "wall_s"], index=pd.Index([], name="role"))
     for role, folder in folders.items():
         s = warmstart_summary(folder)
         losses = [x["loss"] for x in s["losses"]]
@@ -83,14 +86,21 @@ def trained_eval_settings(method: str, adapters: dict[str, str | Path], warm: di
     if method not in EVAL_METHOD:
         raise ValueError(f"unknown training method {method!r}; expected one of {METHODS}")
     agent = adapters.get("agent", adapters.get("shared"))
-    if agent is None:
+    if agent is None and adapters:
         raise ValueError(f"no agent adapter among {sorted(adapters)}")
-    fields: dict[str, Any] = {"methods": (EVAL_METHOD[method],), "agent_adapter": str(agent)}
+    fields: dict[str, Any] = {"methods": (EVAL_METHOD[method],), "agent_adapter": _str(agent)}
     if method == "cosearch":
-        fields["trained_ranker_adapter"] = str(adapters.get("ranker", adapters.get("shared")))
+        # no adapters at all (before GRPO, without a warm start): the base model ranks, prompted
+        fields["trained_ranker_adapter"] = _str(adapters.get("ranker", adapters.get("shared")))
+        if fields["trained_ranker_adapter"] is None:
+            fields["methods"] = ("agent_fixed_ranker",)
     if method == "fixed_ranker":
-        fields["fixed_ranker_adapter"] = str(adapters.get("ranker") or warm["ranker"])
+        fields["fixed_ranker_adapter"] = _str(adapters.get("ranker") or warm.get("ranker"))
     return fields
+
+
+def _str(path: Any) -> str | None:
+    return None if path is None else str(path)
 
 
 def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],
@@ -104,7 +114,7 @@ def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: di
     from .evaluation import run_evaluation
 
     frames = []
-    warm_adapters = {"agent": warm["agent"], "ranker": warm["ranker"]} if "ranker" in warm else {"agent": warm["agent"]}
+    warm_adapters = {role: warm[role] for role in ("agent", "ranker") if role in warm}
     for label, chosen in zip(labels, (warm_adapters, adapters)):
         fields = trained_eval_settings(method, chosen, warm)
         ecfg = replace(base_cfg, **fields)

@@ -234,6 +234,7 @@ def build_gold_data(examples: Sequence[QAExample], retriever: Any, chat: ChatTok
 
 @dataclass
 class WarmStartConfig:
+    enabled: bool = True  # False: no warm start (GRPO starts from the model as shipped, as the paper's 7B runs do)
     split: str = "train"  # QA split the gold data comes from
     n_agent: int = 256  # gold agent trajectories to train on
     n_ranker: int = 256  # gold rankings to train on
@@ -345,7 +346,7 @@ def warmstart_dir(cfg: Any) -> Path:
 def warm_start(cfg: Any, retriever: Any, *, roles: Sequence[str] = ROLES, force: bool = False,
                progress: bool = True) -> dict[str, Path]:
     """The profile's warm-started adapters, {role: folder}: trained on first use, then loaded from
-    :func:`warmstart_dir`. The agent adapter is trained on the agent model, the ranker adapter on the
+    :func:`warmstart_dir`; {} when ``cfg.warmstart.enabled`` is false. The agent adapter is trained on the agent model, the ranker adapter on the
     ranker model (``cfg.models``); the gold data is built once for both roles."""
     from .data import load_qa
     from .models import load_causal_lm, load_tokenizer
@@ -354,6 +355,8 @@ def warm_start(cfg: Any, retriever: Any, *, roles: Sequence[str] = ROLES, force:
     for role in roles:
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
+    if not cfg.warmstart.enabled:
+        return {}
     root = warmstart_dir(cfg)
     todo = [r for r in roles if force or not (root / r / "adapter_config.json").exists()]
     if todo:
@@ -393,11 +396,15 @@ def policy_adapters(cfg: Any, retriever: Any, source: str, *, agent_adapter: str
     if source not in POLICY_SOURCES:
         raise ValueError(f"unknown policy source {source!r}; expected one of {POLICY_SOURCES}")
     fields: dict[str, str | None] = {"agent_adapter": None, "fixed_ranker_adapter": None}
-    if source == "warmstart":
+    if source == "warmstart":  # a profile without a warm start gets the base models
         warm = warm_start(cfg, retriever, progress=progress)
-        fields = {"agent_adapter": str(warm["agent"]), "fixed_ranker_adapter": str(warm["ranker"])}
+        fields = {"agent_adapter": _str_or_none(warm.get("agent")), "fixed_ranker_adapter": _str_or_none(warm.get("ranker"))}
     if agent_adapter:
         if not Path(agent_adapter).is_dir():
             raise FileNotFoundError(f"agent adapter folder {agent_adapter} does not exist")
         fields["agent_adapter"] = str(agent_adapter)
     return fields
+
+
+def _str_or_none(path: Any) -> str | None:
+    return None if path is None else str(path)

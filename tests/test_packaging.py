@@ -88,3 +88,11 @@ def test_generated_artefacts_are_ignored():
     ignored = set(out.stdout.split())
     assert set(probes) <= ignored, f"not ignored: {set(probes) - ignored}"
     assert not (set(kept) & ignored), f"wrongly ignored: {set(kept) & ignored}"
+
+
+def test_readme_glossary_lists_every_step_record_column():
+    from cosearch_lib.training import STEP_GLOSSARY
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [k for k in STEP_GLOSSARY if f"| `{k}` |" not in readme]
+    assert not missing, f"README glossary lacks {missing}"

@@ -103,3 +103,20 @@ def test_ranker_dynamics_draw_pre_and_post_filter_values():
     assert list(pre.get_ydata()) == [2.0, 2.0, 2.0]
     np.testing.assert_array_equal(post.get_ydata(), [4.0, np.nan, 5.0])
     assert "(d) mean group size" == size_ax.get_title()
+
+
+def test_without_a_warm_start_the_before_policies_are_the_base_models():
+    assert warmstart_table({}).empty
+    assert trained_eval_settings("cosearch", {}, {}) == {"methods": ("agent_fixed_ranker",), "agent_adapter": None,
+                                                         "trained_ranker_adapter": None}
+    assert trained_eval_settings("fixed_ranker", {"agent": "a"}, {})["fixed_ranker_adapter"] is None
+
+
+def test_a_disabled_warm_start_trains_nothing_and_yields_base_policies():
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.warmstart import policy_adapters, warm_start
+
+    cfg = load_profile("ci")
+    cfg.warmstart.enabled = False
+    assert warm_start(cfg, retriever=None) == {}  # returns before touching the retriever or a model
+    assert policy_adapters(cfg, None, "warmstart") == {"agent_adapter": None, "fixed_ranker_adapter": None}
