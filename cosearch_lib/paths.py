@@ -47,3 +47,8 @@ def figures_dir() -> Path:
 
 def notebooks_dir() -> Path:
     return project_root() / "notebooks"
+
+
+def path_text(path: object) -> str | None:
+    """``str(path)``, or None for None (config fields that hold an optional folder)."""
+    return None if path is None else str(path)

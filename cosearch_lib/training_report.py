@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from .paths import path_text
 from .training import EVAL_METHOD, METHODS, latest_checkpoint
 from .warmstart import warmstart_summary
 
@@ -88,19 +89,16 @@ def trained_eval_settings(method: str, adapters: dict[str, str | Path], warm: di
     agent = adapters.get("agent", adapters.get("shared"))
     if agent is None and adapters:
         raise ValueError(f"no agent adapter among {sorted(adapters)}")
-    fields: dict[str, Any] = {"methods": (EVAL_METHOD[method],), "agent_adapter": _str(agent)}
+    fields: dict[str, Any] = {"methods": (EVAL_METHOD[method],), "agent_adapter": path_text(agent)}
     if method == "cosearch":
         # no adapters at all (before GRPO, without a warm start): the base model ranks, prompted
-        fields["trained_ranker_adapter"] = _str(adapters.get("ranker", adapters.get("shared")))
+        fields["trained_ranker_adapter"] = path_text(adapters.get("ranker", adapters.get("shared")))
         if fields["trained_ranker_adapter"] is None:
             fields["methods"] = ("agent_fixed_ranker",)
     if method == "fixed_ranker":
-        fields["fixed_ranker_adapter"] = _str(adapters.get("ranker") or warm.get("ranker"))
+        fields["fixed_ranker_adapter"] = path_text(adapters.get("ranker") or warm.get("ranker"))
     return fields
 
-
-def _str(path: Any) -> str | None:
-    return None if path is None else str(path)
 
 
 def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],

@@ -396,15 +396,13 @@ def policy_adapters(cfg: Any, retriever: Any, source: str, *, agent_adapter: str
     if source not in POLICY_SOURCES:
         raise ValueError(f"unknown policy source {source!r}; expected one of {POLICY_SOURCES}")
     fields: dict[str, str | None] = {"agent_adapter": None, "fixed_ranker_adapter": None}
+    from .paths import path_text
+
     if source == "warmstart":  # a profile without a warm start gets the base models
         warm = warm_start(cfg, retriever, progress=progress)
-        fields = {"agent_adapter": _str_or_none(warm.get("agent")), "fixed_ranker_adapter": _str_or_none(warm.get("ranker"))}
+        fields = {"agent_adapter": path_text(warm.get("agent")), "fixed_ranker_adapter": path_text(warm.get("ranker"))}
     if agent_adapter:
         if not Path(agent_adapter).is_dir():
             raise FileNotFoundError(f"agent adapter folder {agent_adapter} does not exist")
         fields["agent_adapter"] = str(agent_adapter)
     return fields
-
-
-def _str_or_none(path: Any) -> str | None:
-    return None if path is None else str(path)
