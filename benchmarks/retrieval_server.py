@@ -14,7 +14,6 @@ Prints a table and writes ``papermill_runs/<profile>/bench/retrieval_server[_fak
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import multiprocessing
 import os
@@ -33,10 +32,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout too
 
-from cosearch_lib.paths import runs_dir  # noqa: E402
-from cosearch_lib.retrieval.base import Passage, make_contents  # noqa: E402
-from cosearch_lib.retrieval.client import HttpRetriever  # noqa: E402
-from cosearch_lib.retrieval.server import ServerConfig, serve_in_background  # noqa: E402
+from cosearch_lib.config import ServerConfig
+from cosearch_lib.data.passage import Passage, make_contents
+from cosearch_lib.paths import runs_dir
+from cosearch_lib.retrieval.http_client import HttpRetriever
+from cosearch_lib.retrieval.http_server import serve_in_background
 
 WORDS = ["amber", "basalt", "cedar", "delta", "ember", "fjord", "granite", "harbor", "indigo",
          "juniper", "kestrel", "lagoon", "meadow", "nimbus", "obsidian", "prairie", "quartz",
@@ -294,7 +294,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def load_backend(args: argparse.Namespace) -> Any:
     if args.fake:
         return FakeRetriever(args.fake_passages, args.fake_delay_ms)
-    from cosearch_lib.retrieval.pipeline import build_retriever
+    from cosearch_lib.experiment import build_retriever
 
     return build_retriever(args.profile)
 

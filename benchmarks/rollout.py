@@ -36,15 +36,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout too
 
-from cosearch_lib.config import load_profile  # noqa: E402
-from cosearch_lib.data import load_qa  # noqa: E402
-from cosearch_lib.generation import TransformersBackend  # noqa: E402
-from cosearch_lib.models import load_causal_lm  # noqa: E402
-from cosearch_lib.protocol import ChatTokens, ProtocolConfig  # noqa: E402
-from cosearch_lib.ranking import OracleRanker, RetrievalOnlyRanker  # noqa: E402
-from cosearch_lib.retrieval.pipeline import build_retriever, corpus_paths  # noqa: E402
-from cosearch_lib.rollout import RolloutConfig, RolloutEngine, trajectories_frame  # noqa: E402
-from cosearch_lib.runs import environment_snapshot, run_dir, write_json, write_table  # noqa: E402
+from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.agent.rankers import OracleRanker, RetrievalOnlyRanker
+from cosearch_lib.agent.rollout import RolloutEngine, trajectories_frame
+from cosearch_lib.atomic_io import write_json, write_table
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, SearchBudget, load_profile
+from cosearch_lib.data.qa_formats import load_qa
+from cosearch_lib.experiment import build_retriever
+from cosearch_lib.models.backends import TransformersBackend
+from cosearch_lib.models.registry import load_causal_lm
+from cosearch_lib.paths import run_dir
+from cosearch_lib.records.provenance import environment_snapshot
+from cosearch_lib.retrieval.artifacts import corpus_paths
 
 RANKERS = {"retrieval": RetrievalOnlyRanker, "oracle": OracleRanker}
 
@@ -148,18 +151,18 @@ def main(argv: list[str] | None = None) -> dict:
     model, tok = load_causal_lm(args.model)
     chat = ChatTokens(tok)
     ranker = RANKERS[args.ranker]()
-    topn, topk = cfg.retrieval.topn, cfg.retrieval.topk
+    topn, topk = cfg.search.topn, cfg.search.topk
     if args.max_context_tokens is None:
         args.max_context_tokens = 1024 if args.keep_going else RolloutConfig.max_context_tokens
-    rollout_cfg = RolloutConfig(max_searches=args.max_searches, topn=topn, topk=topk,
+    rollout_cfg = RolloutConfig(search=SearchBudget(max_searches=args.max_searches, topn=topn, topk=topk),
                                 agent_max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                                 max_context_tokens=args.max_context_tokens, stop_on_invalid=not args.keep_going)
-    protocol_cfg = ProtocolConfig(topk=topk, max_search_turns=args.max_searches)
+    protocol_cfg = ProtocolConfig(search=SearchBudget(topk=topk, max_searches=args.max_searches))
     common = dict(model=model, tok=tok, chat=chat, retriever=retriever, ranker=ranker, protocol_cfg=protocol_cfg,
                   samples=args.samples, seed=args.seed)
 
     # warm-up (kernels, encoder, allocator) on one question with a short budget; not timed
-    warm_cfg = RolloutConfig(max_searches=1, topn=topn, topk=topk, agent_max_new_tokens=8, temperature=args.temperature)
+    warm_cfg = RolloutConfig(search=SearchBudget(max_searches=1, topn=topn, topk=topk), agent_max_new_tokens=8, temperature=args.temperature)
     measure("warmup", rollout_cfg=warm_cfg, groups=[questions[:1]], batch_size=args.batch_size,
             **{**common, "samples": 1})
 

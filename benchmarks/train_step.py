@@ -31,7 +31,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout too
 
-from cosearch_lib.runs import environment_snapshot, run_dir, write_json, write_table  # noqa: E402
+from cosearch_lib.atomic_io import write_json, write_table
+from cosearch_lib.paths import run_dir
+from cosearch_lib.records.provenance import environment_snapshot
 
 PHASES = ["rollout_s", "reward_s", "update_s", "step_s"]
 COUNTS = ["n_trajectories", "n_ranker_calls", "agent_n_forwarded", "agent_n_tokens", "ranker_n_forwarded",
@@ -47,9 +49,7 @@ def run_one(profile: str, method: str, steps: int, seed: int, micro_batch: int |
     import torch
 
     from cosearch_lib.config import load_profile
-    from cosearch_lib.retrieval.pipeline import build_retriever
-    from cosearch_lib.training import build_trainer
-    from cosearch_lib.warmstart import warm_start
+    from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
 
     cfg = load_profile(profile, seed=seed)
     retriever = build_retriever(cfg, progress=False)

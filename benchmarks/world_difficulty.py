@@ -32,12 +32,13 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout too
 
-from cosearch_lib.config import load_profile  # noqa: E402
-from cosearch_lib.data import load_qa  # noqa: E402
-from cosearch_lib.paths import runs_dir  # noqa: E402
-from cosearch_lib.retrieval.analysis import first_relevant_ranks, gold_hop_ranks, recall_curve, recall_table  # noqa: E402
-from cosearch_lib.retrieval.pipeline import build_retriever, corpus_paths  # noqa: E402
-from cosearch_lib.world import read_manifest  # noqa: E402
+from cosearch_lib.config import load_profile
+from cosearch_lib.data.qa_formats import load_qa
+from cosearch_lib.eval.retriever_recall import first_relevant_ranks, gold_hop_ranks, recall_curve, recall_table
+from cosearch_lib.experiment import build_retriever
+from cosearch_lib.paths import runs_dir
+from cosearch_lib.retrieval.artifacts import corpus_paths
+from cosearch_lib.world.io import read_manifest
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

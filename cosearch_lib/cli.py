@@ -1,41 +1,77 @@
 """The ``cosearch`` command.
 
-    cosearch run --profile demo [--notebooks 01 02]     execute notebooks with papermill
+    cosearch run --profile demo [--notebooks 01 02] [-p name=value ...]
+                                                        execute notebooks with papermill
+    cosearch warm-start --profile demo                  train (or load) the warm-start adapters
     cosearch build-world --profile demo                 generate the embedded world
     cosearch build-index --profile demo                 world/corpus -> store -> FAISS index
     cosearch serve-retriever --profile demo [--port N]  Search-R1-compatible HTTP retrieval server
     cosearch download {cosearch-data,wiki18-corpus,wiki18-index} --dest DIR
     cosearch models                                     the model registry and what is installed
     cosearch profiles                                   the available profiles
+    cosearch compare-runs BEFORE AFTER                  are two runs' record tables identical?
+    cosearch docs [--check]                             regenerate docs/METRICS.md and docs/RESULTS.md
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
+from cosearch_lib.config import available_profiles, load_profile
+from cosearch_lib.data import downloads as data
+from cosearch_lib.data.downloads import HubUnavailableError
+from cosearch_lib.experiment import build_retriever, resolve_profile
+from cosearch_lib.models.registry import describe_models
+from cosearch_lib.records.compare import compare_tables
+from cosearch_lib.records.docs import copy_run_records, write_generated_docs
+from cosearch_lib.records.papermill_runner import parse_parameter, run_profile, run_warm_start
+from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_world
+from cosearch_lib.retrieval.http_server import run_server
+
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .runs import run_profile
-
-    extra = {"seed": args.seed} if args.seed is not None else None
-    run_profile(args.profile, args.notebooks, parameters=extra, progress=not args.quiet)
+    params = dict(parse_parameter(p) for p in args.param or [])
+    if args.seed is not None:
+        params["seed"] = args.seed
+    run_profile(args.profile, args.notebooks, parameters=params, progress=not args.quiet)
     return 0
 
 
-def _cmd_build_world(args: argparse.Namespace) -> int:
-    from .config import load_profile
-    from .retrieval.pipeline import prepare_world
+def _cmd_warm_start(args: argparse.Namespace) -> int:
+    rec = run_warm_start(load_profile(args.profile), progress=not args.quiet)
+    print(json.dumps({k: v for k, v in rec.items() if k != "environment"}, indent=2))
+    return 0
 
+
+def _cmd_compare_runs(args: argparse.Namespace) -> int:
+    report = compare_tables(args.first, args.second, only=args.only)
+    if report.empty:
+        raise FileNotFoundError(f"no CSV or parquet tables under {args.first} or {args.second}")
+    print(report.to_string(index=False, max_colwidth=120))
+    same = (report["status"] == "identical").all()
+    print(f"{(report['status'] == 'identical').sum()} of {len(report)} tables identical")
+    return 0 if same else 1
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    if args.results_from:
+        print(f"copied run records to {copy_run_records(args.results_from)}")
+    stale = write_generated_docs(check=args.check)
+    for path in stale:
+        print(f"{'out of date' if args.check else 'wrote'}: {path}")
+    return 1 if (args.check and stale) else 0
+
+
+def _cmd_build_world(args: argparse.Namespace) -> int:
     paths = prepare_world(load_profile(args.profile), force=args.force)
     print(json.dumps({"root": str(paths.root), "corpus": str(paths.corpus), "qa": {k: str(v) for k, v in paths.qa.items()}}, indent=2))
     return 0
 
 
 def _cmd_build_index(args: argparse.Namespace) -> int:
-    from .retrieval.pipeline import build_retriever, corpus_paths, resolve_profile
-
     cfg = resolve_profile(args.profile)
     retriever = build_retriever(cfg)
     print(json.dumps({"index": str(corpus_paths(cfg).index), "passages": len(retriever)}, indent=2))
@@ -43,12 +79,6 @@ def _cmd_build_index(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from .config import load_profile
-    from .retrieval.pipeline import build_retriever
-    from .retrieval.server import run_server
-
     cfg = load_profile(args.profile)
     if args.corpus:
         cfg.data.corpus_path = args.corpus
@@ -62,8 +92,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
-    from . import data
-
     fn = {
         "cosearch-data": data.download_cosearch_data,
         "wiki18-corpus": data.download_wiki18_corpus,
@@ -74,16 +102,12 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from .models import describe_models
-
     for row in describe_models():
         print(f"{row['name']:<24} {row['kind']:<10} {'installed' if row['installed'] else 'MISSING':<10} {row['path']}")
     return 0
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from .config import available_profiles
-
     print("\n".join(available_profiles()))
     return 0
 
@@ -96,8 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="demo", help="profile name (papermill_runs/params/<name>.yaml) or a .yaml path")
     p.add_argument("--notebooks", nargs="*", help="notebook prefixes to run, e.g. 01 02 (default: all, in order)")
     p.add_argument("--seed", type=int, help="override the profile's seed")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
+                   help="notebook parameter (repeatable; value read as YAML), checked against each notebook's parameters cell")
     p.add_argument("--quiet", action="store_true", help="no per-cell progress bar")
     p.set_defaults(fn=_cmd_run)
+
+    p = sub.add_parser("warm-start", help="train (or load from the cache) the profile's supervised warm start")
+    p.add_argument("--profile", default="demo")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(fn=_cmd_warm_start)
 
     p = sub.add_parser("build-world", help="generate (or reuse) the profile's embedded world")
     p.add_argument("--profile", default="demo")
@@ -124,13 +155,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("models", help="list bundled models and where their files are").set_defaults(fn=_cmd_models)
     sub.add_parser("profiles", help="list available profiles").set_defaults(fn=_cmd_profiles)
+
+    p = sub.add_parser("compare-runs", help="compare the record tables (CSV, parquet) of two run folders; exit 1 if any differ")
+    p.add_argument("first")
+    p.add_argument("second")
+    p.add_argument("--only", nargs="*", help="regexes a table's relative path must match")
+    p.set_defaults(fn=_cmd_compare_runs)
+
+    p = sub.add_parser("docs", help="regenerate docs/METRICS.md (from the code's glossaries) and docs/RESULTS.md (from docs/results/)")
+    p.add_argument("--check", action="store_true", help="only report files that are out of date (exit 1 if any)")
+    p.add_argument("--results-from", metavar="RUN_FOLDER", help="first copy a run folder's metrics and run records to docs/results/")
+    p.set_defaults(fn=_cmd_docs)
     return parser
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that describe bad input or a missing download: print the message, no traceback."""
-    from .data import HubUnavailableError
-
     return (FileNotFoundError, ValueError, LookupError, HubUnavailableError)
 
 

@@ -1,12 +1,15 @@
-"""Profiles: one YAML file per profile under ``papermill_runs/params/``, mapped onto dataclasses.
+"""Every setting of the workbook, as typed dataclasses, and the profiles that fill them.
 
-Each module owns the dataclass of its own settings (``WorldConfig`` in world/config.py, ``EncoderConfig``
-in retrieval/encoder.py, ...), with its defaults and a one-line doc per field; that is the one
-source of defaults. A profile YAML only states what differs from them. Unknown keys are errors,
-not silently ignored, so a typo in a profile cannot quietly run the default.
+A profile is one YAML file under ``papermill_runs/params/``; its sections map onto the dataclasses
+below (``world:`` -> :class:`WorldConfig`, ``search:`` -> :class:`SearchBudget`, ...). Each field
+has its default and a one-line doc; a profile only states what differs. Unknown keys are errors,
+so a typo cannot quietly run the default. The top-level scalars (``profile``, ``seed``) are also
+the papermill parameters of every notebook; ``notebooks:`` holds per-notebook parameters.
 
-The YAML's top-level scalars (``profile``, ``seed``) double as the papermill parameters the runner
-injects into every notebook; the nested sections are read by :func:`load_profile`.
+This module is the bottom layer of the package: it imports nothing heavier than PyYAML (no
+torch, no fastapi), so loading a profile is cheap and every layer can depend on it. Sections
+follow the data flow of the method (docs/ARCHITECTURE.md): world -> data -> retrieval -> models
+-> agent -> evaluation -> rl.
 """
 
 from __future__ import annotations
@@ -14,27 +17,529 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .paths import params_dir
-from .retrieval.encoder import EncoderConfig
-from .retrieval.server import ServerConfig
-from .policies import LoraSettings
-from .protocol import ProtocolConfig
-from .rollout import RolloutConfig
-from .training import TrainConfig
-from .warmstart import WarmStartConfig
-from .world import WorldConfig
+from cosearch_lib.paths import params_dir
 
 
 class ConfigError(ValueError):
-    """A profile file that does not match the configuration dataclasses."""
+    """A profile file (or a parameter) that does not match the configuration dataclasses."""
+
+
+#: Marks a field that holds the profile's one shared object (set by ProfileConfig, never by YAML).
+_SHARED = {"shared": True}
+
+
+# ================================================================================ search budget
+
+
+@dataclass
+class SearchBudget:
+    """N, K and the search cap: the one home of the three numbers every stage agrees on.
+
+    The profile holds one instance; :class:`ProtocolConfig` (the prompts state K and the cap),
+    :class:`RolloutConfig` (the engine retrieves N, shows K, stops at the cap) and the evaluation
+    harness hold a reference to that same object, so they cannot disagree.
+    """
+
+    topn: int = 50  # N: candidates the retriever returns per sub-query (paper: 50)
+    topk: int = 5  # K: passages the ranker keeps and the agent reads per search (paper: 5)
+    max_searches: int = 6  # search calls allowed per trajectory (paper: 6); the turn after the last must answer
+
+    def __post_init__(self) -> None:
+        for name in ("topn", "topk", "max_searches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"search.{name} must be an int >= 1, got {value!r}")
+        if self.topk > self.topn:
+            raise ValueError(f"need search.topk <= search.topn, got topk={self.topk}, topn={self.topn}")
+
+
+# ================================================================================ world
+
+
+def _default_mix() -> dict[str, float]:
+    # Paper's training set: NQ 40%, HotpotQA 28%, MuSiQue 18%, 2Wiki 15%; we also train on the
+    # other families a little so every data_source has in-distribution training examples.
+    return {"syn_nq": 0.28, "syn_triviaqa": 0.08, "syn_popqa": 0.08, "syn_hotpotqa": 0.24,
+            "syn_2wiki": 0.12, "syn_musique": 0.14, "syn_bamboogle": 0.06}
+
+
+_RATES = ("near_duplicate_rate", "distractor_rate", "near_name_rate", "namesake_rate", "indirect_rate",
+          "spouse_rate", "member_rate")
+
+
+@dataclass
+class WorldConfig:
+    seed: int = 0  # master seed: the same config always gives byte-identical files
+    n_people: int = 640  # people (novelists, film directors, composers, scientists, ...)
+    n_works: int = 520  # novels, films and albums, each made by one person
+    n_orgs: int = 160  # organisations (publishers, studios, universities, ...)
+    n_cities: int = 140  # cities, each in one country
+    n_countries: int = 16  # countries, each with a capital and an official language
+    n_train_questions: int = 2000  # training questions, families mixed by train_mix
+    n_dev_per_family: int = 50  # dev questions per family
+    n_test_per_family: int = 100  # test questions per family
+    split_fractions: tuple[float, float, float] = (0.6, 0.15, 0.25)  # share of entities in the train/dev/test components
+    near_duplicate_rate: float = 0.30  # near-duplicate passages per main passage (1/3 paraphrases, 2/3 missing one fact)
+    distractor_rate: float = 0.10  # distractor passages per main passage (mention entities, state none of their facts)
+    near_name_rate: float = 0.8  # share of people, cities, organisations and works named after a confusable earlier name (look-alikes compete for every search)
+    namesake_rate: float = 0.10  # share of people who share the exact name of an earlier person (other occupation; titles and questions disambiguate)
+    mention_pages: float = 1.0  # hard negatives per entity: "Circle of X"-style passages naming X whose sentences state *other* entities' values of X's relations, in the questions' words
+    mention_sentences: int = 3  # such sentences per mention passage, each about a different relation of X
+    indirect_rate: float = 0.5  # share of fact sentences worded unlike the questions ("a native of" for "born in")
+    spouse_rate: float = 0.5  # share of people married to another person of their component
+    member_rate: float = 0.8  # share of people who work for an organisation
+    min_passage_words: int = 60  # passages are padded with neutral sentences up to at least this many words
+    max_passage_words: int = 150  # and never exceed this many words
+    train_mix: dict[str, float] = field(default_factory=_default_mix)  # family -> share of the training questions
+
+    def __post_init__(self) -> None:
+        self.split_fractions = tuple(float(x) for x in self.split_fractions)  # YAML gives a list
+        for name in ("n_people", "n_works", "n_orgs", "n_cities", "n_countries"):
+            if getattr(self, name) < 6:
+                raise ValueError(f"WorldConfig.{name} must be >= 6 (two per component), got {getattr(self, name)}")
+        if len(self.split_fractions) != 3 or min(self.split_fractions) <= 0:
+            raise ValueError(f"WorldConfig.split_fractions must be three positive shares, got {self.split_fractions}")
+        for name in _RATES:
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"WorldConfig.{name} must be in [0, 1], got {getattr(self, name)}")
+        if not 0.0 <= self.mention_pages <= 5.0:
+            raise ValueError(f"WorldConfig.mention_pages must be in [0, 5], got {self.mention_pages}")
+        if not 1 <= self.mention_sentences <= 6:
+            raise ValueError(f"WorldConfig.mention_sentences must be in 1..6, got {self.mention_sentences}")
+        if set(self.train_mix) != set(_default_mix()) or min(self.train_mix.values()) < 0:
+            raise ValueError(f"WorldConfig.train_mix needs a share >= 0 for each of {sorted(_default_mix())}, "
+                             f"got {self.train_mix}")
+        if not 20 <= self.min_passage_words < self.max_passage_words - 30:
+            raise ValueError("WorldConfig needs 20 <= min_passage_words < max_passage_words - 30, got "
+                             f"{self.min_passage_words}, {self.max_passage_words}")
+
+    @classmethod
+    def tiny(cls, seed: int = 0) -> WorldConfig:
+        """A world of ~500 passages for CI and quick demos (generates in a fraction of a second)."""
+        return cls(seed=seed, n_people=50, n_works=40, n_orgs=14, n_cities=14, n_countries=8,
+                   n_train_questions=100, n_dev_per_family=5, n_test_per_family=10)
+
+
+# ================================================================================ retrieval
+
+
+@dataclass
+class EncoderConfig:
+    model: str = "all-minilm-l6-v2"  # bundled name, local folder or hub id (e.g. intfloat/e5-base-v2)
+    pooling: str = "mean"  # "mean" over unmasked tokens, or "cls" (first token)
+    max_length: int = 256  # tokens per text; longer texts are truncated (Search-R1 uses 256 for e5)
+    batch_size: int = 64  # texts per forward pass
+    fp16: bool = True  # half precision on CUDA (ignored on CPU)
+    e5_prefixes: bool | None = None  # add "query: "/"passage: "; None = on when the model name contains "e5"
+
+    def __post_init__(self) -> None:
+        if self.pooling not in {"mean", "cls"}:
+            raise ValueError(f"pooling must be 'mean' or 'cls', got {self.pooling!r}")
+        if self.max_length < 1 or self.batch_size < 1:
+            raise ValueError("max_length and batch_size must be positive")
+
+    @property
+    def use_e5_prefixes(self) -> bool:
+        if self.e5_prefixes is not None:
+            return self.e5_prefixes
+        return "e5" in self.model.lower().replace("\\", "/").split("/")[-1]
+
+
+@dataclass
+class ServerConfig:
+    """Where the server listens and the limits it enforces on every request."""
+
+    host: str = "127.0.0.1"  # interface to bind; loopback unless you mean to expose the index
+    port: int = 8000  # TCP port; 0 picks a free port (serve_in_background reports the real one)
+    default_topk: int = 3  # topk used when a request omits it (Search-R1's default is 3)
+    max_topk: int = 100  # largest topk accepted; also capped by the corpus size when known
+    max_queries_per_request: int = 256  # most queries one POST may carry
+    max_query_chars: int = 2_000  # longest query string accepted (characters)
+    max_batch_queries: int = 64  # most queries the batcher sends to the backend in one call
+    batch_wait_ms: float = 2.0  # how long the batcher waits for more requests to fill a batch
+    max_body_bytes: int = 1_000_000  # largest request body accepted (bytes)
+    max_pending_queries: int = 8_192  # queued queries beyond which new requests get 503
+    request_timeout_s: float = 120.0  # a request waiting longer than this gets 504
+    log_level: str = "warning"  # uvicorn log level
+
+    def __post_init__(self) -> None:
+        positive = ["default_topk", "max_topk", "max_queries_per_request", "max_query_chars",
+                    "max_batch_queries", "max_body_bytes", "max_pending_queries"]
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ServerConfig.{name} must be a positive int, got {value!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"ServerConfig.port must be in 0..65535, got {self.port!r}")
+        if self.default_topk > self.max_topk:
+            raise ValueError(f"ServerConfig.default_topk={self.default_topk} exceeds "
+                             f"max_topk={self.max_topk}")
+        if self.batch_wait_ms < 0 or self.request_timeout_s <= 0:
+            raise ValueError("ServerConfig.batch_wait_ms must be >= 0 and request_timeout_s > 0")
+
+
+# ================================================================================ models and generation
+
+
+@dataclass
+class SamplingConfig:
+    """How to sample; one config per ``generate`` call (every row shares it)."""
+
+    temperature: float = 1.0  # softmax temperature; 0 = greedy (argmax)
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]; 1 = off
+    top_k: int = 0  # keep the k most likely tokens; 0 = off
+    max_new_tokens: int = 256  # generated-token budget per row (finish_reason "length" when hit)
+    stop: tuple[str, ...] = ()  # stop strings: generation ends right AFTER the first occurrence, which is kept
+    seed: int | None = None  # base seed; row i samples with its own generator seeded derive_seed(seed, row_key_i)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = (self.stop,)
+        self.stop = tuple(self.stop)
+        if not (self.temperature >= 0):
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+        if not (0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an int >= 0 (0 = off), got {self.top_k!r}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+        bad = [s for s in self.stop if not isinstance(s, str) or not s]
+        if bad:
+            raise ValueError(f"stop strings must be non-empty strings, got {bad!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+#: Generation backends (models.backends.make_backend).
+BACKEND_KINDS = ("transformers", "vllm", "unsloth")
+
+#: Backends :func:`load_policy_model` can train with ("vllm" alone only generates).
+TRAIN_BACKENDS = ("transformers", "unsloth")
+
+
+@dataclass
+class LoraSettings:
+    r: int = 16  # LoRA rank
+    alpha: int = 32  # LoRA scaling numerator (scale = alpha / r)
+    dropout: float = 0.0  # LoRA dropout (0: the GRPO ratio needs deterministic forward passes)
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # Llama/Qwen-style linear layers
+
+    def __post_init__(self) -> None:
+        self.target_modules = tuple(self.target_modules)
+        if self.r < 1 or self.alpha <= 0:
+            raise ValueError(f"LoraSettings needs r >= 1 and alpha > 0, got r={self.r}, alpha={self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"LoraSettings.dropout must be in [0, 1), got {self.dropout}")
+
+
+# ================================================================================ agent and ranker
+
+#: The tags around an observation (counted in ``max_observation_chars``).
+OBSERVATION_OPEN, OBSERVATION_CLOSE = "<information>\n", "\n</information>"
+
+
+@dataclass
+class ProtocolConfig:
+    max_passage_chars: int = 2000  # cap on one passage the agent reads (released code: 2,000)
+    max_observation_chars: int = 4096  # cap on a whole observation, tags included (released code: 4,096)
+    ranker_passage_chars: int = 600  # cap on one candidate in the ranker prompt; CPU budget: the paper shows whole passages
+    instructions_in_system: bool = False  # put the instructions in a system message (some templates, e.g. Gemma's, reject one)
+    worked_example: bool = True  # show one worked search/answer example in the agent prompt (~150 tokens; a warm-started agent needs none)
+    search: SearchBudget = field(default_factory=SearchBudget, metadata=_SHARED)  # K and the cap stated in the prompts: the profile's ``search``
+
+    def __post_init__(self) -> None:
+        for name in ("max_passage_chars", "max_observation_chars", "ranker_passage_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ProtocolConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_observation_chars < len(OBSERVATION_OPEN) + len(OBSERVATION_CLOSE) + 1:
+            raise ValueError(f"ProtocolConfig.max_observation_chars={self.max_observation_chars} cannot hold the <information> tags")
+
+
+#: An agent turn ends after a tool call or an answer.
+AGENT_STOPS = ("</tool_call>", "</answer>")
+
+
+@dataclass
+class RolloutConfig:
+    agent_max_new_tokens: int = 256  # generated tokens per agent turn
+    ranker_max_new_tokens: int = 160  # generated tokens per ranker call
+    temperature: float = 1.0  # sampling temperature of both policies (0 = greedy)
+    top_p: float = 1.0  # nucleus sampling of both policies
+    ranker_temperature: float | None = None  # ranker's own temperature; None = same as the agent's
+    max_context_tokens: int = 8192  # a trajectory longer than this is cut (finish "max_tokens")
+    stop_on_invalid: bool = True  # retire a trajectory at its first protocol violation (else: corrective note, go on)
+    search: SearchBudget = field(default_factory=SearchBudget, metadata=_SHARED)  # N, K and the cap: the profile's ``search``
+
+    def agent_sampling(self, seed: int) -> SamplingConfig:
+        return SamplingConfig(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.agent_max_new_tokens,
+                              stop=AGENT_STOPS, seed=seed)
+
+    def ranker_sampling(self, seed: int) -> SamplingConfig:
+        t = self.temperature if self.ranker_temperature is None else self.ranker_temperature
+        return SamplingConfig(temperature=t, top_p=self.top_p, max_new_tokens=self.ranker_max_new_tokens,
+                              stop=("</rerank>",), seed=seed)
+
+# ================================================================================ rewards, grouping, GRPO, training
+
+_VARIANTS = ("paper", "released")
+_RELEVANCE = ("hit", "ndcg")
+_NDCG_IDEAL = ("pool", "shown")
+_FORMAT_FAIL = ("filter", "penalize")
+
+
+def _finite(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
+def _choice(name: str, value: object, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+
+
+# --------------------------------------------------------------------------- agent reward (Eq. 4)
+
+
+@dataclass
+class AgentRewardConfig:
+    alpha: float = 0.2  # format penalty: a trajectory with any protocol violation gets -alpha
+    yes_no_rule: bool = True  # HotpotQA yes/no rule inside token F1 (False = plain F1 of Search-R1 and the release)
+
+    def __post_init__(self) -> None:
+        _finite("alpha", self.alpha)
+        if self.alpha < 0:
+            raise ValueError(f"alpha is a penalty size and must be >= 0, got {self.alpha}")
+        if not isinstance(self.yes_no_rule, bool):
+            raise ValueError(f"yes_no_rule must be a bool, got {self.yes_no_rule!r}")
+
+
+# --------------------------------------------------------------------------- ranker reward (Eq. 6)
+
+
+@dataclass
+class RankerRewardConfig:
+    variant: str = "paper"  # "paper" (Eq. 6) or "released" (authors' code: binarised r_main, >= rule, invalid penalty)
+    gamma: float = 0.5  # paper: an easy call gets r_main added only when r_rel > gamma
+    relevance: str = "hit"  # r_rel: "hit" (mean Hit@k over hit_ks) or "ndcg" (nDCG@K of the shown list, K = len(order))
+    hit_ks: tuple[int, ...] = (1, 3, 5)  # Hit@k cutoffs averaged into r_rel when relevance="hit"
+    ndcg_ideal: str = "pool"  # nDCG normaliser: "pool" (best of all N candidates, as the release) or "shown" (the K)
+    use_main: bool = True  # False = ablation "w/o r_main": r_rank = r_rel
+    use_rel: bool = True  # False = ablation "w/o r_rel": r_rank = r_main
+    released_f1_threshold: float = 0.8  # released: r_main = 1 if the agent reward >= this, else 0
+    released_rel_threshold: float = 0.8  # released: an easy call gets r_main added when r_rel >= this (note >=)
+    invalid_ranker_penalty: float = -0.2  # reward of an invalid ranker output, when invalid outputs are penalised
+    penalize_invalid_ranker: bool | None = None  # None = variant's rule (paper: no, score the fallback; released: yes)
+    agent_format_fail: str | None = None  # format-failed trajectories' calls: "filter" | "penalize"; None = variant's
+
+    def __post_init__(self) -> None:
+        _choice("variant", self.variant, _VARIANTS)
+        _choice("relevance", self.relevance, _RELEVANCE)
+        _choice("ndcg_ideal", self.ndcg_ideal, _NDCG_IDEAL)
+        _choice("agent_format_fail", self.agent_format_fail, (None, *_FORMAT_FAIL))
+        for name in ("gamma", "released_f1_threshold", "released_rel_threshold", "invalid_ranker_penalty"):
+            _finite(name, getattr(self, name))
+        for name in ("use_main", "use_rel"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.penalize_invalid_ranker is not None and not isinstance(self.penalize_invalid_ranker, bool):
+            raise ValueError(f"penalize_invalid_ranker must be a bool or None, got {self.penalize_invalid_ranker!r}")
+        if not (self.use_main or self.use_rel):
+            raise ValueError("use_main and use_rel cannot both be False: the ranker reward would be empty")
+        if isinstance(self.hit_ks, (str, bytes)) or not hasattr(self.hit_ks, "__iter__"):
+            raise ValueError(f"hit_ks must be a sequence of integers >= 1, got {self.hit_ks!r}")
+        ks = tuple(self.hit_ks)
+        if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+            raise ValueError(f"hit_ks must be a non-empty sequence of integers >= 1, got {self.hit_ks!r}")
+        self.hit_ks = ks  # a YAML list becomes the tuple the annotation promises
+
+    @property
+    def format_fail_policy(self) -> str:
+        """``agent_format_fail`` with ``None`` resolved: paper -> "filter", released -> "penalize"."""
+        if self.agent_format_fail is not None:
+            return self.agent_format_fail
+        return "filter" if self.variant == "paper" else "penalize"
+
+    @property
+    def invalid_penalized(self) -> bool:
+        """``penalize_invalid_ranker`` with ``None`` resolved: paper -> False, released -> True."""
+        if self.penalize_invalid_ranker is not None:
+            return self.penalize_invalid_ranker
+        return self.variant == "released"
+
+_MODES = ("semantic", "exact", "none")
+
+
+@dataclass
+class GroupingConfig:
+    mode: str = "semantic"  # "semantic" (Alg. 2), "exact" (identical normalised sub-query) or "none" (one group per q0)
+    delta: float = 0.8  # semantic: token-F1 threshold (>=) between a sub-query and a cluster's representative
+    k_min: int = 3  # discard clusters with fewer members than this (paper: 3; release drops size <= 3, i.e. 4)
+    drop_zero_variance: bool = True  # drop groups whose rewards are all equal (they carry no GRPO gradient)
+    dedupe_identical: bool = False  # release: average the rewards of calls with the same prompt and ranking
+
+    def __post_init__(self) -> None:
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES))}; got {self.mode!r}")
+        if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not 0 < self.delta <= 1:
+            raise ValueError(f"delta must be a number in (0, 1] (a token-F1 threshold), got {self.delta!r}")
+        if isinstance(self.k_min, bool) or not isinstance(self.k_min, int) or self.k_min < 1:
+            raise ValueError(f"k_min must be an integer >= 1, got {self.k_min!r}")
+        for name in ("drop_zero_variance", "dedupe_identical"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+#: Ways to turn per-token values into one scalar; see :func:`masked_aggregate`.
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+@dataclass
+class GRPOConfig:
+    clip_eps: float = 0.2  # PPO clip range: ratio kept in [1 - clip_eps, 1 + eps_high] (paper: 0.2)
+    clip_eps_high: float | None = None  # upper clip range; None = clip_eps (symmetric). DAPO uses 0.28
+    kl_coef: float = 0.001  # weight of the k3 KL-to-reference penalty (released code: 0.001); 0 = off
+    scale_std: bool = True  # divide advantages by the group std; False = mean-centring only (Dr.GRPO)
+    std_eps: float = 1e-6  # added to the group std before dividing
+    aggregation: str = "token-mean"  # one of AGGREGATIONS; "token-mean" = paper and released code
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.clip_eps < 1.0:
+            raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps!r}")
+        if self.clip_eps_high is not None and not self.clip_eps_high > 0.0:
+            raise ValueError(f"clip_eps_high must be > 0 or None, got {self.clip_eps_high!r}")
+        if not self.kl_coef >= 0.0:  # also rejects NaN
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}")
+        if not self.std_eps >= 0.0:
+            raise ValueError(f"std_eps must be >= 0, got {self.std_eps!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+
+    @property
+    def eps_high(self) -> float:
+        """The upper clip range actually used."""
+        return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
+
+TRAINING_METHODS = ("search_r1", "fixed_ranker", "cosearch", "oracle")
+#: method -> (ranking, agent trained, ranker trained); ranking "llm" uses the ranker adapter.
+ROLE_TABLE = {
+    "search_r1": ("retrieval", True, False),
+    "fixed_ranker": ("llm", True, False),
+    "cosearch": ("llm", True, True),
+    "oracle": ("oracle", True, False),
+}
+
+
+@dataclass
+class TrainConfig:
+    method: str = "cosearch"  # one of TRAINING_METHODS (see the role table above)
+    steps: int = 100  # training steps (paper: ~100)
+    questions_per_step: int = 8  # questions rolled out per step (paper: 512)
+    group_size: int = 8  # G: rollouts per question (paper: 8)
+    split: str = "train"  # QA split the questions come from
+    agent_lr: float = 1e-5  # AdamW learning rate of the agent's LoRA (paper, full fine-tuning: 1e-6)
+    ranker_lr: float = 1e-5  # AdamW learning rate of the ranker's LoRA
+    minibatches: int = 1  # optimizer steps per training step, each on a slice of the step's sequences
+    micro_batch: int = 4  # sequences per forward/backward pass (memory, not maths)
+    max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
+    shared_backbone: bool = False  # ablation: one adapter plays both roles
+    eval_every: int = 20  # E: validation F1 every E steps (and after the last); 0 = never
+    val_split: str = "dev"  # split of the validation questions
+    val_per_dataset: int = 5  # validation questions per family
+    checkpoint_every: int = 1  # steps between checkpoints (0 = only after the last step)
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)  # loss: clip range, KL weight, aggregation
+    agent_reward: AgentRewardConfig = field(default_factory=AgentRewardConfig)  # Eq. 4
+    ranker_reward: RankerRewardConfig = field(default_factory=RankerRewardConfig)  # Eq. 6 / released variant
+    grouping: GroupingConfig = field(default_factory=GroupingConfig)  # Alg. 2 and its ablations
+    log_to: tuple[str, ...] = ()  # live logging of the step records: "tensorboard" and/or "wandb" (rl/tracking.py)
+    wandb_project: str = "cosearch"  # W&B project of the runs (with "wandb" in log_to)
+
+    def __post_init__(self) -> None:
+        if self.method not in TRAINING_METHODS:
+            raise ValueError(f"TrainConfig.method must be one of {TRAINING_METHODS}, got {self.method!r}")
+        for name in ("steps", "questions_per_step", "minibatches", "micro_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.group_size < 2:
+            raise ValueError(f"TrainConfig.group_size must be >= 2 (GRPO compares samples), got {self.group_size}")
+        if self.grpo.aggregation == "seq-mean-token-sum-norm":
+            raise ValueError("the trainer splits batches into micro-batches, which needs 'token-mean' or "
+                             "'seq-mean-token-mean' aggregation")
+        for name in ("eval_every", "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        try:
+            self.log_to = check_kinds(self.log_to)
+        except ValueError as err:
+            raise ValueError(f"TrainConfig.log_to: {err}") from None
+        if not isinstance(self.wandb_project, str) or not self.wandb_project.strip():
+            raise ValueError(f"TrainConfig.wandb_project must be a non-empty string, got {self.wandb_project!r}")
+
+    @property
+    def ranking(self) -> str:
+        return ROLE_TABLE[self.method][0]
+
+    def roles(self) -> dict[str, str | None]:
+        """role -> adapter name (None: the role is played by a rule, not a policy)."""
+        ranker = "ranker" if self.ranking == "llm" else None
+        if self.shared_backbone:
+            return {"agent": "shared", "ranker": "shared" if ranker else None}
+        return {"agent": "agent", "ranker": ranker}
+
+    def trainable(self) -> set[str]:
+        _, agent, ranker = ROLE_TABLE[self.method]
+        roles = self.roles()
+        return {roles[r] for r, on in (("agent", agent), ("ranker", ranker)) if on and roles[r]}
+
+#: Tracker kinds -> the pip package each needs.
+TRACKER_KINDS: dict[str, str] = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def check_kinds(kinds: Sequence[str] | str) -> tuple[str, ...]:
+    """``kinds`` as a tuple of known tracker kinds (a single string is one kind); ValueError otherwise."""
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    unknown = [k for k in kinds if k not in TRACKER_KINDS]
+    if unknown:
+        raise ValueError(f"unknown tracker kind(s) {unknown}; expected any of {tuple(TRACKER_KINDS)}")
+    return tuple(dict.fromkeys(kinds))
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass
+class WarmStartConfig:
+    enabled: bool = True  # False: no warm start (GRPO starts from the model as shipped, as the paper's 7B runs do)
+    split: str = "train"  # QA split the gold data comes from
+    n_agent: int = 256  # gold agent trajectories to train on
+    n_ranker: int = 256  # gold rankings to train on
+    epochs: float = 1.0  # passes over each role's gold data
+    learning_rate: float = 2e-4  # AdamW learning rate of the LoRA weights
+    batch_size: int = 4  # sequences per optimizer step (per device)
+    grad_accum: int = 1  # micro-batches accumulated per optimizer step
+    warmup_ratio: float = 0.05  # linear warm-up share of the steps, then linear decay
+    max_length: int = 4096  # sequences are cut to this many tokens (their start is kept)
+    logging_steps: int = 5  # optimizer steps between logged losses
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory for large models, slower (TRL's default is on)
+
+    def __post_init__(self) -> None:
+        for name in ("n_agent", "n_ranker", "batch_size", "grad_accum", "max_length", "logging_steps"):
+            if getattr(self, name) < 0 or (name not in ("n_agent", "n_ranker") and getattr(self, name) < 1):
+                raise ValueError(f"WarmStartConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.epochs <= 0 or self.learning_rate <= 0:
+            raise ValueError("WarmStartConfig.epochs and learning_rate must be > 0")
 
 
 @dataclass
@@ -51,14 +556,10 @@ class RetrievalConfig:
     hnsw_m: int = 32  # HNSW graph degree (hnsw only)
     ef_search: int = 128  # HNSW search breadth (hnsw only)
     mmap_index: bool = False  # memory-map the index instead of reading it into RAM (for indexes larger than RAM)
-    topn: int = 50  # N: candidates the retriever returns per sub-query (paper: 50)
-    topk: int = 5  # K: passages the agent reads per search (paper: 5)
 
     def __post_init__(self) -> None:
         if self.index_kind not in {"flat", "hnsw"}:
             raise ConfigError(f"retrieval.index_kind must be 'flat' or 'hnsw', got {self.index_kind!r}")
-        if not 1 <= self.topk <= self.topn:
-            raise ConfigError(f"need 1 <= retrieval.topk <= retrieval.topn, got topk={self.topk}, topn={self.topn}")
 
 
 @dataclass
@@ -74,7 +575,7 @@ class ModelsConfig:
 
 
 @dataclass
-class EvalSettings:
+class EvaluationConfig:
     split: str = "test"  # which split the evaluation harness reads
     n_per_dataset: int | None = None  # questions per data source (None = all)
     n_samples: int = 1  # rollouts per question at evaluation
@@ -86,32 +587,27 @@ class EvalSettings:
 class ProfileConfig:
     profile: str = "demo"  # profile name; executed notebooks land in papermill_runs/<profile>/
     seed: int = 0  # the one seed every random choice derives from
+    search: SearchBudget = field(default_factory=SearchBudget)  # N, K and the search cap, shared by reference with protocol and rollout
     world: WorldConfig = field(default_factory=WorldConfig)  # the embedded world (used when data.corpus_path is None)
     data: DataConfig = field(default_factory=DataConfig)  # real corpora / QA files for cluster runs
-    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)  # encoder, index, N and K
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)  # encoder and index
     server: ServerConfig = field(default_factory=ServerConfig)  # the HTTP retrieval server
     models: ModelsConfig = field(default_factory=ModelsConfig)  # agent and ranker models, backend
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # multi-turn budget (N and K come from retrieval)
-    evaluation: EvalSettings = field(default_factory=EvalSettings)  # the evaluation harness
-    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)  # prompts and passage caps (K and the search cap come from retrieval / rollout)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # token budgets and sampling of the multi-turn loop
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)  # the evaluation harness
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)  # prompts and passage caps
     lora: LoraSettings = field(default_factory=LoraSettings)  # LoRA adapters of both policies (warm start and GRPO)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)  # supervised warm start on gold data
     training: TrainConfig = field(default_factory=TrainConfig)  # joint GRPO training
+    notebooks: dict[str, dict[str, Any]] = field(default_factory=dict)  # notebook stem -> papermill parameters for it (checked against its parameters cell)
 
     def __post_init__(self) -> None:
-        # N, K and the search cap each have one home; a different value elsewhere is a mistake
-        for section, name, home, home_name in (
-            ("rollout", "topn", self.retrieval, "retrieval.topn"),
-            ("rollout", "topk", self.retrieval, "retrieval.topk"),
-            ("protocol", "topk", self.retrieval, "retrieval.topk"),
-            ("protocol", "max_search_turns", self.rollout, "rollout.max_searches"),
-        ):
-            target = getattr(self, section)
-            wanted = getattr(home, home_name.split(".")[1])
-            given, default = getattr(target, name), getattr(type(target)(), name)
-            if given not in (wanted, default):
-                raise ConfigError(f"{section}.{name}={given} disagrees with {home_name}={wanted}; set it there only")
-            setattr(target, name, wanted)
+        # one SearchBudget object, shared by reference: the prompts, the rollout engine and the
+        # harness built from this profile can never disagree on N, K or the cap
+        self.protocol.search = self.search
+        self.rollout.search = self.search
+        if not isinstance(self.notebooks, dict) or not all(isinstance(v, dict) for v in self.notebooks.values()):
+            raise ConfigError(f"notebooks: expected a mapping of notebook -> {{parameter: value}}, got {self.notebooks!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -141,6 +637,8 @@ def from_dict(cls: type, data: dict | None, where: str = "") -> Any:
     for name, value in data.items():
         hint = hints[name]
         key = f"{where}.{name}" if where else name
+        if fields[name].metadata.get("shared"):
+            raise ConfigError(f"{key}: set in the profile's top-level '{name}:' section, which every stage shares")
         if dataclasses.is_dataclass(hint):
             kwargs[name] = from_dict(hint, value, key)
         else:

@@ -1,6 +1,6 @@
 """Answer and ranking metrics of CoSearch: pure functions, no torch.
 
-Three families live here (PAPER_NOTES sections 3-5):
+Three families live here (docs/METHOD.md: rewards and evaluation):
 
 * **Answer metrics** for the agent reward ``r_main`` and for evaluation:
   :func:`normalize_answer` (SQuAD / Search-R1 normalisation), :func:`exact_match`,
@@ -11,7 +11,7 @@ Three families live here (PAPER_NOTES sections 3-5):
 * **Ranking metrics** over binary relevance labels listed in ranked order:
   :func:`hit_at_k`, :func:`recall_at_k`, :func:`mean_hit` (the paper's ``r_rel``),
   :func:`ndcg_at_k`.
-* **Sub-query similarity** for semantic grouping (PAPER_NOTES section 5):
+* **Sub-query similarity** for semantic grouping (docs/METHOD.md, semantic grouping):
   :func:`normalize_query`, :func:`query_token_f1`.
 
 Conventions worth knowing (each is also stated on the function):
@@ -33,11 +33,14 @@ import string
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Union
 
 import numpy as np
 import regex
 
+#: Gold answers given as one string or as a list/tuple/NumPy array of strings.
+Golds = str | Sequence[str] | np.ndarray
+
+#: Normalised answers that say nothing about a passage's content (docs/METHOD.md, ranker reward).
 __all__ = [
     "TRIVIAL_ANSWERS",
     "YES_NO_ANSWERS",
@@ -57,10 +60,6 @@ __all__ = [
     "ndcg_at_k",
 ]
 
-#: Gold answers given as one string or as a list/tuple/NumPy array of strings.
-Golds = Union[str, Sequence[str], np.ndarray]
-
-#: Normalised answers that say nothing about a passage's content (PAPER_NOTES section 4).
 TRIVIAL_ANSWERS: frozenset[str] = frozenset({"yes", "no", "true", "false"})
 
 #: Normalised answers for which partial token credit is refused (HotpotQA's F1 rule).
@@ -215,7 +214,7 @@ def max_token_f1(prediction: str | None, golds: Golds, *, yes_no_rule: bool = Tr
 
 
 def normalize_query(q: str) -> str:
-    """Normalise a sub-query for semantic grouping (PAPER_NOTES section 5).
+    """Normalise a sub-query for semantic grouping (docs/METHOD.md, semantic grouping).
 
     In this order: lower-case; replace the whole words ``a``, ``an``, ``the`` by a space; replace
     every character that is neither a word character nor whitespace (Unicode-aware, so curly

@@ -52,3 +52,9 @@ def notebooks_dir() -> Path:
 def path_text(path: object) -> str | None:
     """``str(path)``, or None for None (config fields that hold an optional folder)."""
     return None if path is None else str(path)
+
+
+def run_dir(profile: str) -> Path:
+    d = runs_dir() / profile
+    d.mkdir(parents=True, exist_ok=True)
+    return d

@@ -8,13 +8,13 @@ import pytest
 @pytest.fixture(scope="session")
 def tok():
     """SmolLM2's tokenizer (converted once into data/cache, then ~1 s to load)."""
-    from cosearch_lib.models import load_tokenizer
+    from cosearch_lib.models.registry import load_tokenizer
 
     return load_tokenizer("smollm2-135m-instruct")
 
 
 @pytest.fixture(scope="session")
 def chat(tok):
-    from cosearch_lib.protocol import ChatTokens
+    from cosearch_lib.agent.chat_tokens import ChatTokens
 
     return ChatTokens(tok)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosearch_lib.data import QAExample
-from cosearch_lib.groups import hop_group, mirrored_benchmark
-from cosearch_lib.retrieval.analysis import first_relevant_ranks, gold_hop_ranks, recall_curve, recall_table
-from cosearch_lib.retrieval.base import Passage
+from cosearch_lib.data.passage import Passage
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.eval.benchmark_families import hop_group, mirrored_benchmark
+from cosearch_lib.eval.retriever_recall import first_relevant_ranks, gold_hop_ranks, recall_curve, recall_table
 
 
 class ScriptedRetriever:

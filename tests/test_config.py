@@ -11,7 +11,7 @@ from cosearch_lib.config import ConfigError, ProfileConfig, available_profiles, 
 def test_committed_profiles_load(name):
     cfg = load_profile(name)
     assert cfg.profile == name and cfg.uses_embedded_world
-    assert 1 <= cfg.retrieval.topk <= cfg.retrieval.topn
+    assert 1 <= cfg.search.topk <= cfg.search.topn
 
 
 def test_profiles_are_listed_and_demo_is_bigger_than_ci():
@@ -23,18 +23,18 @@ def test_profiles_are_listed_and_demo_is_bigger_than_ci():
 
 def test_unknown_key_is_an_error_naming_it(tmp_path):
     p = tmp_path / "typo.yaml"
-    p.write_text("profile: typo\nretrieval:\n  topn: 20\n  top_k: 5\n")
-    with pytest.raises(ConfigError, match=r"retrieval: unknown key\(s\) \['top_k'\]"):
+    p.write_text("profile: typo\nsearch:\n  topn: 20\n  top_k: 5\n")
+    with pytest.raises(ConfigError, match=r"search: unknown key\(s\) \['top_k'\]"):
         load_profile(p)
 
 
 def test_wrong_types_and_ranges_are_errors(tmp_path):
-    with pytest.raises(ConfigError, match="retrieval.topn: expected int"):
-        from_dict(ProfileConfig, {"retrieval": {"topn": "fifty"}})
+    with pytest.raises(ConfigError, match="search.topn: expected int"):
+        from_dict(ProfileConfig, {"search": {"topn": "fifty"}})
     with pytest.raises(ConfigError, match="seed: expected int, got a boolean"):
         from_dict(ProfileConfig, {"seed": True})
-    with pytest.raises(ConfigError, match="topk <= retrieval.topn"):
-        from_dict(ProfileConfig, {"retrieval": {"topn": 3, "topk": 5}})
+    with pytest.raises(ConfigError, match="search.topk <= search.topn"):
+        from_dict(ProfileConfig, {"search": {"topn": 3, "topk": 5}})
     with pytest.raises(ConfigError, match="encoder: .*pooling"):
         from_dict(ProfileConfig, {"retrieval": {"encoder": {"pooling": "max"}}})
     bad = tmp_path / "bad.yaml"
@@ -58,31 +58,34 @@ def test_overrides_and_papermill_parameters():
 def test_fingerprint_is_stable_and_sectioned():
     a, b = load_profile("ci"), load_profile("ci")
     assert a.fingerprint() == b.fingerprint() and len(a.fingerprint()) == 12
-    b.retrieval.topk = 3
+    b.search.topk = 3
     assert a.fingerprint("world") == b.fingerprint("world") and a.fingerprint() != b.fingerprint()
 
 
-def test_rollout_takes_n_and_k_from_retrieval():
-    cfg = from_dict(ProfileConfig, {"retrieval": {"topn": 20, "topk": 3}})
-    assert (cfg.rollout.topn, cfg.rollout.topk) == (20, 3)
-    with pytest.raises(ConfigError, match="rollout.topk=4 disagrees with retrieval.topk=3"):
-        from_dict(ProfileConfig, {"retrieval": {"topn": 20, "topk": 3}, "rollout": {"topk": 4}})
+def test_one_search_budget_is_shared_by_reference():
+    cfg = from_dict(ProfileConfig, {"search": {"topn": 20, "topk": 3, "max_searches": 2}})
+    assert cfg.rollout.search is cfg.search and cfg.protocol.search is cfg.search
+    cfg.search.topk = 4  # one edit reaches every stage
+    assert (cfg.rollout.search.topk, cfg.protocol.search.topk) == (4, 4)
+    for section in ("rollout", "protocol"):  # a second home for N, K or the cap is refused by name
+        with pytest.raises(ConfigError, match=f"{section}.search: set in the profile's top-level 'search:'"):
+            from_dict(ProfileConfig, {section: {"search": {"topk": 4}}})
+    for old in ({"retrieval": {"topk": 3}}, {"rollout": {"max_searches": 2}}, {"protocol": {"max_search_turns": 2}}):
+        with pytest.raises(ConfigError, match="unknown key"):
+            from_dict(ProfileConfig, old)
     with pytest.raises(ConfigError, match="models.backend must be"):
         from_dict(ProfileConfig, {"models": {"backend": "tgi"}})
 
 
 def test_protocol_and_training_sections_follow_their_homes(tmp_path):
     path = tmp_path / "p.yaml"
-    path.write_text("retrieval: {topn: 10, topk: 3}\nrollout: {max_searches: 2}\n"
+    path.write_text("search: {topn: 10, topk: 3, max_searches: 2}\n"
                     "protocol: {max_passage_chars: 300}\ntraining: {method: oracle, grouping: {k_min: 4}, "
                     "ranker_reward: {variant: released, hit_ks: [1, 3]}}\nlora: {r: 8, target_modules: [q_proj]}\n")
     cfg = load_profile(path)
-    assert (cfg.protocol.topk, cfg.protocol.max_search_turns, cfg.protocol.max_passage_chars) == (3, 2, 300)
+    assert (cfg.protocol.search.topk, cfg.protocol.search.max_searches, cfg.protocol.max_passage_chars) == (3, 2, 300)
     assert cfg.training.method == "oracle" and cfg.training.grouping.k_min == 4
     assert cfg.training.ranker_reward.hit_ks == (1, 3) and cfg.lora.target_modules == ("q_proj",)
-    path.write_text("retrieval: {topn: 10, topk: 3}\nprotocol: {topk: 4}\n")
-    with pytest.raises(ConfigError, match="protocol.topk=4 disagrees with retrieval.topk=3"):
-        load_profile(path)
     path.write_text("training: {method: ppo}\n")
     with pytest.raises(ConfigError, match="method"):
         load_profile(path)

@@ -11,11 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cosearch_lib.data import DataFormatError, iter_corpus
-from cosearch_lib.retrieval import corpus as corpus_mod
-from cosearch_lib.retrieval.base import Passage
-from cosearch_lib.retrieval.corpus import CorpusStore
-from tests.fixtures import corpus_rows, write_corpus, write_jsonl
+from cosearch_lib.data.corpus_stream import iter_corpus
+from cosearch_lib.data.passage import Passage
+from cosearch_lib.data.qa_formats import DataFormatError
+from cosearch_lib.retrieval import corpus_store as corpus_mod
+from cosearch_lib.retrieval.corpus_store import CorpusStore
+
+from tests.fixture_files import corpus_rows, write_corpus, write_jsonl
 
 
 def _odd_ids(n: int) -> list[str]:

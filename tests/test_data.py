@@ -10,19 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cosearch_lib import data
-from cosearch_lib.data import (
-    DataFormatError,
-    HubUnavailableError,
-    QAExample,
-    example_from_row,
-    iter_corpus,
-    load_qa,
-    merge_parts,
-    qa_to_frame,
-)
-from cosearch_lib.retrieval.base import split_contents
-from tests.fixtures import (
+from cosearch_lib.data import downloads as data
+from cosearch_lib.data.corpus_stream import iter_corpus
+from cosearch_lib.data.downloads import HubUnavailableError, merge_parts
+from cosearch_lib.data.passage import split_contents
+from cosearch_lib.data.qa_formats import DataFormatError, QAExample, example_from_row, load_qa, qa_to_frame
+
+from tests.fixture_files import (
     TRICKY_PASSAGES,
     corpus_rows,
     cosearch_rows,

@@ -11,15 +11,31 @@ import math
 import pandas as pd
 import pytest
 
-from tests.fixtures import FixedRetriever, answer_turn, search_turn
-from cosearch_lib.data import QAExample
-from cosearch_lib.evaluation import (
-    RECORD_COLUMNS, EvalConfig, EvalContext, MethodSkippedWarning, context_from_profile, eval_config_from_profile,
-    evaluate, format_fail_breakdown, load_records, oracle_gap_table, run_evaluation, save_records, select_examples, summary_table, turn_distribution)
-from cosearch_lib.generation import ScriptedBackend
-from cosearch_lib.protocol import parse_answer_only
-from cosearch_lib.retrieval.base import Passage
+from cosearch_lib.agent.parsers import parse_answer_only
+from cosearch_lib.config import SearchBudget
+from cosearch_lib.data.passage import Passage
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.eval.harness import (
+    RECORD_COLUMNS,
+    HarnessConfig,
+    HarnessContext,
+    MethodSkippedWarning,
+    evaluate,
+    run_evaluation,
+    select_examples,
+)
+from cosearch_lib.eval.tables import (
+    format_fail_breakdown,
+    load_records,
+    oracle_gap_table,
+    save_records,
+    summary_table,
+    turn_distribution,
+)
+from cosearch_lib.experiment import harness_config, harness_context
 from cosearch_lib.seeding import derive_seed
+
+from tests.doubles import FixedRetriever, ScriptedBackend, answer_turn, search_turn
 
 CORPUS = [Passage(str(i), f'"Doc {i}"\n{text}') for i, text in enumerate([
     "Drask is a river town.", "The mill was built in 1843.", "Orvane Tellis was born in Kessmere.",
@@ -46,11 +62,12 @@ def search_turn_short(q):
 
 def make_ctx(tok, chat, respond):
     backend = ScriptedBackend(tok, respond)
-    return EvalContext(agent_backend=backend, chat=chat, retriever=FixedRetriever(CORPUS)), backend
+    return HarnessContext(agent_backend=backend, chat=chat, retriever=FixedRetriever(CORPUS)), backend
 
 
 def small_cfg(**kw):
-    return EvalConfig(**{"topn": 5, "topk": 2, "max_searches": 2, **kw})
+    budget = SearchBudget(topn=5, topk=2, max_searches=kw.pop("max_searches", 2))
+    return HarnessConfig(**{"search": budget, **kw})
 
 
 def by_question(table):
@@ -166,7 +183,7 @@ def test_methods_without_their_artefacts_are_skipped_with_a_clear_message(tok, c
         records = run_evaluation(["direct", "agent_cross_encoder"], [Q1], ctx, small_cfg(), progress=False)
     assert list(records["method"]) == ["direct"]
     with pytest.raises(ValueError, match="unknown evaluation method 'agent_magic'"):
-        EvalConfig(methods=("direct", "agent_magic"))
+        HarnessConfig(methods=("direct", "agent_magic"))
 
 
 def test_n_per_dataset_takes_the_first_n_per_source_in_file_order(tok, chat):
@@ -205,7 +222,7 @@ def test_same_seed_gives_identical_records(tok, chat):
 
 def hand_records(rows):
     """Minimal records: (method, dataset, question_id, f1, n_searches)."""
-    from cosearch_lib.groups import hop_group
+    from cosearch_lib.eval.benchmark_families import hop_group
 
     return pd.DataFrame([{"method": m, "dataset": d, "group": hop_group(d), "question_id": q, "sample": 0, "f1": f,
                           "n_searches": n, "finish": "answer", "error": None} for m, d, q, f, n in rows])
@@ -316,7 +333,7 @@ def test_register_adapter_loads_checkpoint_folders_once(tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from cosearch_lib.evaluation import register_adapter
+    from cosearch_lib.eval.harness import register_adapter
 
     tiny = dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                 num_key_value_heads=2)
@@ -339,29 +356,29 @@ def test_register_adapter_loads_checkpoint_folders_once(tmp_path):
 # ------------------------------------------------------------------------------ from a profile
 
 
-def test_eval_config_from_profile_reads_evaluation_rollout_and_retrieval_sections(tmp_path):
+def test_harness_config_reads_the_evaluation_rollout_and_search_sections(tmp_path):
     from cosearch_lib.config import load_profile
 
     path = tmp_path / "p.yaml"
-    path.write_text("profile: p\nseed: 7\nretrieval: {topn: 12, topk: 3}\n"
-                    "rollout: {max_searches: 2, agent_max_new_tokens: 40, ranker_max_new_tokens: 30, max_context_tokens: 900}\n"
+    path.write_text("profile: p\nseed: 7\nsearch: {topn: 12, topk: 3, max_searches: 2}\n"
+                    "rollout: {agent_max_new_tokens: 40, ranker_max_new_tokens: 30, max_context_tokens: 900}\n"
                     "evaluation: {split: dev, n_per_dataset: 4, n_samples: 2, temperature: 0.5, answer_max_new_tokens: 20}\n")
     cfg = load_profile(path)
-    ec = eval_config_from_profile(cfg)
+    ec = harness_config(cfg)
     assert (ec.split, ec.n_per_dataset, ec.n_samples, ec.temperature, ec.seed) == ("dev", 4, 2, 0.5, 7)
-    assert (ec.topn, ec.topk, ec.max_searches, ec.max_context_tokens) == (12, 3, 2, 900)
+    assert (ec.search.topn, ec.search.topk, ec.search.max_searches, ec.max_context_tokens) == (12, 3, 2, 900)
     assert (ec.agent_max_new_tokens, ec.ranker_max_new_tokens, ec.answer_max_new_tokens) == (40, 30, 20)
     assert ec.answer_sampling("cot").max_new_tokens == 40 and ec.answer_sampling("rag").max_new_tokens == 20
-    over = eval_config_from_profile(cfg, methods=["rag"], n_per_dataset=None)
-    assert over.methods == ("rag",) and over.n_per_dataset is None and over.topk == 3
+    over = harness_config(cfg, methods=["rag"], n_per_dataset=None)
+    assert over.methods == ("rag",) and over.n_per_dataset is None and over.search.topk == 3
     with pytest.raises(TypeError, match="n_per_datset"):
-        eval_config_from_profile(cfg, n_per_datset=3)
+        harness_config(cfg, n_per_datset=3)
     with pytest.raises(ValueError, match="unknown evaluation method"):
-        eval_config_from_profile(cfg, methods=["agent_magic"])
+        harness_config(cfg, methods=["agent_magic"])
 
 
 def test_context_from_profile_shares_one_backend_when_agent_and_ranker_are_the_same_model(tok, monkeypatch):
-    from cosearch_lib import generation
+    from cosearch_lib import experiment
     from cosearch_lib.config import load_profile
 
     built = []
@@ -370,18 +387,18 @@ def test_context_from_profile_shares_one_backend_when_agent_and_ranker_are_the_s
         built.append((kind, name, kw))
         return ScriptedBackend(tok, [])
 
-    monkeypatch.setattr(generation, "make_backend", fake_make_backend)
+    monkeypatch.setattr(experiment, "make_backend", fake_make_backend)
     cfg = load_profile("ci")
     retriever = FixedRetriever([])
-    ctx = context_from_profile(cfg, retriever)
+    ctx = harness_context(cfg, retriever)
     assert len(built) == 1 and built[0][:2] == ("transformers", cfg.models.agent)
     assert built[0][2]["batch_size"] == cfg.models.batch_size
     assert ctx.ranker_backend is ctx.agent_backend and ctx.ranker_chat is ctx.chat and ctx.retriever is retriever
     cfg.models.ranker = "some-other-ranker"
-    ctx = context_from_profile(cfg, retriever)
+    ctx = harness_context(cfg, retriever)
     assert [b[1] for b in built[1:]] == [cfg.models.agent, "some-other-ranker"]
     assert ctx.ranker_backend is not ctx.agent_backend
     no_tok = ScriptedBackend(tok, [])
     no_tok.tokenizer = None
     with pytest.raises(ValueError, match="ranker backend has no tokenizer"):
-        context_from_profile(cfg, retriever, backends=(ctx.agent_backend, no_tok))
+        harness_context(cfg, retriever, backends=(ctx.agent_backend, no_tok))

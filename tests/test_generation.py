@@ -11,20 +11,21 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cosearch_lib.generation import (
+from cosearch_lib.config import SamplingConfig
+from cosearch_lib.models.backends import (
     Generation,
-    SamplingConfig,
-    ScriptedBackend,
     TransformersBackend,
     VLLMBackend,
     _sample,
     find_stop,
     make_backend,
+    reference_logprobs,
     row_seeds,
-    sequence_logprobs,
 )
-from cosearch_lib.models import load_tokenizer
+from cosearch_lib.models.registry import load_tokenizer
 from cosearch_lib.seeding import derive_seed
+
+from tests.doubles import ScriptedBackend
 
 TEXTS = ["Hello there, friend.", "a", "The quick brown fox jumps over the lazy dog", "Search: who?"]
 
@@ -130,14 +131,14 @@ def test_greedy_matches_hf_generate_and_padding_does_not_change_it(model, tok, p
                                       SamplingConfig(temperature=0, max_new_tokens=10)])
 def test_logprobs_match_teacher_forced_recomputation(model, tok, prompts, sampling):
     gens = TransformersBackend(model, tok, batch_size=3).generate(prompts, sampling)
-    ref = sequence_logprobs(model, [p + g.token_ids for p, g in zip(prompts, gens)], [len(p) for p in prompts],
+    ref = reference_logprobs(model, [p + g.token_ids for p, g in zip(prompts, gens)], [len(p) for p in prompts],
                             temperature=sampling.temperature or 1.0)
     for g, r in zip(gens, ref):
         assert len(g.logprobs) == len(g.token_ids) == len(r)
         assert g.logprobs == pytest.approx(r, abs=1e-4)
     # and the check can fail: the wrong temperature gives different numbers
     if sampling.temperature not in (0, 1):
-        wrong = sequence_logprobs(model, [prompts[0] + gens[0].token_ids], [len(prompts[0])])[0]
+        wrong = reference_logprobs(model, [prompts[0] + gens[0].token_ids], [len(prompts[0])])[0]
         assert max(abs(a - b) for a, b in zip(wrong, gens[0].logprobs)) > 1e-2
 
 
@@ -246,11 +247,11 @@ def test_peft_adapter_switching(tok, prompts):
     # same sequences, scored by the base model vs the ranker adapter: the distributions differ
     seqs = [p + g.token_ids for p, g in zip(prompts, ranker)]
     with peft_model.disable_adapter():
-        base_lp = sequence_logprobs(peft_model, seqs, [len(p) for p in prompts])
+        base_lp = reference_logprobs(peft_model, seqs, [len(p) for p in prompts])
     assert max(abs(x - y) for g, r in zip(ranker, base_lp) for x, y in zip(g.logprobs, r)) > 1e-2
     # the ranker's logprobs are its own (teacher-forced with the ranker active)
     peft_model.set_adapter("ranker")
-    own = sequence_logprobs(peft_model.eval(), seqs, [len(p) for p in prompts])
+    own = reference_logprobs(peft_model.eval(), seqs, [len(p) for p in prompts])
     for g, r in zip(ranker, own):
         assert g.logprobs == pytest.approx(r, abs=1e-4)
     peft_model.set_adapter("agent")
@@ -265,7 +266,7 @@ def test_peft_adapter_switching(tok, prompts):
 
 
 def test_real_smollm2_greedy_matches_hf(tok):
-    from cosearch_lib.models import load_causal_lm
+    from cosearch_lib.models.registry import load_causal_lm
 
     model, tokenizer = load_causal_lm("smollm2-135m-instruct", device="cpu")
     chats = [[{"role": "user", "content": "What is the capital of France?"}],
@@ -343,7 +344,7 @@ def fake_vllm(monkeypatch, outputs):
 
 
 def out(text, ids, lps, finish, stop_reason=None):
-    steps = [{t: SimpleNamespace(logprob=l), 99: SimpleNamespace(logprob=-9.0)} for t, l in zip(ids, lps)]
+    steps = [{t: SimpleNamespace(logprob=lp), 99: SimpleNamespace(logprob=-9.0)} for t, lp in zip(ids, lps)]
     return SimpleNamespace(outputs=[SimpleNamespace(text=text, token_ids=ids, logprobs=steps,
                                                     finish_reason=finish, stop_reason=stop_reason)])
 

@@ -16,14 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.fixtures import FixedRetriever, search_r1_rows, write_search_r1_parquet
-from tests.test_training import CORPUS, LORA, QUESTIONS, script, tiny_model
-from cosearch_lib.generation import ScriptedBackend, VLLMBackend, _model_path
-from cosearch_lib.policies import (
-    LoraSettings, PolicySet, adapter_parameters, load_policy_model, lora_model, vllm_max_lora_rank)
-from cosearch_lib.protocol import ProtocolConfig
-from cosearch_lib.rollout import RolloutConfig
-from cosearch_lib.training import JointTrainer, TrainConfig
+from cosearch_lib.config import LoraSettings, ProtocolConfig, RolloutConfig, SearchBudget, TrainConfig
+from cosearch_lib.models.backends import VLLMBackend, _model_path
+from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, load_policy_model, lora_model, vllm_max_lora_rank
+from cosearch_lib.rl.trainer import JointTrainer
+
+from tests.doubles import CORPUS, LORA, QUESTIONS, FixedRetriever, ScriptedBackend, script, tiny_model
+from tests.fixture_files import search_r1_rows, write_search_r1_parquet
 
 MODEL = "smollm2-135m-instruct"  # a bundled name: Unsloth must get its converted folder, not the name
 
@@ -162,8 +161,8 @@ def _trainer(tok, model, out_dir, backend, method="cosearch", **kw):
                       micro_batch=2, eval_every=0, **kw)
     cfg.grouping.k_min = 2
     policies = PolicySet(model, cfg.roles(), cfg.trainable(), {"agent": 1e-2, "ranker": 1e-2, "shared": 1e-2})
-    rollout = RolloutConfig(max_searches=2, topn=6, topk=3, temperature=1.0, agent_max_new_tokens=64)
-    return JointTrainer(cfg, policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(topk=3),
+    rollout = RolloutConfig(search=SearchBudget(max_searches=2, topn=6, topk=3), temperature=1.0, agent_max_new_tokens=64)
+    return JointTrainer(cfg, policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
                         out_dir=out_dir, seed=0, progress=False, backend=backend)
 
 
@@ -214,9 +213,9 @@ def test_transformers_path_registers_nothing(tok, tmp_path):
 
 
 def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_path, monkeypatch):
-    import cosearch_lib.policies as policies_mod
+    import cosearch_lib.experiment as experiment_mod
     from cosearch_lib.config import ProfileConfig, from_dict
-    from cosearch_lib.training import build_trainer
+    from cosearch_lib.experiment import build_trainer
 
     qa = {s: str(write_search_r1_parquet(tmp_path / f"{s}.parquet", search_r1_rows(3, split=s)))
           for s in ("train", "dev")}
@@ -228,7 +227,7 @@ def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_
         seen.update(name=name, adapters=adapters, **kw)
         return lora_model(tiny_model(tok), adapters, lora), tok, backend
 
-    monkeypatch.setattr(policies_mod, "load_policy_model", fake_load)
+    monkeypatch.setattr(experiment_mod, "load_policy_model", fake_load)
     trainer = build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run", progress=False)
     assert trainer.backend is backend and [n for n, _, _ in backend.registered] == ["agent", "ranker"]
     ro = cfg.rollout

@@ -9,10 +9,11 @@ import math
 
 import pytest
 
-from cosearch_lib.grouping import GROUPING_GLOSSARY, Grouping, GroupingConfig, group_ids, group_ranker_calls
+from cosearch_lib.agent.rollout import RankerCall
+from cosearch_lib.config import GroupingConfig
 from cosearch_lib.metrics import query_token_f1
-from cosearch_lib.rewards import RankerReward
-from cosearch_lib.rollout import RankerCall
+from cosearch_lib.rl.rewards import RankerReward
+from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY, Grouping, group_ids, group_ranker_calls
 
 Q1 = "Who directed the film that won the Golden Reel in 2003?"
 Q2 = "Who directed Film Yarrow?"

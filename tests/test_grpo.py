@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from cosearch_lib import grpo as G
+from cosearch_lib.config import AGGREGATIONS, GRPOConfig
+from cosearch_lib.rl import grpo_loss as G
 
 EPS = 1e-6
 
@@ -16,9 +17,9 @@ EPS = 1e-6
 
 
 def test_config_defaults_and_validation():
-    cfg = G.GRPOConfig()
+    cfg = GRPOConfig()
     assert (cfg.clip_eps, cfg.clip_eps_high, cfg.kl_coef) == (0.2, None, 0.001)
-    assert cfg.eps_high == 0.2 and G.GRPOConfig(clip_eps_high=0.28).eps_high == 0.28
+    assert cfg.eps_high == 0.2 and GRPOConfig(clip_eps_high=0.28).eps_high == 0.28
     assert cfg.scale_std and cfg.aggregation == "token-mean"
     for kwargs, word in [
         ({"clip_eps": 0.0}, "clip_eps"),
@@ -30,7 +31,7 @@ def test_config_defaults_and_validation():
         ({"aggregation": "mean"}, "aggregation"),
     ]:
         with pytest.raises(ValueError, match=word):
-            G.GRPOConfig(**kwargs)
+            GRPOConfig(**kwargs)
 
 
 # --------------------------------------------------------------------------- group_advantages
@@ -179,7 +180,7 @@ def test_masked_aggregate_modes_and_empty_mask():
     # a row with no tokens does not count as a sequence in seq-mean-token-mean
     m2 = torch.tensor([[1, 1, 0], [0, 0, 0]])
     assert G.masked_aggregate(v, m2, "seq-mean-token-mean").item() == pytest.approx(1.5)
-    for agg in G.AGGREGATIONS:
+    for agg in AGGREGATIONS:
         out = G.masked_aggregate(v, torch.zeros_like(m), agg)
         assert out.item() == 0.0
         out.backward()  # still connected to the graph, and no nan sneaks into the gradient
@@ -218,12 +219,12 @@ def _hand_batch():
     [
         ("token-mean", -(1.1 + 1.2 + 0.5 - 1.6 - 3.0) / 5),  # -(-1.8) / 5 = 0.36
         ("seq-mean-token-mean", -((1.1 + 1.2 + 0.5) / 3 + (-1.6 - 3.0) / 2) / 2),  # -(0.9333 - 2.3) / 2 = 0.68333
-        ("seq-mean-token-sum-norm", -(-1.8) / 6),  # B * T = 6 -> 0.3
+        ("seq-mean-token-sum-norm", 1.8 / 6),  # -(-1.8) / (B * T = 6) = 0.3
     ],
 )
 def test_policy_loss_hand_values(aggregation, expected):
     lp, old, adv, mask = _hand_batch()
-    loss, stats = G.policy_loss(lp, old, adv, mask, G.GRPOConfig(aggregation=aggregation))
+    loss, stats = G.policy_loss(lp, old, adv, mask, GRPOConfig(aggregation=aggregation))
     assert loss.item() == pytest.approx(expected, abs=1e-6)
     assert stats["pg_loss"] == pytest.approx(expected, abs=1e-6) and stats["loss"] == stats["pg_loss"]
     assert stats["clip_frac"] == pytest.approx(2 / 5)  # row 0 token 1 and row 1 token 0
@@ -259,7 +260,7 @@ def test_policy_loss_kl_term_hand_values():
     lp, old, adv, mask = _hand_batch()
     ref = lp.detach() + math.log(2)
     ref[1, 2] = float("nan")  # masked garbage in the reference too
-    cfg = G.GRPOConfig(kl_coef=0.1)
+    cfg = GRPOConfig(kl_coef=0.1)
     loss, stats = G.policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref)
     assert stats["kl"] == pytest.approx(1 - math.log(2))
     assert stats["pg_loss"] == pytest.approx(0.36, abs=1e-6)
@@ -268,7 +269,7 @@ def test_policy_loss_kl_term_hand_values():
     torch.testing.assert_close(lp.grad, torch.tensor([[-0.24, -0.02, -0.12], [-0.02, 0.58, 0.0]]))
     # kl_coef = 0: KL still measured for the logs, but not in the loss
     lp0, _, _, _ = _hand_batch()
-    loss0, stats0 = G.policy_loss(lp0, old, adv, mask, G.GRPOConfig(kl_coef=0.0), ref_logprobs=ref)
+    loss0, stats0 = G.policy_loss(lp0, old, adv, mask, GRPOConfig(kl_coef=0.0), ref_logprobs=ref)
     assert loss0.item() == pytest.approx(0.36, abs=1e-6)
     assert stats0["kl"] == pytest.approx(1 - math.log(2))
 
@@ -277,7 +278,7 @@ def test_policy_loss_asymmetric_clip():
     # clip_eps_high = 0.28: rho 1.25 (A > 0) now flows, rho 1.5 is clipped at 1.28; lower bound stays 0.8
     lp = torch.log(torch.tensor([[1.25, 1.5, 0.7]])).requires_grad_()
     loss, stats = G.policy_loss(lp, torch.zeros(1, 3), torch.tensor([1.0]), torch.ones(1, 3),
-                                G.GRPOConfig(clip_eps_high=0.28))
+                                GRPOConfig(clip_eps_high=0.28))
     assert loss.item() == pytest.approx(-(1.25 + 1.28 + 0.7) / 3)
     assert stats["clip_frac"] == pytest.approx(1 / 3)
     sym, sym_stats = G.policy_loss(lp, torch.zeros(1, 3), torch.tensor([1.0]), torch.ones(1, 3))
@@ -295,7 +296,7 @@ def test_policy_loss_gradient_at_ratio_one(aggregation):
     mask = (torch.arange(6)[None, :] < lengths[:, None]).long()  # (4, 6) unequal lengths, one empty row
     adv = torch.randn(4, generator=gen)
     x = lp.clone().requires_grad_()
-    loss, stats = G.policy_loss(x, lp.clone(), adv, mask, G.GRPOConfig(aggregation=aggregation))
+    loss, stats = G.policy_loss(x, lp.clone(), adv, mask, GRPOConfig(aggregation=aggregation))
     loss.backward()
     if aggregation == "token-mean":
         per_token = -adv / lengths.sum()

@@ -373,7 +373,7 @@ def test_k_validation(fn):
 
 @pytest.mark.parametrize("bad", [[0, 2], [0.0, 1.0], ["1"], [None], [-1]])
 def test_label_validation(bad):
-    for fn in (lambda l: M.hit_at_k(l, 1), lambda l: M.ndcg_at_k(l, 1), lambda l: M.mean_hit(l)):
+    for fn in (lambda labels: M.hit_at_k(labels, 1), lambda labels: M.ndcg_at_k(labels, 1), M.mean_hit):
         with pytest.raises(ValueError, match="0/1"):
             fn(bad)
     with pytest.raises(TypeError):

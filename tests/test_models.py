@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cosearch_lib import models
-from cosearch_lib.models import ModelNotFoundError, bundled_name, resolve_model
+from cosearch_lib.models import registry as models
+from cosearch_lib.models.registry import ModelNotFoundError, bundled_name, resolve_model
 
 
 def test_bundled_names_and_aliases_resolve_case_insensitively():
@@ -50,11 +50,9 @@ def test_folder_without_config_is_rejected(tmp_path):
 def test_local_folder_loads_as_causal_lm(tmp_path):
     """A tiny randomly initialised Llama saved locally: the 'local path' route of the registry."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from transformers import AutoTokenizer
-
-    from cosearch_lib.models import load_causal_lm
+    from cosearch_lib.models.registry import load_causal_lm
 
     tok = AutoTokenizer.from_pretrained(resolve_model("all-minilm-l6-v2").path)  # any tokenizer will do
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -75,7 +73,7 @@ def test_smollm2_converts_once_and_answers_greedily(tmp_path_factory):
     chat tokens were repaired, and that greedy generation stops at <|im_end|>."""
     import torch
 
-    from cosearch_lib.models import convert_bundled_gguf, load_causal_lm
+    from cosearch_lib.models.registry import convert_bundled_gguf, load_causal_lm
 
     path = convert_bundled_gguf("smollm2-135m-instruct")
     assert (path / "model.safetensors").exists() and (path / models._CACHE_MARKER).exists()

@@ -7,7 +7,7 @@ import json
 import nbformat
 import pytest
 
-from cosearch_lib.runs import list_notebooks, run_notebook
+from cosearch_lib.records.papermill_runner import list_notebooks, run_notebook
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_01_retriever_setup_runs_on_ci_profile(isolated_outputs):
 
 @pytest.mark.slow
 def test_02_oracle_gap_study_runs_on_ci_profile(isolated_outputs):
-    from cosearch_lib.evaluation import load_records
+    from cosearch_lib.eval.tables import load_records
 
     nb_path = next(p for p in list_notebooks() if p.name.startswith("02_"))
     methods = ["direct", "rag", "agent_retrieval", "agent_oracle"]  # the fixed-ranker path is unit-tested
@@ -66,8 +66,8 @@ def test_02_oracle_gap_study_runs_on_ci_profile(isolated_outputs):
 def test_03_joint_grpo_training_runs_on_ci_profile(isolated_outputs):
     import pandas as pd
 
-    from cosearch_lib.evaluation import load_records
-    from cosearch_lib.training import STEP_GLOSSARY, describe_step_metric
+    from cosearch_lib.eval.tables import load_records
+    from cosearch_lib.rl.trainer import STEP_GLOSSARY, describe_step_metric
 
     nb_path = next(p for p in list_notebooks() if p.name.startswith("03_"))
     executed = run_notebook(nb_path, "ci", progress=False)

@@ -13,7 +13,7 @@ SINGLE, MULTI = ["nq", "triviaqa", "popqa"], ["hotpotqa", "2wikimultihopqa", "mu
 
 
 #: Rows whose reported avg is not the mean of their seven numbers *in the source itself*
-#: (PAPER_NOTES section 9 as given): kept as reported, flagged here and in data/paper_reference/README.md.
+#: (as the paper reports them): kept as reported, flagged here and in data/paper_reference/README.md.
 SOURCE_AVG_MISMATCH = {("3B", "Direct"), ("3B", "RAG"), ("3B", "Search-o1")}
 
 
@@ -60,19 +60,19 @@ def test_table3_and_4_shapes():
 
 
 def test_paper_oracle_gap_has_the_reported_relative_gains():
-    from cosearch_lib.paper import paper_oracle_gap
+    from cosearch_lib.eval.paper_reference import paper_oracle_gap
 
     t = paper_oracle_gap("7B")
     assert list(t.index) == ["standard", "oracle", "relative gain %"]
-    assert t.loc["relative gain %"].round(1).tolist() == [18.2, 11.5, 14.7]  # as PAPER_NOTES states them
+    assert t.loc["relative gain %"].round(1).tolist() == [18.2, 11.5, 14.7]  # as the paper reports them
     assert paper_oracle_gap("3B").loc["relative gain %"].round(1).tolist() == [19.8, 34.5, 26.8]
     with pytest.raises(ValueError, match="13B"):
         paper_oracle_gap("13B")
 
 
 def test_oracle_gap_and_turns_beside_paper_line_up_with_our_tables():
-    from cosearch_lib.evaluation import oracle_gap_table, turn_distribution
-    from cosearch_lib.paper import oracle_gap_beside_paper, turns_beside_paper
+    from cosearch_lib.eval.paper_reference import oracle_gap_beside_paper, turns_beside_paper
+    from cosearch_lib.eval.tables import oracle_gap_table, turn_distribution
 
     rows = []
     for method, f1s, searches in (("agent_retrieval", [0.5, 0.0], [1, 9]), ("agent_oracle", [1.0, 0.5], [2, 2])):
@@ -93,8 +93,8 @@ def test_oracle_gap_and_turns_beside_paper_line_up_with_our_tables():
 
 
 def test_gap_and_turn_plots_draw_the_table_values():
-    from cosearch_lib.paper import paper_oracle_gap, paper_turn_distribution
-    from cosearch_lib.plots import plot_oracle_gap, plot_turn_distribution
+    from cosearch_lib.eval.paper_reference import paper_oracle_gap, paper_turn_distribution
+    from cosearch_lib.viz.plots import plot_oracle_gap, plot_turn_distribution
 
     gap = pd.concat({"paper 7B": paper_oracle_gap("7B")}, names=["source", "row"])
     fig = plot_oracle_gap(gap)

@@ -10,11 +10,13 @@ import yaml
 
 from cosearch_lib import cli
 from cosearch_lib.config import load_profile
-from cosearch_lib.data import load_qa
+from cosearch_lib.data.passage import make_contents
+from cosearch_lib.data.qa_formats import load_qa
+from cosearch_lib.experiment import build_retriever
 from cosearch_lib.paths import project_root
-from cosearch_lib.retrieval.base import make_contents
-from cosearch_lib.retrieval.pipeline import build_retriever, corpus_paths, index_build_info, prepare_world
-from tests.fixtures import search_r1_rows, write_corpus, write_search_r1_parquet
+from cosearch_lib.retrieval.artifacts import corpus_paths, index_build_info, prepare_world
+
+from tests.fixture_files import search_r1_rows, write_corpus, write_search_r1_parquet
 
 PASSAGES = [
     ("Founder 0", "Founder 0 established fictional town 0 on the river bend in 1702."),
@@ -35,7 +37,7 @@ def real_format_profile(tmp_path, monkeypatch):
     profile.write_text(yaml.safe_dump({
         "profile": "wiki-fixture", "seed": 1,
         "data": {"corpus_path": str(corpus), "qa_paths": {"test": str(qa)}},
-        "retrieval": {"encoder": {"model": "all-minilm-l6-v2", "batch_size": 2}, "topn": 4, "topk": 2},
+        "retrieval": {"encoder": {"model": "all-minilm-l6-v2", "batch_size": 2}}, "search": {"topn": 4, "topk": 2},
     }))
     return load_profile(profile)
 
@@ -58,7 +60,7 @@ def test_real_format_corpus_builds_a_cached_retriever(real_format_profile):
 def test_user_index_with_the_wrong_size_is_refused(real_format_profile, tmp_path):
     import numpy as np
 
-    from cosearch_lib.retrieval.index import build_index, save_index
+    from cosearch_lib.retrieval.faiss_index import build_index, save_index
 
     cfg = real_format_profile
     cfg.data.index_path = str(save_index(build_index(np.eye(3, dtype=np.float32)), tmp_path / "other.faiss"))
@@ -86,7 +88,7 @@ def test_cli_build_index_and_errors(real_format_profile, tmp_path, capsys, monke
 
 
 def test_cli_download_offline_is_a_clear_error(monkeypatch, tmp_path, capsys):
-    from cosearch_lib import data
+    from cosearch_lib.data import downloads as data
 
     def offline(*args, **kwargs):
         raise data.HubUnavailableError("cannot reach the hub for PeterJinGo/wiki-18-corpus; run huggingface-cli download ...")

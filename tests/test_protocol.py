@@ -7,22 +7,19 @@ import json
 
 import pytest
 
-from cosearch_lib.models import load_tokenizer, resolve_model
-from cosearch_lib.protocol import (
+from cosearch_lib.agent.chat_tokens import ChatTokens, TemplateError
+from cosearch_lib.agent.parsers import AgentAction, parse_agent_turn, parse_ranking
+from cosearch_lib.agent.prompts import (
     ELLIPSIS,
-    AgentAction,
-    ChatTokens,
-    ProtocolConfig,
-    TemplateError,
     agent_messages,
     format_observation,
     observation_message,
-    parse_agent_turn,
-    parse_ranking,
     ranker_messages,
     truncate,
 )
-from cosearch_lib.retrieval.base import Passage, make_contents
+from cosearch_lib.config import ProtocolConfig, SearchBudget
+from cosearch_lib.data.passage import Passage, make_contents
+from cosearch_lib.models.registry import load_tokenizer, resolve_model
 
 REASON = "<reason>I need the founder.</reason>"
 
@@ -214,7 +211,7 @@ def test_observation_message_is_a_user_turn():
 
 def test_config_rejects_nonsense():
     with pytest.raises(ValueError, match="topk"):
-        ProtocolConfig(topk=0)
+        ProtocolConfig(search=SearchBudget(topk=0))
     with pytest.raises(ValueError, match="max_observation_chars"):
         ProtocolConfig(max_observation_chars=10)
 
@@ -245,7 +242,7 @@ def test_ranker_prompt_example_fits_few_candidates():
 
 
 def test_agent_prompt_states_protocol_and_limits_and_its_example_parses():
-    cfg = ProtocolConfig(max_search_turns=3, topk=4)
+    cfg = ProtocolConfig(search=SearchBudget(max_searches=3, topk=4))
     [msg] = agent_messages("  Who founded Brindlewick Press? ", cfg)
     content = msg["content"]
     assert msg["role"] == "user" and content.endswith("Question: Who founded Brindlewick Press?")

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from cosearch_lib.ranking import (
-    CrossEncoderRanker, OracleRanker, RankRequest, RetrievalOnlyRanker, make_ranker, oracle_order, top_k_order,
+from cosearch_lib.agent.rankers import (
+    CrossEncoderRanker,
+    OracleRanker,
+    RankRequest,
+    RetrievalOnlyRanker,
+    make_ranker,
+    oracle_order,
+    top_k_order,
 )
-from cosearch_lib.retrieval.base import Passage
+from cosearch_lib.data.passage import Passage
 
 
 def _cands(pattern: str) -> list[Passage]:

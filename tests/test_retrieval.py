@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from cosearch_lib.retrieval.base import Passage, make_contents, split_contents
-from cosearch_lib.retrieval.corpus import CorpusStore
-from cosearch_lib.retrieval.encoder import EncoderConfig, TextEncoder
-from cosearch_lib.retrieval.index import build_index, build_index_from_corpus, load_index, new_index, save_index
+from cosearch_lib.config import EncoderConfig
+from cosearch_lib.data.passage import Passage, make_contents, split_contents
+from cosearch_lib.retrieval.corpus_store import CorpusStore
+from cosearch_lib.retrieval.encoder import TextEncoder
+from cosearch_lib.retrieval.faiss_index import build_index, build_index_from_corpus, load_index, new_index, save_index
 from cosearch_lib.retrieval.retriever import Retriever
 
 DOCS = [

@@ -8,7 +8,9 @@ import math
 
 import pytest
 
-from cosearch_lib.rewards import (
+from cosearch_lib.agent.rollout import RankerCall, Trajectory, Turn
+from cosearch_lib.config import AgentRewardConfig, RankerRewardConfig
+from cosearch_lib.rl.rewards import (
     REASON_ABLATION_MAIN,
     REASON_ABLATION_REL,
     REASON_EASY_REL_ONLY,
@@ -17,16 +19,13 @@ from cosearch_lib.rewards import (
     REASON_HARD_MAIN,
     REASON_INVALID,
     REWARD_GLOSSARY,
-    AgentRewardConfig,
     RankerReward,
-    RankerRewardConfig,
     agent_reward,
     agent_rewards,
     main_reward,
     ranker_rewards,
     relevance_reward,
 )
-from cosearch_lib.rollout import RankerCall, Trajectory, Turn
 
 GOLD = "red green blue pink black"
 ANSWER_F1_08 = "red green blue pink gray"  # 4 shared of 5 + 5 tokens: F1 = 2*4/10 = 0.8

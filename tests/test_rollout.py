@@ -4,16 +4,16 @@ A scripted backend makes these deterministic; one slow test runs the real transf
 
 from __future__ import annotations
 
-
 import pytest
 
-from tests.fixtures import FixedRetriever, answer_turn, search_turn
-from cosearch_lib.data import QAExample
-from cosearch_lib.generation import ScriptedBackend
-from cosearch_lib.protocol import ProtocolConfig, agent_messages, observation_message
-from cosearch_lib.ranking import LLMRanker, OracleRanker, RetrievalOnlyRanker
-from cosearch_lib.retrieval.base import Passage
-from cosearch_lib.rollout import RolloutConfig, RolloutEngine, ranker_calls_frame, trajectories_frame
+from cosearch_lib.agent.prompts import agent_messages, observation_message
+from cosearch_lib.agent.rankers import LLMRanker, OracleRanker, RetrievalOnlyRanker
+from cosearch_lib.agent.rollout import RolloutEngine, ranker_calls_frame, trajectories_frame
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, SearchBudget
+from cosearch_lib.data.passage import Passage
+from cosearch_lib.data.qa_formats import QAExample
+
+from tests.doubles import FixedRetriever, ScriptedBackend, answer_turn, search_turn
 
 CORPUS = [Passage(str(i), f'"Doc {i}"\n{text}') for i, text in enumerate([
     "Drask is a river town.", "The mill was built in 1843.", "Orvane Tellis was born in Kessmere.",
@@ -45,8 +45,9 @@ def agent_script(per_turn):
 def _engine(tok, chat, agent_responses, ranker=None, **cfg):
     backend = ScriptedBackend(tok, agent_script(agent_responses))
     retriever = FixedRetriever(CORPUS)
+    budget = SearchBudget(topn=5, topk=2, max_searches=cfg.pop("max_searches", 6))
     engine = RolloutEngine(backend, chat, retriever, ranker or RetrievalOnlyRanker(),
-                           RolloutConfig(topn=5, topk=2, **cfg), ProtocolConfig(topk=2))
+                           RolloutConfig(search=budget, **cfg), ProtocolConfig(search=SearchBudget(topk=2)))
     return engine, backend, retriever
 
 
@@ -69,7 +70,7 @@ def test_masks_logprobs_and_template_equality(tok, chat):
     assert "<information>" in unmasked_after_prompt and "Drask is a river town." in unmasked_after_prompt
     assert "Orvane Tellis was born" not in unmasked_after_prompt  # rank 3 is beyond K=2
     # the whole sequence is what the chat template renders for the conversation
-    msgs = agent_messages(QUESTION.question, ProtocolConfig(topk=2)) + [
+    msgs = agent_messages(QUESTION.question, ProtocolConfig(search=SearchBudget(topk=2))) + [
         {"role": "assistant", "content": search_turn("tellis birthplace")},
         observation_message(unmasked_after_prompt[unmasked_after_prompt.index("<information>"):].split("<|im_end|>")[0]),
         {"role": "assistant", "content": answer_turn("Kessmere")}]
@@ -109,9 +110,9 @@ def test_llm_ranker_in_the_loop_valid_and_invalid(tok, chat):
         return search_turn("birthplace") if key[-1] == 0 else answer_turn("Kessmere")
 
     backend = ScriptedBackend(tok, respond)
-    from cosearch_lib.generation import SamplingConfig
-    ranker = LLMRanker(backend, chat, ProtocolConfig(topk=2), SamplingConfig(max_new_tokens=64, stop=("</rerank>",)), adapter="ranker")
-    engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), ranker, RolloutConfig(topn=5, topk=2), ProtocolConfig(topk=2))
+    from cosearch_lib.config import SamplingConfig
+    ranker = LLMRanker(backend, chat, ProtocolConfig(search=SearchBudget(topk=2)), SamplingConfig(max_new_tokens=64, stop=("</rerank>",)), adapter="ranker")
+    engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), ranker, RolloutConfig(search=SearchBudget(topn=5, topk=2)), ProtocolConfig(search=SearchBudget(topk=2)))
     good, bad = engine.run([QUESTION], n_samples=2)
     g, b = good.ranker_calls[0], bad.ranker_calls[0]
     assert g.valid and g.order == [2, 0] and g.hit_at[1] == 1.0 and g.output_text.endswith("</rerank>")
@@ -140,17 +141,17 @@ def test_invalid_turn_can_continue_with_a_corrective_note(tok, chat):
 @pytest.mark.slow
 def test_real_transformers_backend_records_match_teacher_forcing(tok, chat):
     """SmolLM2 rolls out for real; the recorded old logprobs equal a teacher-forced recomputation."""
-    from cosearch_lib.generation import TransformersBackend, sequence_logprobs
-    from cosearch_lib.models import load_causal_lm
+    from cosearch_lib.models.backends import TransformersBackend, reference_logprobs
+    from cosearch_lib.models.registry import load_causal_lm
 
     model, tokenizer = load_causal_lm("smollm2-135m-instruct", device="cpu")
     engine = RolloutEngine(TransformersBackend(model, tokenizer, batch_size=4), chat, FixedRetriever(CORPUS), RetrievalOnlyRanker(),
-                           RolloutConfig(topn=5, topk=2, max_searches=1, agent_max_new_tokens=32, temperature=1.0),
-                           ProtocolConfig(topk=2))
+                           RolloutConfig(search=SearchBudget(topn=5, topk=2, max_searches=1), agent_max_new_tokens=32, temperature=1.0),
+                           ProtocolConfig(search=SearchBudget(topk=2)))
     trajs = engine.run([QUESTION], n_samples=2, seed=3)
     for t in trajs:
         assert len(t.token_ids) == len(t.loss_mask) == len(t.old_logprobs) and sum(t.loss_mask) > 0
-        recomputed = sequence_logprobs(model, [t.token_ids], [t.prompt_len])[0]
+        recomputed = reference_logprobs(model, [t.token_ids], [t.prompt_len])[0]
         gen = [(lp, rc) for lp, rc, m in zip(t.old_logprobs[t.prompt_len:], recomputed, t.loss_mask[t.prompt_len:]) if m]
         assert max(abs(a - b) for a, b in gen) < 1e-3
     again = engine.run([QUESTION], n_samples=2, seed=3)

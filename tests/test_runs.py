@@ -1,4 +1,4 @@
-"""Run records, atomic writes, and the house style of the committed notebooks."""
+"""Run records, atomic writes, the house style of the committed notebooks, and notebook parameters."""
 
 from __future__ import annotations
 
@@ -9,7 +9,18 @@ import nbformat
 import pandas as pd
 import pytest
 
-from cosearch_lib.runs import atomic_path, environment_snapshot, list_notebooks, select_notebooks, write_json, write_table
+from cosearch_lib.atomic_io import atomic_path, write_json, write_table
+from cosearch_lib.config import ConfigError, load_profile
+from cosearch_lib.records.papermill_runner import (
+    check_parameters,
+    check_profile_notebooks,
+    list_notebooks,
+    notebook_parameters,
+    parse_parameter,
+    profile_notebook_parameters,
+    select_notebooks,
+)
+from cosearch_lib.records.provenance import environment_snapshot
 
 
 def test_atomic_path_leaves_nothing_on_failure_and_keeps_the_old_file(tmp_path):
@@ -67,3 +78,79 @@ def test_notebooks_follow_house_style(path):
     assert set(papermill.inspect_notebook(str(path))) == names, "papermill must see every parameter"
     lines = sorted(len(c.source.splitlines()) for c in code)
     assert lines[len(lines) // 2] <= 8, "cells stay short (median <= 8 lines): logic belongs in cosearch_lib"
+
+
+# ------------------------------------------------------------------------------ notebook parameters
+
+
+def test_notebook_parameters_are_read_from_the_parameters_cell():
+    params = notebook_parameters(select_notebooks(["03"])[0])
+    assert params["methods"] == "cosearch" and params["profile"] == "demo" and isinstance(params["steps"], int)
+
+
+@pytest.mark.parametrize("text, expected", [("steps=3", ("steps", 3)), ("resume=false", ("resume", False)),
+                                            ("methods=cosearch,search_r1", ("methods", "cosearch,search_r1")),
+                                            ("agent_adapter=", ("agent_adapter", ""))])
+def test_parse_parameter_reads_values_as_yaml(text, expected):
+    assert parse_parameter(text) == expected
+
+
+@pytest.mark.parametrize("text", ["steps", "=3", "two words=1"])
+def test_parse_parameter_refuses_what_is_not_name_equals_value(text):
+    with pytest.raises(ConfigError, match="name=value"):
+        parse_parameter(text)
+
+
+def test_unknown_or_mistyped_parameters_are_errors_that_list_the_valid_ones():
+    nb = select_notebooks(["03"])[0]
+    with pytest.raises(ConfigError, match=r"no parameter\(s\) \['metods'\]; its parameters: .*'methods'"):
+        check_parameters(nb, {"metods": "cosearch"}, "-p")
+    with pytest.raises(ConfigError, match="steps expects int"):
+        check_parameters(nb, {"steps": "three"}, "-p")
+    check_parameters(nb, {"methods": "search_r1,cosearch", "steps": 4}, "-p")  # fine
+
+
+def _fake_runs(monkeypatch):
+    import cosearch_lib.records.papermill_runner as runner
+
+    calls = []
+    monkeypatch.setattr(runner, "run_notebook", lambda nb, profile, **kw: calls.append((nb.name[:2], kw["parameters"])) or nb)
+    monkeypatch.setattr(runner, "run_warm_start", lambda cfg, **kw: calls.append(("warm start", cfg.profile)) or
+                        {"cached": True, "wall_s": 0.0})
+    return runner, calls
+
+
+def test_run_profile_checks_parameters_before_running_anything(monkeypatch):
+    runner, calls = _fake_runs(monkeypatch)
+    with pytest.raises(ConfigError, match=r"-p \['stepz'\]: no selected notebook has such a parameter; valid: .*'steps'"):
+        runner.run_profile("ci", ["01", "03"], parameters={"stepz": 2})
+    assert calls == []  # nothing ran
+
+
+def test_run_profile_sends_each_notebook_its_parameters_and_warm_starts_first(monkeypatch):
+    runner, calls = _fake_runs(monkeypatch)
+    runner.run_profile("ci", ["01", "03"], parameters={"steps": 1, "methods": "search_r1"})
+    assert calls == [("warm start", "ci"), ("01", {}), ("03", {"steps": 1, "methods": "search_r1"})]
+    calls.clear()
+    runner.run_profile("ci", ["01"])  # notebook 01 needs no warm start
+    assert calls == [("01", {})]
+
+
+def test_profile_notebook_sections_are_validated(tmp_path, monkeypatch):
+    from cosearch_lib.config import ProfileConfig, from_dict
+
+    runner, calls = _fake_runs(monkeypatch)
+    cfg = from_dict(ProfileConfig, {"notebooks": {"03": {"steps": 5}, "02_oracle_gap_study": {"n_show": 1}}})
+    check_profile_notebooks(cfg)
+    assert profile_notebook_parameters(cfg, select_notebooks(["03"])[0]) == {"steps": 5}
+    for bad, match in (({"03": {"stepz": 5}}, r"notebooks.03: 03_joint_grpo_training has no parameter"),
+                       ({"99": {"steps": 5}}, r"notebooks.99: matches 0 notebooks")):
+        with pytest.raises(ConfigError, match=match):
+            check_profile_notebooks(from_dict(ProfileConfig, {"notebooks": bad}))
+    with pytest.raises(ConfigError, match="notebooks: expected a mapping"):
+        from_dict(ProfileConfig, {"notebooks": {"03": "steps=5"}})
+
+
+@pytest.mark.parametrize("name", ["ci", "demo", "paper"])
+def test_committed_profiles_name_only_real_notebook_parameters(name):
+    check_profile_notebooks(load_profile(name))

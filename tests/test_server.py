@@ -16,10 +16,10 @@ import httpx
 import numpy as np
 import pytest
 
-from cosearch_lib.retrieval.base import Passage, make_contents
-from cosearch_lib.retrieval.client import (HttpRetriever, RetrievalServerError,
-                                           RetrievalServerUnavailable)
-from cosearch_lib.retrieval.server import ServerConfig, ServerThread, serve_in_background
+from cosearch_lib.config import ServerConfig
+from cosearch_lib.data.passage import Passage, make_contents
+from cosearch_lib.retrieval.http_client import HttpRetriever, RetrievalServerError, RetrievalServerUnavailable
+from cosearch_lib.retrieval.http_server import ServerThread, serve_in_background
 
 TOPICS = ["volcano", "river", "castle", "comet", "orchard", "glacier", "harbor", "desert",
           "library", "forest"]

@@ -10,10 +10,11 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.test_training import tiny_model, trainer
-from cosearch_lib.config import ConfigError, ProfileConfig, from_dict
-from cosearch_lib.tracking import check_kinds, make_tracker, scalars
-from cosearch_lib.training import JointTrainer, TrainConfig
+from cosearch_lib.config import ConfigError, ProfileConfig, TrainConfig, check_kinds, from_dict
+from cosearch_lib.rl.tracking import make_tracker, scalars
+from cosearch_lib.rl.trainer import JointTrainer
+
+from tests.doubles import tiny_model, trainer
 
 RECORD = {"step": 3, "method": "cosearch", "agent_reward": 0.25, "n_trajectories": 8, "hit@5": np.float64(0.5),
           "ranker_reward_post": float("nan"), "flag": True, "note": None, "n_calls": np.int64(4)}

@@ -12,63 +12,12 @@ import math
 import pytest
 import torch
 
-from tests.fixtures import FixedRetriever, answer_turn, search_turn
-from cosearch_lib.data import QAExample
-from cosearch_lib.generation import ScriptedBackend
-from cosearch_lib.grpo import GRPOConfig
-from cosearch_lib.policies import LoraSettings, PolicySet, adapter_parameters, lora_model
-from cosearch_lib.protocol import ProtocolConfig
-from cosearch_lib.retrieval.base import Passage
-from cosearch_lib.rollout import RolloutConfig
-from cosearch_lib.training import (
-    JointTrainer, PolicySequence, TrainConfig, UpdateJob, grpo_update, latest_checkpoint, question_order,
-    sequence_logprobs)
+from cosearch_lib.config import GRPOConfig, TrainConfig
+from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, lora_model
+from cosearch_lib.rl.policy_update import PolicySequence, UpdateJob, grpo_update, policy_token_logprobs
+from cosearch_lib.rl.trainer import latest_checkpoint, question_order
 
-CORPUS = [Passage(str(i), f'"Doc {i}"\n{text}') for i, text in enumerate([
-    "Drask is a river town.", "Orvane Tellis was born in Kessmere.", "Tellis wrote atlases.",
-    "Unrelated passage about bells.", "The mill was built in 1843.", "A quiet harbour."])]
-QUESTIONS = [
-    QAExample(id="q1", question="Where was Orvane Tellis born?", golden_answers=["Kessmere"], data_source="syn_nq"),
-    QAExample(id="q2", question="What did Tellis write?", golden_answers=["atlases"], data_source="syn_nq"),
-    QAExample(id="q3", question="Which town is on the river?", golden_answers=["Drask"], data_source="syn_popqa"),
-]
-GOLD = {q.id: q.golden_answers[0] for q in QUESTIONS}
-LORA = LoraSettings(r=4, alpha=8)
-
-
-def tiny_model(tok, seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
-                         pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
-    return LlamaForCausalLM(config).eval()
-
-
-def script(prompt, key):
-    """Turn 0 searches; turn 1 answers right for even samples and wrong for odd ones (so the rewards
-    of a group differ); the ranker shows the three answer passages to even samples, none to odd ones."""
-    role, *rest = key
-    if role == "ranker":
-        sample = rest[2]
-        return "<reason>r</reason><rerank>" + ("[2] > [1] > [3]" if sample % 2 == 0 else "[5] > [4] > [6]") + "</rerank>"
-    sample, turn = rest[2], rest[3]
-    if turn == 0:
-        return search_turn(f"query {rest[1]} {sample % 3}")
-    return answer_turn(GOLD[rest[1]] if sample % 2 == 0 else "Paris")
-
-
-def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, **kw):
-    cfg = TrainConfig(method=method, steps=steps, questions_per_step=2, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
-                      micro_batch=1, eval_every=0, shared_backbone=shared, **kw)
-    cfg.grouping.k_min = 2
-    roles = cfg.roles()
-    peft = lora_model(model, {a: None for a in dict.fromkeys(v for v in roles.values() if v)}, LORA)
-    policies = PolicySet(peft, roles, cfg.trainable(), {"agent": 1e-2, "ranker": 1e-2, "shared": 1e-2})
-    rollout = RolloutConfig(max_searches=2, topn=6, topk=3, temperature=1.0, agent_max_new_tokens=64)
-    return JointTrainer(cfg, policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(topk=3),
-                        out_dir=out_dir, seed=0, progress=False, backend=ScriptedBackend(tok, script))
+from tests.doubles import LORA, tiny_model, trainer
 
 
 def snapshot(model, adapter=None):
@@ -126,11 +75,11 @@ def _sequences(tok, n=5, seed=0):
 def test_head_only_at_scored_positions_equals_the_full_forward(tok):
     model = lora_model(tiny_model(tok), {"agent": None}, LORA)
     seqs = _sequences(tok, n=3)
-    from cosearch_lib.training import _padded
+    from cosearch_lib.rl.policy_update import _padded
 
     ids, attn, mask, _ = _padded(seqs, 0, "cpu")
-    full = sequence_logprobs(model, ids, attn, temperature=0.7)
-    sparse = sequence_logprobs(model, ids, attn, temperature=0.7, mask=mask)
+    full = policy_token_logprobs(model, ids, attn, temperature=0.7)
+    sparse = policy_token_logprobs(model, ids, attn, temperature=0.7, mask=mask)
     assert torch.allclose(sparse, full * mask, atol=1e-5)
     assert (sparse[mask == 0] == 0).all() and (sparse[mask == 1] < 0).all()
 
@@ -179,8 +128,8 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     assert rec["agent_n_forwarded"] == 8 and rec["ranker_n_forwarded"] > 0
     assert rec["grouping_n_groups_post"] >= 1 and not math.isnan(rec["ranker_reward_post"])
     assert t.calls_frame()["group"].ge(0).any()
-    from cosearch_lib.grouping import GROUPING_GLOSSARY
-    from cosearch_lib.training import describe_step_metric
+    from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
+    from cosearch_lib.rl.trainer import describe_step_metric
 
     for key in rec:  # every logged metric has a glossary entry
         assert describe_step_metric(key)

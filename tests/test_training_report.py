@@ -1,4 +1,4 @@
-"""Reading training runs back (training_report) and the Fig. 2 / Fig. 3 / warm-start plots."""
+"""Reading training runs back (records.training_runs) and the Fig. 2 / Fig. 3 / warm-start plots."""
 
 import json
 
@@ -9,9 +9,15 @@ import pytest
 
 matplotlib.use("Agg")
 
-from cosearch_lib.plots import plot_ranker_dynamics, plot_training_curves, plot_warmstart_losses  # noqa: E402
-from cosearch_lib.training_report import (  # noqa: E402
-    checkpoint_adapters, read_ranker_calls, read_steps, trained_eval_settings, warmstart_losses, warmstart_table)
+from cosearch_lib.experiment import trained_eval_settings
+from cosearch_lib.records.training_runs import (
+    checkpoint_adapters,
+    read_ranker_calls,
+    read_steps,
+    warmstart_losses,
+    warmstart_table,
+)
+from cosearch_lib.viz.plots import plot_ranker_dynamics, plot_training_curves, plot_warmstart_losses
 
 
 def steps_frame(method, n=3, offset=0.0):
@@ -114,7 +120,7 @@ def test_without_a_warm_start_the_before_policies_are_the_base_models():
 
 def test_a_disabled_warm_start_trains_nothing_and_yields_base_policies():
     from cosearch_lib.config import load_profile
-    from cosearch_lib.warmstart import policy_adapters, warm_start
+    from cosearch_lib.experiment import policy_adapters, warm_start
 
     cfg = load_profile("ci")
     cfg.warmstart.enabled = False

@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
-from tests.fixtures import FixedRetriever
-from cosearch_lib.data import QAExample
-from cosearch_lib.protocol import ProtocolConfig, agent_messages, parse_agent_turn, parse_ranking
-from cosearch_lib.retrieval.base import Passage
-from cosearch_lib.warmstart import (
-    WarmStartConfig, build_gold_data, gold_agent_example, gold_ranker_examples, ranking_text, train_sft)
+from cosearch_lib.agent.parsers import parse_agent_turn, parse_ranking
+from cosearch_lib.agent.prompts import agent_messages
+from cosearch_lib.config import ProtocolConfig, SearchBudget, WarmStartConfig
+from cosearch_lib.data.passage import Passage
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.rl.warm_start import build_gold_data, gold_agent_example, gold_ranker_examples, ranking_text, train_sft
+
+from tests.doubles import FixedRetriever
 
 CORPUS = [Passage(str(i), f'"Doc {i}"\n{text}') for i, text in enumerate([
     "Drulel Bank is a bank in Ciova.", "Drulel Bank was founded by Shertev Sewick.",
     "Shertev Sewick worked as a politician.", "Bells ring in the tower.", "A quiet harbour."])]
-PROTOCOL = ProtocolConfig(topk=3, max_search_turns=4)
+PROTOCOL = ProtocolConfig(search=SearchBudget(topk=3, max_searches=4))
 
 
 def two_hop(qid="q1", second_answer="politician"):
@@ -94,8 +95,9 @@ def test_build_gold_data_stops_at_the_requested_sizes_and_counts_skips(chat):
 def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path):
     from peft import PeftModel
 
-    from tests.test_training import tiny_model
-    from cosearch_lib.policies import LoraSettings
+    from cosearch_lib.config import LoraSettings
+
+    from tests.doubles import tiny_model
 
     data, _ = build_gold_data([two_hop(f"q{i}") for i in range(4)], FixedRetriever(CORPUS), chat, PROTOCOL,
                               topn=5, n_agent=4, n_ranker=0)
@@ -115,7 +117,7 @@ def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path):
 
 
 def test_policy_adapters_resolve_base_warm_start_and_an_agent_folder(tmp_path, monkeypatch):
-    from cosearch_lib import warmstart
+    from cosearch_lib import experiment as warmstart
 
     calls = []
     monkeypatch.setattr(warmstart, "warm_start", lambda cfg, retriever, progress=True: calls.append(cfg)

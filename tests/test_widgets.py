@@ -4,19 +4,24 @@ without building a widget. Trajectories come from the scripted backend (as in te
 
 from __future__ import annotations
 
-
 import pytest
 
-from tests.fixtures import FixedRetriever, answer_turn, search_turn
-from cosearch_lib import widgets
-from cosearch_lib.data import QAExample
-from cosearch_lib.generation import SamplingConfig, ScriptedBackend
-from cosearch_lib.protocol import ProtocolConfig
-from cosearch_lib.ranking import LLMRanker, OracleRanker
-from cosearch_lib.retrieval.base import Passage
-from cosearch_lib.rollout import RolloutConfig, RolloutEngine
-from cosearch_lib.widgets import (pick_examples, render_trajectory_html, render_trajectory_text, show_trajectories,
-                                  trajectory_browser, widgets_enabled)
+from cosearch_lib.agent.rankers import LLMRanker, OracleRanker
+from cosearch_lib.agent.rollout import RolloutEngine
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, SearchBudget
+from cosearch_lib.data.passage import Passage
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.viz import trajectory_browser as widgets
+from cosearch_lib.viz.trajectory_browser import (
+    pick_examples,
+    render_trajectory_html,
+    render_trajectory_text,
+    show_trajectories,
+    trajectory_browser,
+    widgets_enabled,
+)
+
+from tests.doubles import FixedRetriever, ScriptedBackend, answer_turn, search_turn
 
 CORPUS = [Passage(f"p{i}", f'"Doc {i}"\n{text}') for i, text in enumerate([
     "Drask is a river town.", "The mill was built in 1843.", "Orvane Tellis was born in Kessmere.",
@@ -61,11 +66,11 @@ def trajs(chat):
         return answer_turn("Kessmere") if question != "q2" else answer_turn("maps <i>and</i> charts")
 
     backend = ScriptedBackend(chat.tokenizer, respond)
-    engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), OracleRanker(), RolloutConfig(topn=5, topk=2),
-                           ProtocolConfig(topk=2))
+    engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), OracleRanker(), RolloutConfig(search=SearchBudget(topn=5, topk=2)),
+                           ProtocolConfig(search=SearchBudget(topk=2)))
     out = engine.run([Q1, Q2], n_samples=1)
-    llm = LLMRanker(backend, chat, ProtocolConfig(topk=2), SamplingConfig(max_new_tokens=64, stop=("</rerank>",)))
-    engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), llm, RolloutConfig(topn=5, topk=2), ProtocolConfig(topk=2))
+    llm = LLMRanker(backend, chat, ProtocolConfig(search=SearchBudget(topk=2)), SamplingConfig(max_new_tokens=64, stop=("</rerank>",)))
+    engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), llm, RolloutConfig(search=SearchBudget(topn=5, topk=2)), ProtocolConfig(search=SearchBudget(topk=2)))
     (with_llm,) = engine.run([QAExample(id="q3", question=Q1.question, golden_answers=["Kessmere"],
                                         data_source="syn_nq")], n_samples=1)
     return [*out, with_llm]

@@ -7,17 +7,19 @@ import json
 import re
 import string
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import cosearch_lib.world.io as world_io
-from cosearch_lib import world as W
+from cosearch_lib.config import WorldConfig
 from cosearch_lib.metrics import has_answer
-from cosearch_lib.world import FAMILIES, SPLITS, WorldConfig, build_world, generate_world, world_summary, write_world
-from cosearch_lib.world.entities import ASKABLE, answers
+from cosearch_lib.world.built_world import World
+from cosearch_lib.world.entities import ASKABLE, Entity, answers
+from cosearch_lib.world.families import FAMILIES, SPLITS, world_fingerprint
+from cosearch_lib.world.generate import generate_world
+from cosearch_lib.world.io import build_world, world_summary, write_world
 from cosearch_lib.world.questions import train_counts
 from cosearch_lib.world.text import INDIRECT_TEMPLATES
 
@@ -25,18 +27,18 @@ _COMPARISON = re.compile(r", .+ or .+\?$")
 
 
 @pytest.fixture(scope="module")
-def tiny() -> W.World:
+def tiny() -> World:
     return generate_world(WorldConfig.tiny())
 
 
 @pytest.fixture(scope="module")
-def default_world() -> tuple[W.World, float]:
+def default_world() -> tuple[World, float]:
     t0 = time.perf_counter()
     world = generate_world(WorldConfig())
     return world, time.perf_counter() - t0
 
 
-def _all_rows(world: W.World) -> list[dict]:
+def _all_rows(world: World) -> list[dict]:
     return [r for s in SPLITS for r in world.questions[s]]
 
 
@@ -45,7 +47,7 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().translate(str.maketrans("", "", string.punctuation)).split())
 
 
-def _contents(world: W.World, pid: str) -> str:
+def _contents(world: World, pid: str) -> str:
     row = world.passages[int(pid)]
     assert row["id"] == pid
     return row["contents"]
@@ -291,7 +293,7 @@ def test_write_world_round_trips_and_leaves_no_temp_files(tiny, tmp_path):
     lines = paths["corpus"].read_text(encoding="utf-8").splitlines()
     assert [json.loads(x) for x in lines] == tiny.passages
     manifest = json.loads(paths["world"].read_text())
-    assert manifest["fingerprint"] == W.world_fingerprint(tiny.config)
+    assert manifest["fingerprint"] == world_fingerprint(tiny.config)
     assert manifest["counts"]["questions"]["test"] == dict(sorted(dict.fromkeys(FAMILIES, 10).items()))
 
 
@@ -346,7 +348,7 @@ def test_world_summary_counts(tiny):
 
 
 # ----------------------------------------------------------------------------- hard negatives
-def _answers_of(world: W.World, e: W.Entity) -> list[list[str]]:
+def _answers_of(world: World, e: Entity) -> list[list[str]]:
     return [answers(world.entities, r, e.attrs[r]) for r in ASKABLE[e.type] if e.attrs.get(r) is not None]
 
 
@@ -383,7 +385,7 @@ def test_most_facts_have_a_hard_negative(default_world):
 def test_namesakes_are_disambiguated_everywhere(default_world):
     world, _ = default_world
     assert len(world.namesakes) >= 20
-    by_name: dict[str, list[W.Entity]] = {}
+    by_name: dict[str, list[Entity]] = {}
     for e in world.entities.values():
         by_name.setdefault(e.name, []).append(e)
     for a, b in world.namesakes:

@@ -8,41 +8,18 @@ batching (padding is the main CPU cost) and the outputs put back in the caller's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
-from ..models import load_encoder_model
-
-
-@dataclass
-class EncoderConfig:
-    model: str = "all-minilm-l6-v2"  # bundled name, local folder or hub id (e.g. intfloat/e5-base-v2)
-    pooling: str = "mean"  # "mean" over unmasked tokens, or "cls" (first token)
-    max_length: int = 256  # tokens per text; longer texts are truncated (Search-R1 uses 256 for e5)
-    batch_size: int = 64  # texts per forward pass
-    fp16: bool = True  # half precision on CUDA (ignored on CPU)
-    e5_prefixes: bool | None = None  # add "query: "/"passage: "; None = on when the model name contains "e5"
-
-    def __post_init__(self) -> None:
-        if self.pooling not in {"mean", "cls"}:
-            raise ValueError(f"pooling must be 'mean' or 'cls', got {self.pooling!r}")
-        if self.max_length < 1 or self.batch_size < 1:
-            raise ValueError("max_length and batch_size must be positive")
-
-    @property
-    def use_e5_prefixes(self) -> bool:
-        if self.e5_prefixes is not None:
-            return self.e5_prefixes
-        return "e5" in self.model.lower().replace("\\", "/").split("/")[-1]
+from cosearch_lib.config import EncoderConfig
+from cosearch_lib.models.registry import load_encoder_model
 
 
 class TextEncoder:
     """``encode_queries`` / ``encode_passages`` -> float32 arrays of shape (n, dim), rows of unit norm."""
 
     def __init__(self, cfg: EncoderConfig | None = None, *, device: str | None = None):
-        import torch
 
         self.cfg = cfg or EncoderConfig()
         self.model, self.tokenizer = load_encoder_model(self.cfg.model, device=device)

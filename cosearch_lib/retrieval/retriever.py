@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import numpy as np
 
-from .base import Passage
+from cosearch_lib.data.passage import Passage
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    """Anything with ``search(queries, topk) -> one ranked list of Passages per query``."""
+
+    def search(self, queries: list[str], topk: int) -> list[list[Passage]]: ...
 
 
 class Retriever:

@@ -24,11 +24,3 @@ How it is built (each module keeps the next honest):
 Only ``random.Random`` instances seeded through :func:`cosearch_lib.seeding.derive_seed` are
 used (never global RNG state), so one config always gives byte-identical files.
 """
-
-from .config import FAMILIES, GENERATOR_VERSION, SPLITS, Family, WorldConfig, world_fingerprint
-from .entities import Entity
-from .generate import World, generate_world
-from .io import build_world, read_manifest, world_paths, world_summary, write_world
-
-__all__ = ["FAMILIES", "GENERATOR_VERSION", "SPLITS", "Entity", "Family", "World", "WorldConfig", "build_world",
-           "generate_world", "read_manifest", "world_fingerprint", "world_paths", "world_summary", "write_world"]

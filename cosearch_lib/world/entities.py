@@ -11,9 +11,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..seeding import derive_seed
-from .config import SPLITS, TYPES, WorldConfig
-from .names import Namer, make_title, near_title
+from cosearch_lib.config import WorldConfig
+from cosearch_lib.seeding import derive_seed
+from cosearch_lib.world.families import SPLITS, TYPES
+from cosearch_lib.world.names import Namer, make_title, near_title
 
 
 @dataclass

@@ -10,8 +10,12 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from .config import FAMILIES, GENERATOR_VERSION, SPLITS, WorldConfig, world_fingerprint
-from .generate import World, generate_world
+import pandas as pd
+
+from cosearch_lib.config import WorldConfig
+from cosearch_lib.world.built_world import World
+from cosearch_lib.world.families import FAMILIES, GENERATOR_VERSION, SPLITS, world_fingerprint
+from cosearch_lib.world.generate import generate_world
 
 _DATA_FILES = ("corpus.jsonl", "train.parquet", "dev.parquet", "test.parquet", "passage_meta.jsonl", "entities.jsonl")
 
@@ -42,7 +46,6 @@ def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
     removed first, files are renamed into place, and world.json (the fingerprint build_world
     trusts) is renamed last; a crash at any point leaves no manifest vouching for partial files.
     """
-    import pandas as pd
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -90,7 +93,6 @@ def build_world(cfg: WorldConfig, out_dir: str | Path, force: bool = False) -> d
 def world_summary(world: World):
     """A tidy table for the notebook: one row per (split, family) of questions and one per passage
     kind, with counts, mean words, mean hops and the yes/no shares."""
-    import pandas as pd
 
     rows = []
     for split, qs in world.questions.items():

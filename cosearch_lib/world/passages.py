@@ -26,12 +26,23 @@ from __future__ import annotations
 
 import random
 
-from ..metrics import has_answer
-from ..seeding import derive_seed
-from .config import TYPES, WorldConfig
-from .entities import ASKABLE, WORK_KINDS, Entity, answers
-from .text import (EVENT_KINDS, FACT_TEMPLATES, FILLERS, INDIRECT_TEMPLATES, MENTION_PAGES, MENTION_TEMPLATES, VAGUE,
-                   refs, sentence, slots)
+from cosearch_lib.config import WorldConfig
+from cosearch_lib.metrics import has_answer
+from cosearch_lib.seeding import derive_seed
+from cosearch_lib.world.entities import ASKABLE, WORK_KINDS, Entity, answers
+from cosearch_lib.world.families import TYPES
+from cosearch_lib.world.text import (
+    EVENT_KINDS,
+    FACT_TEMPLATES,
+    FILLERS,
+    INDIRECT_TEMPLATES,
+    MENTION_PAGES,
+    MENTION_TEMPLATES,
+    VAGUE,
+    refs,
+    sentence,
+    slots,
+)
 
 SECTIONS = {"person": ("intro", "career", "life"), "work": ("intro", "production"), "org": ("intro", "history"),
             "city": ("intro", "history"), "country": ("intro", "culture")}

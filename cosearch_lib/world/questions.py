@@ -11,16 +11,14 @@ import random
 import re
 import string
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
 
-from ..seeding import derive_seed
-from .config import FAMILIES, TYPES
-from .entities import ASKABLE, WORK_KINDS, Entity, aliases, answers
-from .text import slots
-
-if TYPE_CHECKING:
-    from .generate import World
+from cosearch_lib.seeding import derive_seed
+from cosearch_lib.world.built_world import World
+from cosearch_lib.world.entities import ASKABLE, WORK_KINDS, Entity, aliases, answers
+from cosearch_lib.world.families import FAMILIES, TYPES
+from cosearch_lib.world.text import slots
 
 # Natural search-style phrasings per relation; the first one also phrases gold sub-queries.
 # {X}: the subject; work-only slots {made} {role} {released} {kind} come from the subject work.
@@ -132,7 +130,7 @@ class _Draft:
 class _QCtx:
     """State of generating one (split, family): its rng, the component's entities, balance counters."""
 
-    def __init__(self, world: "World", split: str, family: str):
+    def __init__(self, world: World, split: str, family: str):
         self.world, self.ents = world, world.entities
         self.rng = random.Random(derive_seed(world.config.seed, "questions", split, family))
         self.pool = {t: [e for e in world.entities.values() if e.type == t and e.split == split] for t in TYPES}
@@ -322,7 +320,7 @@ def train_counts(n: int, mix: dict[str, float]) -> dict[str, int]:
     return counts
 
 
-def make_split(world: "World", split: str, counts: dict[str, int], seen: set[str]) -> list[dict]:
+def make_split(world: World, split: str, counts: dict[str, int], seen: set[str]) -> list[dict]:
     """Rows of one split; ``seen`` (question texts of earlier splits) keeps texts unique world-wide."""
     drafts = []
     for family, n in counts.items():
@@ -354,4 +352,3 @@ def make_split(world: "World", split: str, counts: dict[str, int], seen: set[str
                            "hops": len(d.chain), "gold_chain": d.chain},
         })
     return rows
-

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Callable
+from collections.abc import Callable
 
-from .entities import FORMAL, OCCUPATIONS, ORG_KINDS, WORK_KINDS, Entity
-from .names import TITLE_ADJ, TITLE_NOUN, article, article_year
+from cosearch_lib.world.entities import FORMAL, OCCUPATIONS, ORG_KINDS, WORK_KINDS, Entity
+from cosearch_lib.world.names import TITLE_ADJ, TITLE_NOUN, article, article_year
 
 # Phrasings per fact group, worded like the questions ask ("born in", "founded by").
 FACT_TEMPLATES: dict[tuple[str, str], list[str]] = {

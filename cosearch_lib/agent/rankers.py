@@ -1,0 +1,179 @@
+"""Ranking modes: what the agent reads after each search.
+
+Every mode turns a batch of :class:`RankRequest` (the question, the sub-query, the retriever's N
+candidates) into one :class:`Ranking` per request: the K passages shown to the agent, and, for
+the generative ranker, everything GRPO needs to train it later (prompt and output token ids,
+old log-probs, validity).
+
+* ``retrieval``: the retriever's top-K, unchanged (the paper's "Retrieval Only").
+* ``oracle``: paper Eq. 7, answer-containing candidates promoted (the oracle-gap study).
+* ``llm``: a generative ranker LLM writes ``[i] > [j] > ...``; an invalid output falls back to the
+  retriever's top-K and the call is flagged invalid (the released code then gives it -0.2).
+* ``cross_encoder``: a pointwise cross-encoder scores each (sub-query, passage) pair (ablation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from cosearch_lib.agent.parsers import parse_ranking
+from cosearch_lib.agent.prompts import ranker_messages
+from cosearch_lib.data.passage import Passage
+from cosearch_lib.metrics import has_answer
+from cosearch_lib.models.registry import resolve_model
+
+RANKING_MODES = ("retrieval", "oracle", "llm", "cross_encoder")
+
+
+@dataclass
+class RankRequest:
+    """One search call to rank."""
+
+    q0: str  # the original question
+    sub_query: str  # the agent's query for this turn
+    candidates: list[Passage]  # the retriever's top-N, best first
+    k: int  # how many passages the agent will read
+    golds: list[str] = field(default_factory=list)  # gold answers: used by the oracle only
+    row_key: tuple = ()  # (step, question, sample, turn): seeds the ranker's sampling
+
+
+@dataclass
+class Ranking:
+    """The ranker's decision for one request."""
+
+    order: list[int]  # 0-based indices into the candidates, length <= k, what the agent reads
+    valid: bool = True  # False when an LLM output broke the protocol (order is then the fallback)
+    error: str | None = None  # the parser's error code when invalid
+    prompt_ids: list[int] = field(default_factory=list)  # LLM ranker: the rendered prompt
+    output_ids: list[int] = field(default_factory=list)  # LLM ranker: generated ids
+    output_logprobs: list[float] = field(default_factory=list)  # LLM ranker: old-policy log-probs
+    output_text: str = ""  # LLM ranker: generated text
+
+    def shown(self, candidates: list[Passage]) -> list[Passage]:
+        return [candidates[i] for i in self.order]
+
+
+class Ranker(Protocol):
+    """``rank(requests) -> one Ranking per request``, batched (one LLM call for all of them)."""
+
+    mode: str
+
+    def rank(self, requests: list[RankRequest]) -> list[Ranking]: ...
+
+
+def top_k_order(n_candidates: int, k: int) -> list[int]:
+    return list(range(min(k, n_candidates)))
+
+
+def oracle_order(candidates: list[Passage], golds: list[str], k: int) -> list[int]:
+    """Paper Eq. 7: the answer-containing candidates D+ in retriever order, then the best-ranked
+    non-relevant ones, K in total; when D+ is empty, the retriever's top-K unchanged."""
+    relevant = [i for i, p in enumerate(candidates) if has_answer(p.contents, golds)]
+    if not relevant:
+        return top_k_order(len(candidates), k)
+    chosen = set(relevant)
+    rest = [i for i in range(len(candidates)) if i not in chosen]
+    return (relevant + rest)[:k]
+
+
+class RetrievalOnlyRanker:
+    """The retriever's own top-K."""
+
+    mode = "retrieval"
+
+    def rank(self, requests: list[RankRequest]) -> list[Ranking]:
+        return [Ranking(order=top_k_order(len(r.candidates), r.k)) for r in requests]
+
+
+class OracleRanker:
+    """Promotes answer-containing candidates (needs the gold answers: analysis only)."""
+
+    mode = "oracle"
+
+    def rank(self, requests: list[RankRequest]) -> list[Ranking]:
+        return [Ranking(order=oracle_order(r.candidates, r.golds, r.k)) for r in requests]
+
+
+class LLMRanker:
+    """A generative ranker: one batched generation for every search call of a turn."""
+
+    mode = "llm"
+
+    def __init__(self, backend, chat, protocol_cfg, sampling, *, adapter: str | None = None):
+        self.backend, self.chat, self.protocol_cfg = backend, chat, protocol_cfg
+        self.sampling, self.adapter = sampling, adapter
+
+    def rank(self, requests: list[RankRequest]) -> list[Ranking]:
+
+        if not requests:
+            return []
+        prompts = [self.chat.prompt_ids(ranker_messages(r.q0, r.sub_query, r.candidates, min(r.k, len(r.candidates)),
+                                                        self.protocol_cfg)) for r in requests]
+        gens = self.backend.generate(prompts, self.sampling, adapter=self.adapter,
+                                     row_keys=[("ranker", *r.row_key) for r in requests])
+        out = []
+        for r, prompt, gen in zip(requests, prompts, gens):
+            parsed = parse_ranking(gen.text, len(r.candidates), min(r.k, len(r.candidates)))
+            order = parsed.order if parsed.valid else top_k_order(len(r.candidates), r.k)
+            out.append(Ranking(order=order, valid=parsed.valid, error=parsed.error, prompt_ids=prompt,
+                               output_ids=list(gen.token_ids), output_logprobs=list(gen.logprobs), output_text=gen.text))
+        return out
+
+
+class CrossEncoderRanker:
+    """Pointwise: score each (sub-query, candidate) pair with a sequence-classification model,
+    keep the K best. Any HF cross-encoder works (e.g. ``cross-encoder/ms-marco-MiniLM-L-6-v2``)."""
+
+    mode = "cross_encoder"
+
+    def __init__(self, model, tokenizer, *, batch_size: int = 32, max_length: int = 256):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.batch_size, self.max_length = batch_size, max_length
+
+    @classmethod
+    def from_pretrained(cls, name: str, **kw) -> CrossEncoderRanker:
+
+
+        path = resolve_model(name).path
+        return cls(AutoModelForSequenceClassification.from_pretrained(path), AutoTokenizer.from_pretrained(path), **kw)
+
+    def scores(self, query: str, passages: list[Passage]) -> list[float]:
+
+        out: list[float] = []
+        device = next(self.model.parameters()).device
+        with torch.inference_mode():
+            for start in range(0, len(passages), self.batch_size):
+                chunk = passages[start : start + self.batch_size]
+                batch = self.tokenizer([query] * len(chunk), [p.contents for p in chunk], padding=True,
+                                       truncation=True, max_length=self.max_length, return_tensors="pt").to(device)
+                logits = self.model(**batch).logits  # (B, C)
+                # one logit: a relevance score; two or more: log-odds of the last ("relevant") class
+                col = logits[:, 0] if logits.shape[1] == 1 else logits[:, -1] - torch.logsumexp(logits[:, :-1], dim=1)
+                out.extend(col.float().cpu().tolist())
+        return out
+
+    def rank(self, requests: list[RankRequest]) -> list[Ranking]:
+        result = []
+        for r in requests:
+            s = self.scores(r.sub_query, r.candidates)
+            order = sorted(range(len(s)), key=lambda i: (-s[i], i))[: r.k]
+            result.append(Ranking(order=order))
+        return result
+
+
+def make_ranker(mode: str, **kw) -> Ranker:
+    """``retrieval`` / ``oracle`` need nothing; ``llm`` needs backend, chat, protocol_cfg, sampling
+    (and adapter); ``cross_encoder`` needs model_name or model + tokenizer."""
+    if mode == "retrieval":
+        return RetrievalOnlyRanker()
+    if mode == "oracle":
+        return OracleRanker()
+    if mode == "llm":
+        return LLMRanker(**kw)
+    if mode == "cross_encoder":
+        return CrossEncoderRanker.from_pretrained(kw.pop("model_name"), **kw) if "model_name" in kw else CrossEncoderRanker(**kw)
+    raise ValueError(f"ranking mode must be one of {RANKING_MODES}, got {mode!r}")

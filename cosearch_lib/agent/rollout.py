@@ -1,0 +1,233 @@
+"""The batched multi-turn rollout engine: agent -> retriever -> ranker -> agent ..., turn by turn.
+
+Each turn, across all active trajectories at once:
+
+1. one batched agent generation (stops after ``</tool_call>`` / ``</answer>`` / end of turn);
+2. parse each turn (strict tag protocol); answers and protocol failures retire their trajectory;
+3. one batched retriever call (top-N) for every search of the turn;
+4. one batched ranker call for those searches; the K passages it picks become the observation;
+5. observation tokens appended with loss mask 0.
+
+Token ids are never re-tokenised: a trajectory is the prompt ids, then each generated segment
+exactly as sampled (mask 1, with its old-policy log-probs), then each observation segment
+rendered by the chat template (mask 0). Records are plain dataclasses; ``trajectories_frame`` and ``ranker_calls_frame`` give
+tidy tables. Training (GRPO) consumes :class:`Trajectory` and :class:`RankerCall` directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from cosearch_lib.agent.parsers import AgentAction, parse_agent_turn
+from cosearch_lib.agent.prompts import agent_messages, format_observation
+from cosearch_lib.agent.rankers import Ranker, RankRequest
+from cosearch_lib.config import ProtocolConfig, RolloutConfig
+from cosearch_lib.metrics import exact_match, has_answer, hit_at_k, max_token_f1, mean_hit
+
+
+@dataclass
+class RankerCall:
+    """One search call and what the ranker made of it (what ranker GRPO trains on)."""
+
+    traj_id: str  # the trajectory that made the call
+    question_id: str
+    sample: int  # which of the G rollouts of the question
+    turn: int  # 0-based agent turn that issued the search
+    q0: str  # the original question
+    sub_query: str
+    candidate_ids: list[str]  # the retriever's top-N, best first
+    relevant: list[int]  # has_answer(candidate, golds) per candidate (pseudo-relevance)
+    order: list[int]  # what the agent was shown: 0-based candidate indices
+    valid: bool  # the ranker output followed the protocol (invalid -> retriever top-K shown)
+    error: str | None
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float]
+    output_text: str
+    i_ans: int = 0  # 1 if any of the N candidates contains an answer
+    r_rel: float = 0.0  # mean Hit@{1,3,5} of the shown list (paper's relevance reward)
+    hit_at: dict[int, float] = field(default_factory=dict)  # Hit@k of the shown list, k in {1, 3, 5}
+
+
+@dataclass
+class Turn:
+    """One agent turn as parsed."""
+
+    text: str
+    kind: str  # "search" | "answer" | "invalid"
+    format_ok: bool
+    error: str | None
+    query: str | None = None
+    answer: str | None = None
+
+
+@dataclass
+class Trajectory:
+    traj_id: str
+    question_id: str
+    sample: int
+    data_source: str
+    question: str
+    golds: list[str]
+    prompt_len: int  # tokens of the initial prompt
+    token_ids: list[int] = field(default_factory=list)  # prompt + generated + observations
+    loss_mask: list[int] = field(default_factory=list)  # 1 exactly on agent-generated tokens
+    old_logprobs: list[float] = field(default_factory=list)  # sampling log-prob per token (0.0 where mask is 0)
+    turns: list[Turn] = field(default_factory=list)
+    ranker_calls: list[RankerCall] = field(default_factory=list)
+    answer: str | None = None
+    finish: str = "running"  # "answer" | "invalid" | "max_searches" | "max_tokens"
+    last_eos: bool = False  # whether the last generated segment ended with end-of-turn
+
+    @property
+    def format_ok(self) -> bool:
+        """f of Eq. 4: every turn followed the protocol and the trajectory ended with an answer."""
+        return self.finish == "answer" and all(t.format_ok for t in self.turns)
+
+    @property
+    def n_searches(self) -> int:
+        """Searches actually run (one ranker call each); a search refused at the cap is not one."""
+        return len(self.ranker_calls)
+
+    @property
+    def n_search_turns(self) -> int:
+        """Turns that asked to search, the refused one at the cap included."""
+        return sum(t.kind == "search" for t in self.turns)
+
+    @property
+    def f1(self) -> float:
+        return max_token_f1(self.answer, self.golds) if self.answer is not None else 0.0
+
+    @property
+    def em(self) -> float:
+        return exact_match(self.answer, self.golds) if self.answer is not None else 0.0
+
+    def append(self, ids: list[int], mask: int, logprobs: list[float] | None = None) -> None:
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([mask] * len(ids))
+        self.old_logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+def _row_key(step: int, traj: Trajectory, turn: int) -> tuple:
+    return (step, traj.question_id, traj.sample, turn)
+
+
+def _ranker_call(traj: Trajectory, turn: int, req: RankRequest, ranking) -> RankerCall:
+    relevant = [int(has_answer(p.contents, traj.golds)) for p in req.candidates]
+    shown = [relevant[i] for i in ranking.order]
+    hits = {k: hit_at_k(shown, k) if shown else 0.0 for k in (1, 3, 5)}
+    return RankerCall(
+        traj_id=traj.traj_id, question_id=traj.question_id, sample=traj.sample, turn=turn, q0=req.q0,
+        sub_query=req.sub_query, candidate_ids=[p.id for p in req.candidates], relevant=relevant,
+        order=list(ranking.order), valid=ranking.valid, error=ranking.error, prompt_ids=ranking.prompt_ids,
+        output_ids=ranking.output_ids, output_logprobs=ranking.output_logprobs, output_text=ranking.output_text,
+        i_ans=int(any(relevant)), r_rel=mean_hit(shown, (1, 3, 5)) if shown else 0.0, hit_at=hits)
+
+
+class RolloutEngine:
+    """Rolls out G trajectories per question with one agent backend, a retriever and a ranker."""
+
+    def __init__(self, agent_backend, chat, retriever, ranker: Ranker, cfg: RolloutConfig,
+                 protocol_cfg: ProtocolConfig | None = None, *, agent_adapter: str | None = None):
+        self.agent, self.chat, self.retriever, self.ranker = agent_backend, chat, retriever, ranker
+        self.cfg = cfg
+        self.protocol_cfg = protocol_cfg or ProtocolConfig(search=cfg.search)
+        self.agent_adapter = agent_adapter
+
+    def new_trajectories(self, questions, n_samples: int) -> list[Trajectory]:
+        out = []
+        for ex in questions:
+            prompt = self.chat.prompt_ids(agent_messages(ex.question, self.protocol_cfg))
+            for s in range(n_samples):
+                t = Trajectory(traj_id=f"{ex.id}/{s}", question_id=ex.id, sample=s, data_source=ex.data_source,
+                               question=ex.question, golds=list(ex.golden_answers), prompt_len=len(prompt))
+                t.append(prompt, 0)
+                out.append(t)
+        return out
+
+    def run(self, questions, *, n_samples: int = 1, seed: int = 0, step: int = 0, progress: bool = False) -> list[Trajectory]:
+        trajs = self.new_trajectories(questions, n_samples)
+        active = list(trajs)
+        bar = tqdm(total=len(trajs), desc=f"rollout step {step}", unit="traj", disable=not progress)
+        turn = 0
+        while active:
+            searching = self._agent_turn(active, turn, seed, step)
+            if searching:
+                self._search_and_observe(searching, turn, seed, step)
+            still = [t for t in active if t.finish == "running"]
+            bar.update(len(active) - len(still))
+            active, turn = still, turn + 1
+        bar.close()
+        return trajs
+
+    def _agent_turn(self, active: list[Trajectory], turn: int, seed: int, step: int) -> list[tuple[Trajectory, str]]:
+        """One batched generation; returns the (trajectory, query) pairs that searched."""
+        gens = self.agent.generate([t.token_ids for t in active], self.cfg.agent_sampling(seed),
+                                   adapter=self.agent_adapter, row_keys=[("agent", *_row_key(step, t, turn)) for t in active])
+        searching = []
+        for t, gen in zip(active, gens):
+            t.append(list(gen.token_ids), 1, list(gen.logprobs))
+            # the chat template closes the turn itself unless the sampled ids already end with end-of-turn
+            t.last_eos = bool(gen.token_ids) and gen.token_ids[-1] == self.chat.end_of_turn_id
+            action: AgentAction = parse_agent_turn(gen.text)
+            t.turns.append(Turn(gen.text, action.kind, action.format_ok, action.error, action.query, action.answer))
+            if action.kind == "answer" and action.format_ok:
+                t.answer, t.finish = action.answer, "answer"
+            elif action.kind == "search" and action.format_ok and t.n_search_turns <= self.cfg.search.max_searches:
+                searching.append((t, action.query))
+            elif action.kind == "search" and action.format_ok:
+                t.finish = "max_searches"
+            elif self.cfg.stop_on_invalid:
+                t.finish = "invalid"
+            else:
+                self._append_observation(t, f"Your last turn did not follow the protocol ({action.error}). "
+                                            "Reply with <reason>...</reason> and one tool_call or answer.")
+            if t.finish == "running" and len(t.token_ids) >= self.cfg.max_context_tokens:
+                t.finish = "max_tokens"
+        return [(t, q) for t, q in searching if t.finish == "running"]
+
+    def _search_and_observe(self, searching: list[tuple[Trajectory, str]], turn: int, seed: int, step: int) -> None:
+        queries = [q for _, q in searching]
+        candidates = self.retriever.search(queries, self.cfg.search.topn)
+        requests = [RankRequest(q0=t.question, sub_query=q, candidates=c, k=self.cfg.search.topk, golds=t.golds,
+                                row_key=_row_key(step, t, turn)) for (t, q), c in zip(searching, candidates)]
+        rankings = self.ranker.rank(requests)
+        for (t, _), req, ranking in zip(searching, requests, rankings):
+            t.ranker_calls.append(_ranker_call(t, turn, req, ranking))
+            self._append_observation(t, format_observation(ranking.shown(req.candidates), self.protocol_cfg))
+            if len(t.token_ids) >= self.cfg.max_context_tokens:
+                t.finish = "max_tokens"
+
+    def _append_observation(self, t: Trajectory, text: str) -> None:
+        t.append(self.chat.observation_ids(text, generated_ended_with_eos=t.last_eos), 0)
+
+
+def trajectories_frame(trajs: list[Trajectory]) -> pd.DataFrame:
+    """One row per trajectory: tidy, for tables and plots."""
+    rows: list[dict[str, Any]] = []
+    for t in trajs:
+        calls = t.ranker_calls
+        rows.append({
+            "traj_id": t.traj_id, "question_id": t.question_id, "sample": t.sample, "data_source": t.data_source,
+            "question": t.question, "golds": t.golds, "answer": t.answer, "f1": t.f1, "em": t.em,
+            "format_ok": t.format_ok, "finish": t.finish, "n_searches": t.n_searches, "n_turns": len(t.turns),
+            "n_tokens": len(t.token_ids), "n_generated": int(sum(t.loss_mask)),
+            "ranker_valid_rate": (sum(c.valid for c in calls) / len(calls)) if calls else float("nan"),
+            "hit@5": (sum(c.hit_at.get(5, 0.0) for c in calls) / len(calls)) if calls else float("nan"),
+        })
+    return pd.DataFrame(rows)
+
+
+def ranker_calls_frame(trajs: list[Trajectory]) -> pd.DataFrame:
+    """One row per ranker call."""
+    rows = []
+    for t in trajs:
+        for c in t.ranker_calls:
+            rows.append({"traj_id": c.traj_id, "question_id": c.question_id, "sample": c.sample, "turn": c.turn,
+                         "sub_query": c.sub_query, "valid": c.valid, "error": c.error, "i_ans": c.i_ans, "r_rel": c.r_rel,
+                         **{f"hit@{k}": v for k, v in c.hit_at.items()}, "shown_ids": [c.candidate_ids[i] for i in c.order]})
+    return pd.DataFrame(rows)

@@ -1,0 +1,58 @@
+"""Atomic writes: a file is written to a temporary name and renamed into place, so an
+interrupted run never leaves a half-written table, record or figure where a finished one is expected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temp path beside ``path``; on success rename it over ``path``, on error delete it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(obj: Any, path: str | os.PathLike) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
+    return Path(path)
+
+
+def write_table(df, path: str | os.PathLike) -> Path:
+    """Write a DataFrame as CSV or parquet (by suffix), atomically."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        if path.suffix == ".parquet":
+            df.to_parquet(tmp, index=False)
+        elif path.suffix == ".csv":
+            df.to_csv(tmp, index=False)
+        else:
+            raise ValueError(f"table path must end in .csv or .parquet, got {path}")
+    return path
+
+
+def save_figure(fig, name: str, out_dir: str | os.PathLike, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """Save a matplotlib figure as ``<out_dir>/<name>.<fmt>`` for each format, atomically."""
+    paths = []
+    for fmt in formats:
+        target = Path(out_dir) / f"{name}.{fmt}"
+        with atomic_path(target) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
+        paths.append(target)
+    return paths

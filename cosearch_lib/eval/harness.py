@@ -1,0 +1,342 @@
+"""Evaluation harness: methods x datasets -> tidy per-question records (the tables: ``eval.tables``).
+
+Methods (string ids; the ``method`` column of every record):
+
+* ``direct``: answer from memory, one generation (the paper's "Direct inference").
+* ``cot``: reason, then answer, one generation ("CoT").
+* ``rag``: one retrieval with the question, its top-K passages in the prompt, then answer ("RAG").
+* ``agent_retrieval``: the ReAct agent reading the retriever's top-K ("Retrieval Only", Search-R1 style).
+* ``agent_fixed_ranker``: the agent + a frozen generative LLM ranker (the base model, or a given adapter).
+* ``agent_trained_ranker``: the agent + the LLM ranker with a trained adapter (CoSearch); skipped without one.
+* ``agent_oracle``: the agent + oracle ranking, paper Eq. 7 (the oracle-gap study; reads the golds).
+* ``agent_cross_encoder``: the agent + a pointwise cross-encoder (ablation); skipped without a model.
+
+Every method gives one row per (method, question, sample) with the same columns
+(:data:`RECORD_GLOSSARY`). The tables of ``eval.tables`` read only those columns, so a notebook
+can rebuild every table from records saved on disk.
+
+Departures worth knowing: ``n_searches`` counts the searches actually run (one ranker call each;
+a search refused at the ``max_searches`` cap is not counted, as in ``Trajectory.n_searches``);
+direct / CoT / RAG always use the base model (no agent adapter); agent methods share row keys,
+so at temperature > 0 they draw common random numbers (differences come from the ranking, not noise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from peft import PeftModel
+from tqdm.auto import tqdm
+
+from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.agent.parsers import parse_answer_only
+from cosearch_lib.agent.prompts import cot_messages, direct_messages, rag_messages
+from cosearch_lib.agent.rankers import LLMRanker, OracleRanker, Ranker, RetrievalOnlyRanker, make_ranker
+from cosearch_lib.agent.rollout import RolloutEngine, Trajectory
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, SearchBudget
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.eval.benchmark_families import hop_group
+from cosearch_lib.metrics import exact_match, has_answer, hit_at_k, max_token_f1
+from cosearch_lib.models.backends import GenerationBackend
+from cosearch_lib.retrieval.retriever import SearchBackend
+
+EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_trained_ranker",
+           "agent_oracle", "agent_cross_encoder")
+#: What runs without extra artefacts (no trained adapter, no cross-encoder).
+DEFAULT_EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_oracle")
+HIT_KS = (1, 3, 5)
+
+#: Every record column, in order, with its meaning (the metric glossary of the evaluation tables).
+RECORD_GLOSSARY: dict[str, str] = {
+    "method": "method id (see EVAL_METHODS)",
+    "dataset": "the question's data_source (nq, hotpotqa, syn_nq, ...)",
+    "group": "single / multi / other: the paper's hop group of the dataset",
+    "split": "QA split the questions come from (HarnessConfig.split)",
+    "question_id": "QAExample.id",
+    "sample": "which of the n_samples generations of the question (0-based)",
+    "question": "the question text",
+    "prediction": "the extracted answer; None when no valid answer was given",
+    "golds": "gold answers (list of strings)",
+    "f1": "max token F1 of prediction over golds (0 when prediction is None): the paper's metric",
+    "em": "exact match after SQuAD normalisation (0 when prediction is None)",
+    "format_ok": "the reply followed the tag protocol (agent: every turn, and it ended with an answer)",
+    "finish": "answer | invalid (protocol broken) | max_searches (searched past the cap) | max_tokens (out of tokens)",
+    "error": "parser error code of the first malformed turn or reply; None when none",
+    "n_searches": "searches actually run (direct/cot: 0, rag: 1)",
+    "ranker_hit@1": "mean over the row's searches of Hit@1 of the K passages shown (rag: its retrieval); NaN if none",
+    "ranker_hit@3": "as ranker_hit@1, Hit@3",
+    "ranker_hit@5": "as ranker_hit@1, Hit@5",
+    "ranker_valid_rate": "share of the row's ranker calls that followed the protocol (rule rankers: 1.0); NaN if none",
+    "n_generated_tokens": "tokens the agent / answerer generated (ranker tokens not included)",
+    "wall_s": "wall-clock seconds of the method's batch divided evenly over its rows",
+}
+RECORD_COLUMNS = list(RECORD_GLOSSARY)
+
+
+class MethodSkippedWarning(UserWarning):
+    """A method could not run with the given config and context (e.g. no trained adapter); no rows."""
+
+
+class _Skip(Exception):
+    """Raised by a method's setup to skip it, with the reason as message."""
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass
+class HarnessConfig:
+    methods: tuple[str, ...] = DEFAULT_EVAL_METHODS  # methods run_evaluation runs, in table order (see EVAL_METHODS)
+    split: str = "test"  # QA split the examples come from (recorded in every row)
+    n_per_dataset: int | None = None  # first n questions per data_source, in file order; None = all
+    n_samples: int = 1  # generations per question; > 1 only differs from 1 with temperature > 0
+    seed: int = 0  # base seed: each row samples with derive_seed(seed, its row key)
+    temperature: float = 0.0  # sampling temperature of every policy (0 = greedy, the evaluation default)
+    top_p: float = 1.0  # nucleus sampling of every policy (1 = off)
+    agent_adapter: str | None = None  # agent LoRA of agent_* methods: loaded name or checkpoint folder; None = base
+    fixed_ranker_adapter: str | None = None  # ranker LoRA of agent_fixed_ranker; None = the base model, prompted
+    trained_ranker_adapter: str | None = None  # ranker LoRA of agent_trained_ranker (name or folder); None = skip it
+    cross_encoder_model: str | None = None  # cross-encoder when HarnessContext.cross_encoder is None; None = skip
+    search: SearchBudget = field(default_factory=SearchBudget)  # N, K and the search cap (the profile's ``search``, by reference)
+    agent_max_new_tokens: int = 256  # tokens per agent turn, and for the CoT reply
+    ranker_max_new_tokens: int = 160  # tokens per LLM ranker call
+    answer_max_new_tokens: int = 64  # tokens for the direct and RAG replies (an answer tag only)
+    max_context_tokens: int = 8192  # a trajectory longer than this stops (finish "max_tokens")
+
+    def __post_init__(self) -> None:
+        self.methods = tuple(self.methods)
+        for m in self.methods:
+            check_method(m)
+        if self.n_per_dataset is not None and self.n_per_dataset < 1:
+            raise ValueError(f"HarnessConfig.n_per_dataset must be >= 1 or None, got {self.n_per_dataset}")
+        if self.n_samples < 1:
+            raise ValueError(f"HarnessConfig.n_samples must be >= 1, got {self.n_samples}")
+
+    def rollout_config(self) -> RolloutConfig:
+        """The agent methods' rollout settings (the ranker samples at the same temperature)."""
+        return RolloutConfig(search=self.search, agent_max_new_tokens=self.agent_max_new_tokens,
+                             ranker_max_new_tokens=self.ranker_max_new_tokens, temperature=self.temperature,
+                             top_p=self.top_p, max_context_tokens=self.max_context_tokens)
+
+    def answer_sampling(self, method: str) -> SamplingConfig:
+        """Sampling of the one-generation baselines; generation stops after ``</answer>``."""
+        budget = self.agent_max_new_tokens if method == "cot" else self.answer_max_new_tokens
+        return SamplingConfig(temperature=self.temperature, top_p=self.top_p, max_new_tokens=budget,
+                              stop=("</answer>",), seed=self.seed)
+
+
+@dataclass
+class HarnessContext:
+    """The heavy objects the methods need, built once by the notebook."""
+
+    agent_backend: GenerationBackend  # generation backend of the agent (and of direct / CoT / RAG)
+    chat: ChatTokens  # the agent model's chat template, token-exact
+    retriever: SearchBackend  # .search(queries, topk) -> list[list[Passage]]
+    ranker_backend: GenerationBackend | None = None  # backend of the LLM ranker; None = agent_backend (adapters tell the policies apart)
+    ranker_chat: ChatTokens | None = None  # the ranker model's chat template; None = chat
+    protocol: ProtocolConfig | None = None  # passage caps and prompt layout; its search budget follows HarnessConfig
+    cross_encoder: Ranker | None = None  # ranker for agent_cross_encoder (e.g. CrossEncoderRanker); None = cfg's model
+
+    def protocol_for(self, cfg: HarnessConfig) -> ProtocolConfig:
+        """The protocol with K and the search cap taken from ``cfg``, so prompts say what happens."""
+        return replace(self.protocol or ProtocolConfig(), search=cfg.search)
+
+
+def check_method(method: str) -> str:
+    if method not in EVAL_METHODS:
+        raise ValueError(f"unknown evaluation method {method!r}; expected one of {EVAL_METHODS}")
+    return method
+
+
+def select_examples(examples: Sequence[QAExample], n_per_dataset: int | None) -> list[QAExample]:
+    """The first ``n_per_dataset`` examples of each data_source, in file order (None: all)."""
+    if n_per_dataset is None:
+        return list(examples)
+    seen: Counter[str] = Counter()
+    chosen = []
+    for ex in examples:
+        if seen[ex.data_source] < n_per_dataset:
+            chosen.append(ex)
+            seen[ex.data_source] += 1
+    return chosen
+
+
+def register_adapter(backend: Any, adapter: str | None) -> str | None:
+    """An adapter name the backend knows: a checkpoint folder is loaded once under a name derived
+    from its resolved path (vLLM: ``add_adapter``; transformers: peft ``load_adapter``); anything
+    else is taken as the name of an adapter already loaded (scripted backends accept any name)."""
+    if adapter is None or not Path(adapter).is_dir():
+        return adapter
+    path = Path(adapter).resolve()
+    name = f"eval_{re.sub(r'[^0-9A-Za-z_]', '_', path.name)}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    if hasattr(backend, "add_adapter"):  # vLLM / Unsloth
+        backend.add_adapter(name, str(path))
+    elif hasattr(backend, "model"):  # transformers
+
+        if not isinstance(backend.model, PeftModel):
+            backend.model = PeftModel.from_pretrained(backend.model, str(path), adapter_name=name)
+        elif name not in backend.model.peft_config:
+            backend.model.load_adapter(str(path), adapter_name=name)
+    return name
+
+
+# --------------------------------------------------------------------------- running methods
+
+
+def evaluate(method: str, examples: Sequence[QAExample], ctx: HarnessContext, cfg: HarnessConfig, *,
+             progress: bool = True, trajectories: dict[str, list[Trajectory]] | None = None) -> pd.DataFrame:
+    """Run one method on the selected examples; one record row per (question, sample).
+
+    A method that cannot run (no trained adapter, no cross-encoder) warns with
+    :class:`MethodSkippedWarning`, saying what to set, and returns no rows. Pass a dict as
+    ``trajectories`` to also keep the agent methods' :class:`Trajectory` objects (keyed by method),
+    e.g. for the trajectory browser; records alone are what gets saved.
+    """
+    ranker_factory = _AGENT_RANKERS.get(check_method(method))  # None: a one-generation baseline
+    chosen = select_examples(examples, cfg.n_per_dataset)
+    start = time.perf_counter()
+    try:
+        if ranker_factory is None:
+            rows = _run_prompted(method, chosen, ctx, cfg)
+        else:
+            trajs = _run_agent(method, ranker_factory, chosen, ctx, cfg, progress)
+            rows = [_agent_row(method, t) for t in trajs]
+            if trajectories is not None:
+                trajectories[method] = trajs
+    except _Skip as why:
+        warnings.warn(f"skipping method {method!r}: {why}", MethodSkippedWarning, stacklevel=2)
+        return empty_records()
+    frame = _with_none(pd.DataFrame(rows, columns=RECORD_COLUMNS))
+    frame["split"] = cfg.split
+    frame["wall_s"] = (time.perf_counter() - start) / max(len(frame), 1)
+    return frame
+
+
+def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample], ctx: HarnessContext,
+                   cfg: HarnessConfig, *, progress: bool = True,
+                   trajectories: dict[str, list[Trajectory]] | None = None) -> pd.DataFrame:
+    """:func:`evaluate` for each method (None: ``cfg.methods``), records concatenated in method order."""
+    methods = [check_method(m) for m in (cfg.methods if methods is None else methods)]
+    frames = []
+    bar = tqdm(methods, desc="evaluate", unit="method", disable=not progress)
+    for method in bar:
+        bar.set_postfix_str(method)
+        frames.append(evaluate(method, examples, ctx, cfg, progress=progress, trajectories=trajectories))
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else empty_records()
+
+
+def empty_records() -> pd.DataFrame:
+    return pd.DataFrame(columns=RECORD_COLUMNS)
+
+
+def _with_none(records: pd.DataFrame) -> pd.DataFrame:
+    """``prediction`` and ``error`` as object columns holding None (pandas would infer NaN-filled strings)."""
+    for column in ("prediction", "error"):
+        records[column] = records[column].astype(object).where(records[column].notna(), None)
+    return records
+
+
+def _base_row(method: str, ex_id: str, data_source: str, question: str, golds: list[str], sample: int) -> dict:
+    return {"method": method, "dataset": data_source, "group": hop_group(data_source), "question_id": ex_id,
+            "sample": sample, "question": question, "golds": list(golds)}
+
+
+def _mean_or_nan(values: list[float]) -> float:
+    return float(np.mean(values)) if values else float("nan")
+
+
+# -- direct, CoT, RAG: one batched generation each
+
+def _prompt_messages(method: str, question: str, passages, protocol: ProtocolConfig) -> list[dict[str, str]]:
+    if method == "direct":
+        return direct_messages(question)
+    if method == "cot":
+        return cot_messages(question)
+    return rag_messages(question, passages, protocol)
+
+
+def _run_prompted(method: str, examples: list[QAExample], ctx: HarnessContext, cfg: HarnessConfig) -> list[dict]:
+    protocol = ctx.protocol_for(cfg)
+    passages = ctx.retriever.search([ex.question for ex in examples], cfg.search.topk) if method == "rag" and examples \
+        else [None] * len(examples)
+    jobs = [(ex, s, p) for ex, p in zip(examples, passages) for s in range(cfg.n_samples)]
+    if not jobs:
+        return []
+    prompts = [ctx.chat.prompt_ids(_prompt_messages(method, ex.question, p, protocol)) for ex, _, p in jobs]
+    gens = ctx.agent_backend.generate(prompts, cfg.answer_sampling(method), adapter=None,
+                                      row_keys=[(method, ex.id, s) for ex, s, _ in jobs])
+    return [_prompted_row(method, ex, s, p, gen) for (ex, s, p), gen in zip(jobs, gens)]
+
+
+def _prompted_row(method: str, ex: QAExample, sample: int, passages, gen) -> dict:
+    answer, ok, error = parse_answer_only(gen.text)
+    finish = "answer" if ok else ("max_tokens" if gen.finish_reason == "length" else "invalid")
+    shown = [int(has_answer(p.contents, ex.golden_answers)) for p in passages] if passages is not None else None
+    hits = {f"ranker_hit@{k}": hit_at_k(shown, k) if shown else float("nan") for k in HIT_KS}
+    return {**_base_row(method, ex.id, ex.data_source, ex.question, ex.golden_answers, sample),
+            "prediction": answer, "f1": max_token_f1(answer, ex.golden_answers),
+            "em": exact_match(answer, ex.golden_answers),
+            "format_ok": ok, "finish": finish, "error": error, "n_searches": int(passages is not None), **hits,
+            "ranker_valid_rate": float("nan"), "n_generated_tokens": len(gen.token_ids)}
+
+
+# -- agent methods: the rollout engine with a ranker per method
+
+def _llm_ranker(ctx: HarnessContext, cfg: HarnessConfig, adapter: str | None) -> LLMRanker:
+    backend = ctx.ranker_backend if ctx.ranker_backend is not None else ctx.agent_backend
+    return LLMRanker(backend, ctx.ranker_chat or ctx.chat, ctx.protocol_for(cfg),
+                     cfg.rollout_config().ranker_sampling(cfg.seed), adapter=register_adapter(backend, adapter))
+
+
+def _trained_ranker(ctx: HarnessContext, cfg: HarnessConfig) -> LLMRanker:
+    if cfg.trained_ranker_adapter is None:
+        raise _Skip("no trained ranker adapter (HarnessConfig.trained_ranker_adapter is None); train one "
+                    "(notebook 03), then pass its adapter name or checkpoint folder")
+    return _llm_ranker(ctx, cfg, cfg.trained_ranker_adapter)
+
+
+def _cross_encoder(ctx: HarnessContext, cfg: HarnessConfig) -> Ranker:
+    if ctx.cross_encoder is not None:
+        return ctx.cross_encoder
+    if cfg.cross_encoder_model is None:
+        raise _Skip("no cross-encoder configured (HarnessContext.cross_encoder and HarnessConfig.cross_encoder_model "
+                    "are both None); give one, e.g. cross-encoder/ms-marco-MiniLM-L-6-v2")
+    return make_ranker("cross_encoder", model_name=cfg.cross_encoder_model)
+
+
+_AGENT_RANKERS = {
+    "agent_retrieval": lambda ctx, cfg: RetrievalOnlyRanker(),
+    "agent_fixed_ranker": lambda ctx, cfg: _llm_ranker(ctx, cfg, cfg.fixed_ranker_adapter),
+    "agent_trained_ranker": _trained_ranker,
+    "agent_oracle": lambda ctx, cfg: OracleRanker(),
+    "agent_cross_encoder": _cross_encoder,
+}
+
+
+def _run_agent(method: str, make: Any, examples: list[QAExample], ctx: HarnessContext, cfg: HarnessConfig,
+               progress: bool) -> list[Trajectory]:
+    ranker = make(ctx, cfg)  # may skip the method, before any generation
+    engine = RolloutEngine(ctx.agent_backend, ctx.chat, ctx.retriever, ranker, cfg.rollout_config(),
+                           ctx.protocol_for(cfg), agent_adapter=register_adapter(ctx.agent_backend, cfg.agent_adapter))
+    return engine.run(examples, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress) if examples else []
+
+
+def _agent_row(method: str, t: Trajectory) -> dict:
+    calls = t.ranker_calls
+    hits = {f"ranker_hit@{k}": _mean_or_nan([c.hit_at.get(k, 0.0) for c in calls]) for k in HIT_KS}
+    return {**_base_row(method, t.question_id, t.data_source, t.question, t.golds, t.sample),
+            "prediction": t.answer, "f1": t.f1, "em": t.em, "format_ok": t.format_ok, "finish": t.finish,
+            "error": next((turn.error for turn in t.turns if not turn.format_ok), None), "n_searches": t.n_searches,
+            **hits, "ranker_valid_rate": _mean_or_nan([float(c.valid) for c in calls]),
+            "n_generated_tokens": int(sum(t.loss_mask))}

@@ -1,0 +1,236 @@
+"""The one place that wires a profile into running objects.
+
+Profile (``ProfileConfig``) -> retriever (``build_retriever``) -> generation backends
+(``build_backends``) -> evaluation harness (``harness_config``, ``harness_context``) -> warm-started
+adapters (``warm_start``, ``policy_adapters``) -> joint GRPO trainer (``build_trainer``) -> the
+evaluation of trained policies (``evaluate_before_after``). Notebooks and the CLI call these;
+every layer below takes explicit settings objects and never reads a profile itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.config import TRAINING_METHODS, ProfileConfig, load_profile
+from cosearch_lib.data.qa_formats import QAExample, load_qa
+from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
+from cosearch_lib.models.backends import GenerationBackend, make_backend
+from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
+from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
+from cosearch_lib.paths import cache_dir, path_text, run_dir
+from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_corpus, prepare_index
+from cosearch_lib.retrieval.encoder import TextEncoder
+from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
+from cosearch_lib.rl.trainer import EVAL_METHOD, JointTrainer, clear_run, latest_checkpoint
+from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, train_sft
+
+
+def resolve_profile(profile: str | ProfileConfig) -> ProfileConfig:
+    return profile if isinstance(profile, ProfileConfig) else load_profile(profile)
+
+
+def build_retriever(profile: str | ProfileConfig, *, progress: bool = True, device: str | None = None) -> Retriever:
+    """The profile's in-process dense retriever, building and caching whatever is missing."""
+    cfg = resolve_profile(profile)
+    store, paths = prepare_corpus(cfg, progress=progress)
+    encoder = TextEncoder(cfg.retrieval.encoder, device=device)
+    index = prepare_index(cfg, encoder, store, paths, progress=progress)
+    return Retriever(encoder, index, store)
+
+
+def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[str, str | Path] | None = None,
+                  out_dir: str | Path | None = None, progress: bool = True, backend: Any = None,
+                  resume: bool = False, **overrides: Any) -> JointTrainer:
+    """A :class:`JointTrainer` for a profile: ``cfg.training`` with ``overrides`` (e.g. ``method=``,
+    ``steps=``), the agent model with LoRA adapters started from ``warm`` ({role: adapter folder},
+    e.g. :func:`warm_start`; missing roles start fresh), questions from the profile's
+    splits. Output goes to ``out_dir`` (default ``papermill_runs/<profile>/training/<method>``).
+    With a shared backbone the one adapter starts from the agent's warm start.
+
+    ``resume=True`` continues from the newest checkpoint in the output folder when there is one;
+    ``resume=False`` starts over: earlier checkpoints and records of that folder are deleted first
+    (they belong to the run being replaced)."""
+
+
+    tcfg = replace(cfg.training, **overrides)
+    roles = tcfg.roles()
+    if roles["ranker"] is not None and cfg.models.ranker != cfg.models.agent:
+        raise ValueError(f"LoRA training puts both policies on one base model, but models.agent={cfg.models.agent!r} "
+                         f"and models.ranker={cfg.models.ranker!r}; use one model for both")
+    warm = {k: Path(v) for k, v in (warm or {}).items()}
+    starts = {"agent": warm.get("agent"), "ranker": warm.get("ranker"), "shared": warm.get("agent")}
+    adapters = {name: starts[name] for name in dict.fromkeys(a for a in roles.values() if a)}
+    ro = cfg.rollout  # longest sequence: a context just under the cap plus one generated turn or ranking
+    model, tokenizer, policy_backend = load_policy_model(
+        cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed,
+        max_seq_length=ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens))
+    backend = backend if backend is not None else policy_backend  # unsloth: its vLLM engine generates
+    policies = PolicySet(model, roles, tcfg.trainable(),
+                         {"agent": tcfg.agent_lr, "ranker": tcfg.ranker_lr, "shared": tcfg.agent_lr})
+    qa = corpus_paths(cfg).qa
+    for split in {tcfg.split, tcfg.val_split}:
+        if split not in qa:
+            raise ValueError(f"profile {cfg.profile!r} has no {split!r} split; have {sorted(qa)}")
+    val = select_examples(load_qa(qa[tcfg.val_split]), tcfg.val_per_dataset) if tcfg.eval_every else []
+    out_dir = Path(out_dir or run_dir(cfg.profile) / "training" / tcfg.method)
+    if not resume:
+        clear_run(out_dir)
+    trainer = JointTrainer(tcfg, policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
+                           out_dir=out_dir, seed=cfg.seed, val_questions=val, batch_size=cfg.models.batch_size,
+                           progress=progress, backend=backend)
+    if resume and latest_checkpoint(out_dir) is not None:
+        trainer.load_checkpoint()
+    return trainer
+
+
+def warmstart_dir(cfg: ProfileConfig) -> Path:
+    """Where the profile's warm-start adapters are cached (a hash of everything that shapes them)."""
+
+    key = cfg.fingerprint("world", "data", "retrieval", "search", "protocol", "models", "warmstart", "lora", "seed")
+    return cache_dir() / "warmstart" / f"v{WARMSTART_VERSION}-{key}"
+
+
+def warm_start(cfg: ProfileConfig, retriever: SearchBackend, *, roles: Sequence[str] = POLICY_ROLES, force: bool = False,
+               progress: bool = True) -> dict[str, Path]:
+    """The profile's warm-started adapters, {role: folder}: trained on first use, then loaded from
+    :func:`warmstart_dir`; {} when ``cfg.warmstart.enabled`` is false. The agent adapter is trained on the agent model, the ranker adapter on the
+    ranker model (``cfg.models``); the gold data is built once for both roles."""
+
+    for role in roles:
+        if role not in POLICY_ROLES:
+            raise ValueError(f"unknown role {role!r}; expected one of {POLICY_ROLES}")
+    if not cfg.warmstart.enabled:
+        return {}
+    root = warmstart_dir(cfg)
+    todo = [r for r in roles if force or not (root / r / "adapter_config.json").exists()]
+    if todo:
+        ws = cfg.warmstart
+        qa_path = corpus_paths(cfg).qa.get(ws.split)
+        if qa_path is None:
+            raise ValueError(f"profile {cfg.profile!r} has no {ws.split!r} split for the warm start")
+        names = {"agent": cfg.models.agent, "ranker": cfg.models.ranker}
+        chats = {role: ChatTokens(load_tokenizer(names[role])) for role in POLICY_ROLES}
+        data, stats = build_gold_data(load_qa(qa_path), retriever, chats["agent"], cfg.protocol,
+                                      topn=cfg.search.topn, n_agent=ws.n_agent if "agent" in todo else 0,
+                                      n_ranker=ws.n_ranker if "ranker" in todo else 0, seed=cfg.seed,
+                                      ranker_chat=chats["ranker"])
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "gold_data.json").write_text(json.dumps(stats.to_dict(), indent=2))
+        for role in todo:
+            model, tokenizer = load_causal_lm(names[role])
+            train_sft(model, tokenizer, data[role], ws, cfg.lora, root / role, seed=cfg.seed, progress=progress)
+    return {role: root / role for role in roles}
+
+
+#: The policy sources notebooks can evaluate.
+POLICY_SOURCES = ("base", "warmstart")
+
+
+def policy_adapters(cfg: ProfileConfig, retriever: SearchBackend, source: str, *, agent_adapter: str | Path | None = None,
+                    progress: bool = True) -> dict[str, str | None]:
+    """HarnessConfig adapter fields for a policy source: ``"base"`` (the models as shipped, no adapters)
+    or ``"warmstart"`` (the profile's warm-started agent and, as the paper's Fixed Ranker, its
+    warm-started ranker; trained on first use, then cached). ``agent_adapter`` (a folder) replaces
+    the agent whatever the source."""
+    if source not in POLICY_SOURCES:
+        raise ValueError(f"unknown policy source {source!r}; expected one of {POLICY_SOURCES}")
+    fields: dict[str, str | None] = {"agent_adapter": None, "fixed_ranker_adapter": None}
+
+    if source == "warmstart":  # a profile without a warm start gets the base models
+        warm = warm_start(cfg, retriever, progress=progress)
+        fields = {"agent_adapter": path_text(warm.get("agent")), "fixed_ranker_adapter": path_text(warm.get("ranker"))}
+    if agent_adapter:
+        if not Path(agent_adapter).is_dir():
+            raise FileNotFoundError(f"agent adapter folder {agent_adapter} does not exist")
+        fields["agent_adapter"] = str(agent_adapter)
+    return fields
+
+
+# --------------------------------------------------------------------------- from a profile
+
+
+def harness_config(cfg: ProfileConfig, **overrides: Any) -> HarnessConfig:
+    """The :class:`HarnessConfig` a profile describes: split, questions, samples and temperature from its
+    ``evaluation`` section, token and search budgets from ``rollout``, N and K from ``retrieval``,
+    the profile's seed. Keyword overrides (any HarnessConfig field) win, e.g. ``methods=[...]``."""
+    ev, ro = cfg.evaluation, cfg.rollout
+    fields = dict(split=ev.split, n_per_dataset=ev.n_per_dataset, n_samples=ev.n_samples, seed=cfg.seed,
+                  temperature=ev.temperature, search=cfg.search, agent_max_new_tokens=ro.agent_max_new_tokens,
+                  ranker_max_new_tokens=ro.ranker_max_new_tokens, answer_max_new_tokens=ev.answer_max_new_tokens,
+                  max_context_tokens=ro.max_context_tokens)
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(HarnessConfig)})
+    if unknown:
+        raise TypeError(f"unknown HarnessConfig field(s) {unknown}")
+    return HarnessConfig(**{**fields, **overrides})
+
+
+def build_backends(cfg: ProfileConfig, *, progress: bool = False) -> tuple[GenerationBackend, GenerationBackend]:
+    """(agent backend, ranker backend) for the profile's ``models`` section. When agent and ranker
+    name the same model they share one loaded backend (LoRA adapters tell the two policies apart)."""
+
+    m = cfg.models
+    kwargs = {"batch_size": m.batch_size, "progress": progress} if m.backend == "transformers" else {}
+    agent = make_backend(m.backend, m.agent, **kwargs)
+    ranker = agent if m.ranker == m.agent else make_backend(m.backend, m.ranker, **kwargs)
+    return agent, ranker
+
+
+def harness_context(cfg: ProfileConfig, retriever: SearchBackend, *, backends: tuple[Any, Any] | None = None,
+                         progress: bool = False) -> HarnessContext:
+    """A :class:`HarnessContext` for a profile: its models (:func:`build_backends`, unless
+    ``backends`` are given), their chat templates, and ``retriever``."""
+    agent, ranker = backends if backends is not None else build_backends(cfg, progress=progress)
+    for role, backend in (("agent", agent), ("ranker", ranker)):
+        if getattr(backend, "tokenizer", None) is None:
+            raise ValueError(f"the {role} backend has no tokenizer; build it with one (VLLMBackend(tokenizer=...))")
+    chat = ChatTokens(agent.tokenizer)
+    ranker_chat = chat if ranker is agent else ChatTokens(ranker.tokenizer)
+    return HarnessContext(agent_backend=agent, chat=chat, retriever=retriever, ranker_backend=ranker,
+                       ranker_chat=ranker_chat, protocol=cfg.protocol)
+
+
+def trained_eval_settings(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path]) -> dict[str, Any]:
+    """HarnessConfig fields that evaluate a training method's policies: the evaluation method
+    (:data:`training.EVAL_METHOD`), its agent adapter and, per method, its ranker adapter. A shared
+    backbone plays both roles; the fixed ranker is the warm-started one, as in training."""
+    if method not in EVAL_METHOD:
+        raise ValueError(f"unknown training method {method!r}; expected one of {TRAINING_METHODS}")
+    agent = adapters.get("agent", adapters.get("shared"))
+    if agent is None and adapters:
+        raise ValueError(f"no agent adapter among {sorted(adapters)}")
+    fields: dict[str, Any] = {"methods": (EVAL_METHOD[method],), "agent_adapter": path_text(agent)}
+    if method == "cosearch":
+        # no adapters at all (before GRPO, without a warm start): the base model ranks, prompted
+        fields["trained_ranker_adapter"] = path_text(adapters.get("ranker", adapters.get("shared")))
+        if fields["trained_ranker_adapter"] is None:
+            fields["methods"] = ("agent_fixed_ranker",)
+    if method == "fixed_ranker":
+        fields["fixed_ranker_adapter"] = path_text(adapters.get("ranker") or warm.get("ranker"))
+    return fields
+
+
+
+def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],
+                          examples: Sequence[QAExample], ctx: HarnessContext, base_cfg: HarnessConfig, *, progress: bool = True,
+                          labels: tuple[str, str] = ("warm start", "after GRPO")) -> pd.DataFrame:
+    """The method's evaluation (``base_cfg``: a HarnessConfig) with the warm-started policies and with
+    the trained ones, on the same questions. The ``method`` column reads ``"<method>: <label>"``; the
+    harness's own method name stays in ``eval_method``."""
+
+
+    frames = []
+    warm_adapters = {role: warm[role] for role in ("agent", "ranker") if role in warm}
+    for label, chosen in zip(labels, (warm_adapters, adapters)):
+        fields = trained_eval_settings(method, chosen, warm)
+        ecfg = replace(base_cfg, **fields)
+        records = run_evaluation(None, examples, ctx, ecfg, progress=progress)
+        frames.append(records.assign(eval_method=records["method"], method=f"{method}: {label}"))
+    return pd.concat(frames, ignore_index=True)

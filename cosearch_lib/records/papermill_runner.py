@@ -1,0 +1,222 @@
+"""The papermill runner: a profile's notebooks, headless, with their parameters checked first.
+
+Every executed notebook lands in ``papermill_runs/<profile>/`` next to a ``<notebook>.run.json``
+record (profile, parameters, git SHA, library versions, device, wall time, status).
+
+A notebook's parameters come from three places, later ones winning: the profile's top-level
+scalars (``profile``, ``seed``), the profile's ``notebooks: {<notebook>: {name: value}}`` section,
+and ``cosearch run -p name=value``. Every name is checked against the notebook's ``parameters``
+cell before anything runs: an unknown name is an error that lists the valid ones (papermill itself
+would only warn and run the defaults).
+
+Before the notebooks that use the warm-started policies (02 and later), the runner trains or loads
+the profile's warm start as its own step, so its cost is reported on its own line and in
+``warmstart.run.json``, not hidden inside a notebook.
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import papermill as pm
+import yaml
+
+from cosearch_lib.atomic_io import write_json
+from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, papermill_parameters
+from cosearch_lib.experiment import build_retriever, warm_start, warmstart_dir
+from cosearch_lib.paths import notebooks_dir, project_root, run_dir
+from cosearch_lib.records.provenance import environment_snapshot
+
+
+def list_notebooks() -> list[Path]:
+    """The numbered notebooks, in order (``NN_name.ipynb``)."""
+    return sorted(p for p in notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
+
+
+def select_notebooks(selectors: list[str] | None) -> list[Path]:
+    """All notebooks, or those whose file name starts with one of ``selectors`` (e.g. ``["01"]``)."""
+    books = list_notebooks()
+    if not selectors:
+        return books
+    chosen = [b for b in books if any(b.name.startswith(s) or b.stem == s for s in selectors)]
+    missing = [s for s in selectors if not any(b.name.startswith(s) or b.stem == s for b in books)]
+    if missing:
+        raise FileNotFoundError(f"no notebook matches {missing}; have {[b.name for b in books]}")
+    return chosen
+
+
+def notebook_parameters(notebook: str | os.PathLike) -> dict[str, Any]:
+    """The notebook's ``parameters`` cell as {name: default value} (papermill reads the cell)."""
+    found = pm.inspect_notebook(str(notebook))
+    out = {}
+    for name, info in found.items():
+        try:
+            out[name] = ast.literal_eval(info["default"])
+        except (ValueError, SyntaxError):
+            out[name] = info["default"]  # an expression: keep its source text
+    return out
+
+
+def parse_parameter(text: str) -> tuple[str, Any]:
+    """``"name=value"`` -> (name, value); the value is read as YAML (``3`` -> 3, ``true`` -> True)."""
+    name, sep, raw = text.partition("=")
+    if not sep or not name.strip().isidentifier():
+        raise ConfigError(f"-p expects name=value with a Python name, got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return name.strip(), value
+
+
+def _type_ok(value: Any, default: Any) -> bool:
+    if default is None or value is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, (int, float)):
+        return isinstance(value, (int, float)) and (isinstance(default, float) or isinstance(value, int))
+    return isinstance(value, type(default))
+
+
+def check_parameters(notebook: str | os.PathLike, params: dict[str, Any], where: str) -> None:
+    """Every name must be in the notebook's parameters cell, with a value of the default's type."""
+    known = notebook_parameters(notebook)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: {Path(notebook).stem} has no parameter(s) {unknown}; its parameters: {sorted(known)}")
+    for name, value in params.items():
+        if not _type_ok(value, known[name]):
+            raise ConfigError(f"{where}: {Path(notebook).stem}.{name} expects {type(known[name]).__name__} "
+                              f"(default {known[name]!r}), got {value!r}")
+
+
+def _matches(key: str, notebook: Path) -> bool:
+    return notebook.stem == key or notebook.name.startswith(f"{key}_") or notebook.name == key
+
+
+def profile_notebook_parameters(cfg: ProfileConfig, notebook: Path) -> dict[str, Any]:
+    """The profile's ``notebooks:`` entries for ``notebook`` (keys: ``02`` or ``02_oracle_gap_study``)."""
+    out: dict[str, Any] = {}
+    for key, params in cfg.notebooks.items():
+        if _matches(str(key), notebook):
+            out.update(params)
+    return out
+
+
+def check_profile_notebooks(cfg: ProfileConfig, where: str = "notebooks") -> None:
+    """Each key of the profile's ``notebooks:`` section names one notebook, with valid parameters."""
+    books = list_notebooks()
+    for key, params in cfg.notebooks.items():
+        hits = [b for b in books if _matches(str(key), b)]
+        if len(hits) != 1:
+            raise ConfigError(f"{where}.{key}: matches {len(hits)} notebooks; expected one of {[b.stem for b in books]}")
+        check_parameters(hits[0], params, f"{where}.{key}")
+
+
+def run_notebook(
+    notebook: str | os.PathLike,
+    profile: str,
+    *,
+    parameters: dict[str, Any] | None = None,
+    out_dir: str | os.PathLike | None = None,
+    kernel_name: str = "python3",
+    progress: bool = True,
+) -> Path:
+    """Execute one notebook with papermill on a profile; return the executed copy's path.
+
+    Parameters: the profile file's top-level scalars, then ``parameters`` on top. The notebook runs
+    with the project root as working directory. A failed run still writes its partial notebook (for
+    debugging) and a record with ``status: failed``, then re-raises.
+    """
+
+
+    notebook = Path(notebook)
+    params = {**papermill_parameters(profile), "profile": profile, **(parameters or {})}
+    out = Path(out_dir) if out_dir else run_dir(profile)
+    out.mkdir(parents=True, exist_ok=True)
+    executed = out / notebook.name
+    record = {"notebook": notebook.name, "profile": profile, "parameters": params, "environment": environment_snapshot()}
+    start = time.perf_counter()
+    # the kernel inherits this: widgets.show_trajectories prints text instead of building widgets
+    previous = os.environ.get("PAPERMILL_EXECUTION")
+    os.environ["PAPERMILL_EXECUTION"] = "1"
+    try:
+        pm.execute_notebook(
+            str(notebook), str(executed), parameters=params, kernel_name=kernel_name,
+            cwd=str(project_root()), progress_bar=progress, log_output=False,
+        )
+    except BaseException as err:
+        record.update(status="failed", error=f"{type(err).__name__}: {str(err)[:2000]}", wall_s=time.perf_counter() - start)
+        write_json(record, out / f"{notebook.stem}.run.json")
+        raise
+    finally:
+        if previous is None:
+            os.environ.pop("PAPERMILL_EXECUTION", None)
+        else:
+            os.environ["PAPERMILL_EXECUTION"] = previous
+    record.update(status="ok", wall_s=round(time.perf_counter() - start, 2))
+    write_json(record, out / f"{notebook.stem}.run.json")
+    return executed
+
+
+def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = None, progress: bool = True) -> dict[str, Any]:
+    """Train (or load from the cache) the profile's warm-start adapters; write ``warmstart.run.json``."""
+    t0 = time.perf_counter()
+    cached = all((warmstart_dir(cfg) / role / "adapter_config.json").exists() for role in ("agent", "ranker"))
+    folders = warm_start(cfg, build_retriever(cfg, progress=progress), progress=progress) if cfg.warmstart.enabled else {}
+    gc.collect()  # the models trained here are not needed by the notebooks' kernels
+    record = {"step": "warm start", "profile": cfg.profile, "enabled": cfg.warmstart.enabled, "cached": cached,
+              "adapters": {role: str(path) for role, path in folders.items()}, "wall_s": round(time.perf_counter() - t0, 2),
+              "environment": environment_snapshot()}
+    out = Path(out_dir) if out_dir else run_dir(cfg.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(record, out / "warmstart.run.json")
+    return record
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(project_root()))
+    except ValueError:
+        return str(path)
+
+
+def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters: dict[str, Any] | None = None,
+                warm_start_step: bool = True, **kwargs: Any) -> list[Path]:
+    """Run the selected (default: all) notebooks in order; stop at the first failure.
+
+    ``parameters`` (e.g. from ``-p``) go to every selected notebook that declares them; a name no
+    selected notebook declares is an error, raised before anything runs, as is a bad ``notebooks:``
+    section in the profile."""
+    cfg = load_profile(profile)
+    books = select_notebooks(notebooks)
+    check_profile_notebooks(cfg, f"{profile}: notebooks")
+    parameters = dict(parameters or {})
+    declared = {b: notebook_parameters(b) for b in books}
+    stray = sorted(n for n in parameters if not any(n in d for d in declared.values()))
+    if stray:
+        valid = sorted(set().union(*declared.values()))
+        raise ConfigError(f"-p {stray}: no selected notebook has such a parameter; valid: {valid}")
+    per_book = {b: {**profile_notebook_parameters(cfg, b), **{k: v for k, v in parameters.items() if k in declared[b]}}
+                for b in books}
+    for b, params in per_book.items():
+        check_parameters(b, params, "-p")
+    if warm_start_step and cfg.warmstart.enabled and any(b.name[:2] >= "02" for b in books):
+        print(f"[cosearch run] warm start on profile {profile!r} ...", flush=True)
+        rec = run_warm_start(cfg, out_dir=kwargs.get("out_dir"), progress=kwargs.get("progress", True))
+        print(f"[cosearch run] warm start {'loaded from cache' if rec['cached'] else 'trained'} in {rec['wall_s']:.1f} s "
+              f"-> {_relative(warmstart_dir(cfg))}", flush=True)
+    executed = []
+    for nb in books:
+        t0 = time.perf_counter()
+        extra = f" with {per_book[nb]}" if per_book[nb] else ""
+        print(f"[cosearch run] {nb.name} on profile {profile!r}{extra} ...", flush=True)
+        executed.append(run_notebook(nb, profile, parameters=per_book[nb], **kwargs))
+        print(f"[cosearch run] {nb.name} done in {time.perf_counter() - t0:.1f} s -> {_relative(executed[-1])}", flush=True)
+    return executed

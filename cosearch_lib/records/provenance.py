@@ -1,0 +1,59 @@
+"""Provenance of a run: git SHA, library versions and device, recorded next to every result."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from cosearch_lib.paths import project_root
+
+#: Libraries whose versions every run record notes.
+TRACKED_PACKAGES = (
+    "torch", "transformers", "trl", "peft", "datasets", "faiss-cpu", "faiss-gpu-cu12", "vllm",
+    "unsloth", "numpy", "pandas", "papermill", "cosearch-lib",
+)
+
+
+def git_sha(root: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root or project_root(), capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def environment_snapshot() -> dict[str, Any]:
+    """What produced a result: interpreter, platform, library versions, git SHA, device."""
+    versions = {}
+    for pkg in TRACKED_PACKAGES:
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    device = "cpu"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            device = f"cuda:{torch.cuda.get_device_name(0)}"
+        threads = torch.get_num_threads()
+    except ImportError:  # pragma: no cover
+        threads = None
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": threads,
+        "device": device,
+        "git_sha": git_sha(),
+        "packages": versions,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }

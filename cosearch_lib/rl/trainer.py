@@ -1,0 +1,406 @@
+"""The joint GRPO trainer: questions -> rollouts -> rewards -> groups -> updates -> records -> checkpoint.
+
+One step (:meth:`JointTrainer.train_step`):
+
+1. take the step's questions (a seeded permutation of the training split, epoch after epoch);
+2. roll out G trajectories per question with the batched engine: the agent adapter samples turns,
+   the retriever returns N candidates, the method's ranker picks K;
+3. rewards: the agent's (Eq. 4) per trajectory, the ranker's (Eq. 6 or the released variant) per
+   search call;
+4. groups: the agent's G trajectories of a question form one group; the ranker's calls are grouped
+   semantically (Alg. 2), reusing the agent's rollouts;
+5. one GRPO update of each trained adapter (clipped surrogate + k3 KL to the base model);
+6. a tidy record of the step; a checkpoint (adapters, optimizer states, RNG states, records).
+
+Methods (``TrainConfig.method``), one code path with a role table rather than string switches in
+the loop:
+
+==============  ===================  ==================  =====================
+method          ranking              agent trained        ranker trained
+==============  ===================  ==================  =====================
+search_r1       retriever top-K      yes                  (no ranker)
+fixed_ranker    LLM ranker adapter   yes                  no (frozen warm start)
+cosearch        LLM ranker adapter   yes                  yes
+oracle          Eq. 7 oracle         yes                  (no ranker)
+==============  ===================  ==================  =====================
+
+Departures from the paper: LoRA adapters on one shared base instead of two full models (so the
+reference policy of the KL term is the base with adapters disabled); a much smaller rollout batch
+and learning rate suited to LoRA; sequences whose advantage is exactly 0 are not forwarded (their
+tokens still count in the token-mean denominator, so the policy gradient is the full batch's; their
+KL term, weight 0.001, is left out); one optimizer step per training step unless ``minibatches`` > 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.agent.rankers import LLMRanker, OracleRanker, RetrievalOnlyRanker
+from cosearch_lib.agent.rollout import RolloutEngine
+from cosearch_lib.atomic_io import write_table
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, TrainConfig
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate
+from cosearch_lib.eval.tables import summary_table
+from cosearch_lib.models.backends import TransformersBackend
+from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
+from cosearch_lib.retrieval.retriever import SearchBackend
+from cosearch_lib.rl.grpo_loss import group_advantages
+from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences
+from cosearch_lib.rl.rewards import agent_rewards, ranker_rewards
+from cosearch_lib.rl.semantic_grouping import group_ids, group_ranker_calls
+from cosearch_lib.rl.tracking import StepTracker, make_tracker
+from cosearch_lib.seeding import rng
+
+#: training method -> the evaluation harness method that evaluates its policies
+EVAL_METHOD = {"search_r1": "agent_retrieval", "fixed_ranker": "agent_fixed_ranker",
+               "cosearch": "agent_trained_ranker", "oracle": "agent_oracle"}
+
+
+#: Every column of the per-step records (``steps.csv``), for the README glossary. ``<role>`` is
+#: agent or ranker (the policy updated), ``<adapter>`` agent, ranker or shared.
+STEP_GLOSSARY: dict[str, str] = {
+    "step": "0-based training step", "method": "training method (config.TRAINING_METHODS)",
+    "n_questions": "questions rolled out this step", "n_trajectories": "trajectories (questions x G)",
+    "agent_reward": "mean agent reward, Eq. 4 (F1 if the protocol was kept, else -alpha)",
+    "agent_f1": "mean answer F1 of the trajectories (0 without a valid answer)",
+    "agent_format_ok": "share of trajectories that kept the protocol on every turn and answered",
+    "searches_per_traj": "mean searches run per trajectory",
+    "n_ranker_calls": "search calls this step (one ranking each)",
+    "ranker_valid_rate": "share of ranker outputs that followed the protocol (rule rankers: 1)",
+    "hit@5": "mean Hit@5 of the passages shown to the agent, over all search calls",
+    "i_ans_rate": "share of search calls whose N candidates held an answer passage (I_ans = 1)",
+    "r_rel_pre": "mean relevance reward over all search calls (before grouping filters)",
+    "r_rel_post": "mean relevance reward over the calls in surviving ranker groups",
+    "ranker_reward_pre": "mean composite ranker reward over kept calls (before grouping filters)",
+    "ranker_reward_post": "mean composite ranker reward over the calls in surviving groups",
+    "ranker_main_pre": "mean r_main (agent term of the composite) over kept calls",
+    "ranker_main_post": "mean r_main over the calls in surviving groups",
+    "grouping_<stat>": "semantic-grouping statistics of the step (grouping.GROUPING_GLOSSARY)",
+    "<role>_loss": "GRPO loss of the role's update (surrogate + KL), token-weighted over micro-batches",
+    "<role>_pg_loss": "the clipped-surrogate part of the loss",
+    "<role>_kl": "token-mean k3 KL to the reference (base model, adapters off)",
+    "<role>_clip_frac": "share of tokens whose gradient the clip zeroed",
+    "<role>_ratio_mean": "mean importance ratio exp(logp - old logp) over tokens",
+    "<role>_ratio_max": "largest importance ratio",
+    "<role>_adv_mean": "mean advantage of the forwarded sequences",
+    "<role>_n_forwarded": "sequences forwarded (non-zero advantage)",
+    "<role>_n_tokens": "scored tokens in the forwarded sequences",
+    "<adapter>_grad_norm": "adapter gradient norm before clipping (mean over minibatches)",
+    "<adapter>_update_s": "seconds spent updating the adapter",
+    "sync_s": "seconds spent saving the updated adapters and re-registering them with vLLM (vLLM backend only)",
+    "rollout_s": "seconds of rollout (generation, retrieval, ranking)",
+    "reward_s": "seconds of rewards, advantages and grouping", "update_s": "seconds of all updates",
+    "step_s": "seconds of the whole step (validation excluded, adapter sync included)",
+    "val_f1": "greedy avg F1 on the validation questions (every eval_every steps)",
+}
+
+
+def describe_step_metric(name: str) -> str:
+    """The glossary entry of a step-record column (patterns included); KeyError when undocumented."""
+    if name in STEP_GLOSSARY:
+        return STEP_GLOSSARY[name]
+    if name.startswith("grouping_"):
+        return STEP_GLOSSARY["grouping_<stat>"]
+    head, _, tail = name.partition("_")
+    for pattern in (f"<role>_{tail}", f"<adapter>_{tail}"):
+        if head in ("agent", "ranker", "shared") and pattern in STEP_GLOSSARY:
+            return STEP_GLOSSARY[pattern]
+    raise KeyError(f"step metric {name!r} has no glossary entry")
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+def question_order(n: int, step: int, per_step: int, seed: int) -> list[int]:
+    """Indices of the questions of ``step``: consecutive slices of seeded permutations of range(n),
+    one permutation per epoch, so a step's questions depend only on (seed, step)."""
+    if n < 1:
+        raise ValueError("no training questions")
+    perms: dict[int, np.ndarray] = {}  # a step spans at most a few epochs; permute each once
+    out = []
+    for pos in range(step * per_step, (step + 1) * per_step):
+        epoch, i = divmod(pos, n)
+        if epoch not in perms:
+            perms[epoch] = rng("train-order", seed, epoch).permutation(n)
+        out.append(int(perms[epoch][i]))
+    return out
+
+
+class JointTrainer:
+    """Trains the policies of one method; ``run`` steps, records and checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, policies: PolicySet, tokenizer: Any, retriever: SearchBackend,
+                 questions: Sequence[QAExample], rollout_cfg: RolloutConfig, protocol: ProtocolConfig, *,
+                 out_dir: str | Path, seed: int = 0, val_questions: Sequence[QAExample] = (),
+                 batch_size: int = 8, progress: bool = True, chat: ChatTokens | None = None,
+                 backend: Any = None, tracker: StepTracker | None = None) -> None:
+        if rollout_cfg.temperature <= 0:
+            raise ValueError("GRPO needs sampled rollouts: rollout temperature must be > 0")
+        self.cfg, self.policies, self.tokenizer, self.retriever = cfg, policies, tokenizer, retriever
+        self.questions, self.val_questions = list(questions), list(val_questions)
+        self.rollout_cfg, self.protocol, self.seed, self.progress = rollout_cfg, protocol, seed, progress
+        self.out_dir = Path(out_dir)
+        self.chat = chat or ChatTokens(tokenizer)
+        # Rollouts run on ``backend`` when given (vLLM on GPU, a scripted backend in tests), else on
+        # the policy model itself; the updates always run on the policy model.
+        self.backend = backend if backend is not None else TransformersBackend(policies.model, tokenizer,
+                                                                               batch_size=batch_size)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.step = 0  # steps completed
+        self.records: list[dict] = []
+        self.call_records: list[dict] = []
+        ranker = {"retrieval": RetrievalOnlyRanker, "oracle": OracleRanker}.get(cfg.ranking)
+        self.ranker = ranker() if ranker else LLMRanker(self.backend, self.chat, protocol,
+                                                         rollout_cfg.ranker_sampling(seed),
+                                                         adapter=policies.adapter("ranker"))
+        self.engine = RolloutEngine(self.backend, self.chat, retriever, self.ranker, rollout_cfg, protocol,
+                                    agent_adapter=policies.adapter("agent"))
+        # A backend that reads adapters from disk (vLLM: it has add_adapter) samples with saved copies:
+        # every role adapter is saved and registered now, and the updated ones again after each step.
+        self.live_dir = self.out_dir / "live_adapters"
+        self.live_adapters = callable(getattr(self.backend, "add_adapter", None))
+        if self.live_adapters:
+            sync_adapters(policies, self.backend, self.live_dir)
+        self._live_step = self.step  # the step whose adapter weights the backend serves
+        # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
+        self.tracker = tracker
+
+    # -- one step
+
+    def step_questions(self, step: int) -> list[QAExample]:
+        return [self.questions[i] for i in question_order(len(self.questions), step, self.cfg.questions_per_step,
+                                                           self.seed)]
+
+    def train_step(self) -> dict:
+        cfg, step = self.cfg, self.step
+        t0 = time.perf_counter()
+        trajs = self.engine.run(self.step_questions(step), n_samples=cfg.group_size, seed=self.seed, step=step,
+                                progress=self.progress)
+        t_rollout = time.perf_counter()
+        a_rewards = agent_rewards(trajs, **asdict(cfg.agent_reward))
+        q_index = {q: i for i, q in enumerate(dict.fromkeys(t.question_id for t in trajs))}
+        a_adv = group_advantages(torch.tensor(a_rewards, dtype=torch.float64),
+                                 torch.tensor([q_index[t.question_id] for t in trajs]),
+                                 scale_std=cfg.grpo.scale_std, eps=cfg.grpo.std_eps).tolist()
+        calls = [c for t in trajs for c in t.ranker_calls]
+        r_rewards = ranker_rewards(trajs, cfg.ranker_reward, agent_cfg=cfg.agent_reward)
+        grouping = group_ranker_calls(calls, r_rewards, cfg.grouping)
+        gids = group_ids(grouping, len(calls))
+        r_adv = [0.0] * len(calls)
+        in_group = [i for i, g in enumerate(gids) if g >= 0]
+        if in_group:
+            adv = group_advantages(torch.tensor([grouping.rewards[i] for i in in_group], dtype=torch.float64),
+                                   torch.tensor([gids[i] for i in in_group]), scale_std=cfg.grpo.scale_std,
+                                   eps=cfg.grpo.std_eps)
+            for i, a in zip(in_group, adv.tolist()):
+                r_adv[i] = a
+        t_reward = time.perf_counter()
+
+        jobs: dict[str, list[UpdateJob]] = {}
+        ro = self.rollout_cfg
+        if self.policies.is_trained("agent"):
+            jobs.setdefault(self.policies.adapter("agent"), []).append(
+                UpdateJob("agent", agent_sequences(trajs), a_adv, ro.temperature))
+        if self.policies.is_trained("ranker") and calls:
+            ranker_t = ro.temperature if ro.ranker_temperature is None else ro.ranker_temperature
+            jobs.setdefault(self.policies.adapter("ranker"), []).append(
+                UpdateJob("ranker", ranker_sequences(calls), r_adv, ranker_t))
+        update_stats, update_time = {}, {}
+        for adapter, adapter_jobs in jobs.items():
+            u0 = time.perf_counter()
+            update_stats[adapter] = grpo_update(self.policies, adapter, adapter_jobs, cfg.grpo,
+                                                micro_batch=cfg.micro_batch, max_grad_norm=cfg.max_grad_norm,
+                                                pad_id=self.pad_id, minibatches=cfg.minibatches)
+            update_time[adapter] = time.perf_counter() - u0
+        t_update = time.perf_counter()
+        if self.live_adapters:  # the updated adapters' new weights, to the generation engine
+            sync_adapters(self.policies, self.backend, self.live_dir, list(jobs))
+            self._live_step = step + 1
+        t_sync = time.perf_counter()
+
+        record = self._step_record(trajs, a_rewards, calls, r_rewards, grouping, update_stats)
+        record.update(rollout_s=t_rollout - t0, reward_s=t_reward - t_rollout, update_s=t_update - t_reward,
+                      step_s=t_sync - t0, **{f"{a}_update_s": s for a, s in update_time.items()})
+        if self.live_adapters:
+            record["sync_s"] = t_sync - t_update
+        self.call_records.extend(_call_rows(step, calls, r_rewards, gids, r_adv))
+        self.step += 1
+        if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps) and self.val_questions:
+            record["val_f1"] = self.validate()
+        self.records.append(record)
+        if self.tracker is None and cfg.log_to:
+            self.tracker = make_tracker(cfg.log_to, self.out_dir / "tb", f"{cfg.method}-seed{self.seed}",
+                                        {**asdict(cfg), "seed": self.seed, "out_dir": str(self.out_dir)},
+                                        project=cfg.wandb_project)
+        if self.tracker is not None:
+            self.tracker.log(record)
+        return record
+
+    def _step_record(self, trajs, a_rewards, calls, r_rewards, grouping, update_stats) -> dict:
+        kept = [r for r in r_rewards if r.kept]
+        in_groups = {i for g in grouping.groups for i in g}
+        post = [grouping.rewards[i] for i in sorted(in_groups)]
+        rec = {
+            "step": self.step, "method": self.cfg.method, "n_questions": len({t.question_id for t in trajs}),
+            "n_trajectories": len(trajs),
+            "agent_reward": float(np.mean(a_rewards)), "agent_f1": float(np.mean([t.f1 for t in trajs])),
+            "agent_format_ok": float(np.mean([t.format_ok for t in trajs])),
+            "searches_per_traj": float(np.mean([t.n_searches for t in trajs])),
+            "n_ranker_calls": len(calls),
+            "ranker_valid_rate": _mean([float(c.valid) for c in calls]),
+            "hit@5": _mean([c.hit_at.get(5, 0.0) for c in calls]),
+            "i_ans_rate": _mean([float(c.i_ans) for c in calls]),
+            "r_rel_pre": _mean([r.r_rel for r in r_rewards]),
+            "r_rel_post": _mean([r_rewards[i].r_rel for i in sorted(in_groups)]),
+            "ranker_reward_pre": _mean([r.reward for r in kept]),
+            "ranker_reward_post": _mean(post),
+            "ranker_main_pre": _mean([r.r_main for r in kept]),
+            "ranker_main_post": _mean([r_rewards[i].r_main for i in sorted(in_groups)]),
+        }
+        rec.update({f"grouping_{k}": v for k, v in grouping.stats.items()})
+        for adapter, stats in update_stats.items():
+            rec.update({(f"{adapter}_{k}" if k == "grad_norm" else k): v for k, v in stats.items()})
+        return rec
+
+    # -- validation
+
+    def validate(self) -> float:
+        """Greedy avg F1 (macro over families) of the method's policies on the validation questions."""
+
+        method = EVAL_METHOD[self.cfg.method]
+        ranker = self.policies.adapter("ranker")
+        ecfg = HarnessConfig(methods=(method,), split=self.cfg.val_split, n_per_dataset=self.cfg.val_per_dataset,
+                          seed=self.seed, temperature=0.0, agent_adapter=self.policies.adapter("agent"),
+                          fixed_ranker_adapter=ranker, trained_ranker_adapter=ranker,
+                          search=self.rollout_cfg.search, agent_max_new_tokens=self.rollout_cfg.agent_max_new_tokens,
+                          ranker_max_new_tokens=self.rollout_cfg.ranker_max_new_tokens,
+                          max_context_tokens=self.rollout_cfg.max_context_tokens)
+        ctx = HarnessContext(agent_backend=self.backend, chat=self.chat, retriever=self.retriever, protocol=self.protocol)
+        records = evaluate(method, self.val_questions, ctx, ecfg, progress=False)
+        return float(summary_table(records).loc[method, "avg"]) if len(records) else float("nan")
+
+    # -- running, checkpoints
+
+    def run(self, steps: int | None = None) -> pd.DataFrame:
+        """Train until ``steps`` (default ``cfg.steps``) steps are done; checkpoint as configured."""
+        until = self.cfg.steps if steps is None else steps
+        if self.live_adapters and self._live_step != self.step:  # weights restored from a checkpoint since
+            sync_adapters(self.policies, self.backend, self.live_dir)
+            self._live_step = self.step
+        bar = tqdm(total=until, initial=self.step, desc=f"train {self.cfg.method}", unit="step", disable=not self.progress)
+        try:
+            while self.step < until:
+                rec = self.train_step()
+                bar.update(1)
+                bar.set_postfix(reward=f"{rec['agent_reward']:.3f}", hit5=f"{rec['hit@5']:.2f}")
+                every = self.cfg.checkpoint_every
+                if (every and self.step % every == 0) or self.step == until:
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+            if self.tracker is not None:
+                self.tracker.close()
+                self.tracker = None
+        return self.frame()
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.records)
+
+    def calls_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.call_records)
+
+    def checkpoint_dir(self, step: int | None = None) -> Path:
+        return self.out_dir / "checkpoints" / f"step_{self.step if step is None else step:06d}"
+
+    def save_checkpoint(self) -> Path:
+        """``out_dir/checkpoints/step_N/``: state.pt (adapters, optimizers, RNG, step, records) and the
+        adapters in peft format; written to a temporary folder and renamed. Records are also written
+        as ``out_dir/steps.csv`` and ``ranker_calls.parquet``."""
+        final = self.checkpoint_dir()
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        state = {"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
+                 "call_records": self.call_records, "config": asdict(self.cfg), "seed": self.seed,
+                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
+        torch.save(state, tmp / "state.pt")
+        self.policies.save_adapters(tmp / "adapters")
+        (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        write_table(self.frame(), self.out_dir / "steps.csv")
+        if self.call_records:
+            write_table(self.calls_frame(), self.out_dir / "ranker_calls.parquet")
+        self._prune()
+        return final
+
+    def _prune(self) -> None:
+        done = sorted(p for p in (self.out_dir / "checkpoints").glob("step_*") if not p.name.endswith(".tmp"))
+        for old in done[: max(0, len(done) - self.cfg.keep_checkpoints)]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self, path: str | Path | None = None) -> int:
+        """Restore from ``path`` (default: the newest checkpoint in ``out_dir``); returns the step."""
+        path = Path(path) if path is not None else latest_checkpoint(self.out_dir)
+        if path is None:
+            raise FileNotFoundError(f"no checkpoint under {self.out_dir / 'checkpoints'}")
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+        if state["config"]["method"] != self.cfg.method:
+            raise ValueError(f"checkpoint {path} is of method {state['config']['method']!r}, not {self.cfg.method!r}")
+        self.policies.load_state_dict(state["policies"])
+        self.step, self.records, self.call_records = state["step"], state["records"], state["call_records"]
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if self.live_adapters:  # the generation engine must serve the restored weights
+            sync_adapters(self.policies, self.backend, self.live_dir)
+            self._live_step = self.step
+        return self.step
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    done = sorted(p for p in (Path(out_dir) / "checkpoints").glob("step_*")
+                  if not p.name.endswith(".tmp") and (p / "state.pt").exists())
+    return done[-1] if done else None
+
+
+def _mean(values: Sequence[float]) -> float:
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _call_rows(step: int, calls, rewards, gids, advs) -> list[dict]:
+    return [{"step": step, "question_id": c.question_id, "traj_id": c.traj_id, "turn": c.turn, "sub_query": c.sub_query,
+             "i_ans": c.i_ans, "valid": c.valid, "r_rel": r.r_rel, "r_main": r.r_main, "reward": r.reward,
+             "kept": r.kept, "reason": r.reason, "group": g, "advantage": a, "hit@5": c.hit_at.get(5, 0.0)}
+            for c, r, g, a in zip(calls, rewards, gids, advs)]
+
+
+#: What a training run writes into its folder (removed by :func:`clear_run`).
+RUN_OUTPUTS = ("checkpoints", "steps.csv", "ranker_calls.parquet", "live_adapters", "tb")
+
+
+def clear_run(out_dir: str | Path) -> None:
+    """Delete a training folder's checkpoints and records (nothing else in it)."""
+    for name in RUN_OUTPUTS:
+        path = Path(out_dir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()

@@ -1,0 +1,329 @@
+"""Supervised warm start: gold agent trajectories and gold rankings, trained into LoRA adapters.
+
+Why: a small instruct model (SmolLM2-135M) does not follow the tag protocol zero-shot, so every
+rollout fails on its first turn, every reward is -alpha and GRPO has no signal. The embedded world
+knows each question's reasoning chain (``extra_info.gold_chain``: per hop the sub-query, its
+answer and the passages holding it), so correct trajectories can be written mechanically:
+
+* **agent**: the real agent prompt, then per hop a ``<reason>`` + search turn for the gold
+  sub-query, the observation the retriever gives for it (answer-containing passages first, Eq. 7,
+  so the reasoning can cite one), and finally a ``<reason>`` + ``<answer>`` turn. Token ids are
+  assembled with :class:`ChatTokens` exactly as the rollout engine assembles them, and the loss
+  mask is 1 on the agent's turns only (as in GRPO);
+* **ranker**: the real ranker prompt for each gold sub-query over the retriever's top-N, and a
+  ranking with the passages that contain the *hop's* answer first, then the retriever's order.
+
+Both are trained with TRL's ``SFTTrainer`` on pre-tokenised rows (``input_ids`` +
+``assistant_masks``), one LoRA adapter per role. The warm-started ranker, frozen, is the paper's
+"Fixed Ranker" baseline.
+
+Departures from the paper: the paper starts GRPO from the instruct model (its 7B backbone follows
+the protocol zero-shot) and trains its Fixed Ranker with RL on relevance data; we warm-start with
+supervised gold data because a 135M model has to learn the protocol first. Ranker targets use the
+hop answer as relevance, not the final answer (GRPO's r_rel uses the final answer, as the paper).
+A question whose gold hop answer is not among the K passages shown (retrieval miss) gives no agent
+example: its reasoning could not cite a passage.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from trl import SFTConfig, SFTTrainer
+from trl.trainer import utils as trl_utils
+
+from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.agent.prompts import agent_messages, format_observation, ranker_messages
+from cosearch_lib.agent.rankers import oracle_order
+from cosearch_lib.config import ProtocolConfig, WarmStartConfig
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.metrics import has_answer, is_trivial_answer
+from cosearch_lib.models.lora_policies import peft_lora_config
+from cosearch_lib.retrieval.retriever import SearchBackend
+from cosearch_lib.seeding import rng
+
+#: Fields of each adapter's ``warmstart.json`` (the warm-start table of notebook 03).
+WARMSTART_GLOSSARY: dict[str, str] = {
+    "sequences": "gold sequences the role was trained on",
+    "tokens": "all tokens of those sequences",
+    "trained_tokens": "the tokens with a loss: the policy's own turns",
+    "steps": "optimizer steps",
+    "first_loss / last_loss": "first and last logged SFT loss (cross-entropy on the trained tokens)",
+    "train_loss": "TRL's mean training loss over the run",
+    "wall_s": "seconds of SFTTrainer.train",
+}
+
+POLICY_ROLES = ("agent", "ranker")
+
+
+@dataclass
+class GoldExample:
+    """One supervised sequence, token-exact as the policy will see it."""
+
+    role: str  # "agent" | "ranker"
+    question_id: str
+    data_source: str
+    input_ids: list[int]
+    assistant_masks: list[int]  # 1 on tokens the policy writes (trained), 0 on prompt / observations
+    n_hops: int = 1  # hops of the question (agent: searches in the sequence)
+
+    @property
+    def n_trained(self) -> int:
+        return int(sum(self.assistant_masks))
+
+
+@dataclass
+class GoldDataStats:
+    """What the builder kept and skipped, by reason."""
+
+    questions: int = 0
+    agent_examples: int = 0
+    ranker_examples: int = 0
+    skipped: Counter = field(default_factory=Counter)  # reason -> questions (agent) or hops (ranker)
+    tokens: dict = field(default_factory=dict)  # role -> {"mean": .., "max": .., "trained_mean": ..}
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "skipped": dict(self.skipped)}
+
+
+def gold_chain(ex: QAExample) -> list[dict] | None:
+    """The question's gold hops [{sub_query, answer, passage_ids}], or None (real benchmarks have none)."""
+    chain = (ex.extra.get("extra_info") or {}).get("gold_chain") if isinstance(ex.extra, dict) else None
+    if not chain:
+        return None
+    return [dict(h) for h in chain]
+
+
+# --------------------------------------------------------------------------- texts
+
+# Several phrasings, picked per question by a seeded generator: one fixed sentence would be learnt
+# as a formula, and the reasoning is not what the reward scores anyway.
+_FIRST = (
+    "To answer this I first need to know {q}. I search for it.",
+    "I do not know this yet. I search for: {q}.",
+    "The first fact I need is {q}.",
+)
+_NEXT = (
+    "Passage [{j}] says the answer is {a}. Next I need to know {q}.",
+    "From passage [{j}]: {a}. Now I search for: {q}.",
+    "Passage [{j}] gives {a}. The next fact I need is {q}.",
+)
+_LAST = (
+    "Passage [{j}] says the answer is {a}. So the answer to the question is {final}.",
+    "From passage [{j}]: {a}. That answers the question: {final}.",
+)
+_RANK_HIT = "{which} the query \"{q}\" directly; I put {pronoun} first, then the closest matches."
+_RANK_MISS = "No passage clearly answers the query \"{q}\"; I keep the search engine's best matches."
+
+
+def _tool_call(query: str) -> str:
+    return "<tool_call>" + json.dumps({"name": "search", "arguments": {"query": query}}) + "</tool_call>"
+
+
+def _cited(shown: Sequence[Any], answer: str) -> int | None:
+    """1-based position of the first shown passage containing ``answer``, or None."""
+    return next((i for i, p in enumerate(shown, 1) if has_answer(p.contents, [answer])), None)
+
+
+def ranking_text(sub_query: str, relevant: Sequence[int], order: Sequence[int]) -> str:
+    """The gold ranker reply: a short reason, then ``order`` (0-based) as ``[i] > [j] > ...``."""
+    if relevant:
+        picked = [i + 1 for i in order if i in set(relevant)]
+        which = f"Passage [{picked[0]}] answers" if len(picked) == 1 else \
+            "Passages " + ", ".join(f"[{i}]" for i in picked) + " answer"
+        reason = _RANK_HIT.format(which=which, q=sub_query, pronoun="it" if len(picked) == 1 else "them")
+    else:
+        reason = _RANK_MISS.format(q=sub_query)
+    return f"<reason>{reason}</reason>\n<rerank>{' > '.join(f'[{i + 1}]' for i in order)}</rerank>"
+
+
+# --------------------------------------------------------------------------- sequences
+
+
+def gold_agent_example(ex: QAExample, hop_candidates: Sequence[Sequence[Any]], chat: ChatTokens,
+                       protocol: ProtocolConfig, *, seed: int = 0) -> tuple[GoldExample | None, str | None]:
+    """The gold trajectory of ``ex`` given each hop's retriever top-N (``hop_candidates[h]``).
+
+    Returns (example, None) or (None, reason skipped)."""
+    chain = gold_chain(ex)
+    if not chain:
+        return None, "no gold chain"
+    if len(hop_candidates) != len(chain):
+        raise ValueError(f"{ex.id}: {len(chain)} hops but {len(hop_candidates)} candidate lists")
+    if len(chain) > protocol.search.max_searches:
+        return None, "more hops than searches allowed"
+    final = ex.golden_answers[0]
+    r = rng("warmstart-agent", seed, ex.id)
+    ids = chat.prompt_ids(agent_messages(ex.question, protocol))
+    mask = [0] * len(ids)
+    cited_prev, answer_prev = None, None
+    for h, hop in enumerate(chain):
+        if h == 0:
+            reason = _FIRST[r.integers(len(_FIRST))].format(q=hop["sub_query"])
+        else:
+            reason = _NEXT[r.integers(len(_NEXT))].format(j=cited_prev, a=answer_prev, q=hop["sub_query"])
+        turn = chat.encode(f"<reason>{reason}</reason>\n{_tool_call(hop['sub_query'])}")
+        candidates = list(hop_candidates[h])
+        shown = [candidates[i] for i in oracle_order(candidates, [hop["answer"]], protocol.search.topk)]
+        cited = _cited(shown, hop["answer"])
+        if cited is None or is_trivial_answer(hop["answer"]):
+            return None, "hop answer not in the shown passages"
+        obs = chat.observation_ids(format_observation(shown, protocol), generated_ended_with_eos=False)
+        ids += turn + obs
+        mask += [1] * len(turn) + [0] * len(obs)
+        cited_prev, answer_prev = cited, hop["answer"]
+    reason = _LAST[r.integers(len(_LAST))].format(j=cited_prev, a=answer_prev, final=final)
+    last = chat.encode(f"<reason>{reason}</reason>\n<answer>{final}</answer>") + [chat.end_of_turn_id]
+    ids += last
+    mask += [1] * len(last)
+    return GoldExample("agent", ex.id, ex.data_source, ids, mask, n_hops=len(chain)), None
+
+
+def gold_ranker_examples(ex: QAExample, hop_candidates: Sequence[Sequence[Any]], chat: ChatTokens,
+                         protocol: ProtocolConfig) -> tuple[list[GoldExample], Counter]:
+    """One gold ranking per hop of ``ex``: the hop-answer passages first (Eq. 7), then retriever order."""
+    chain = gold_chain(ex) or []
+    out, skipped = [], Counter()
+    for hop, candidates in zip(chain, hop_candidates):
+        candidates = list(candidates)
+        k = min(protocol.search.topk, len(candidates))
+        if k < 1:
+            skipped["no candidates"] += 1
+            continue
+        relevant = [i for i, p in enumerate(candidates) if has_answer(p.contents, [hop["answer"]])]
+        order = oracle_order(candidates, [hop["answer"]], k)
+        prompt = chat.prompt_ids(ranker_messages(ex.question, hop["sub_query"], candidates, k, protocol))
+        reply = chat.encode(ranking_text(hop["sub_query"], relevant, order)) + [chat.end_of_turn_id]
+        if not relevant:
+            skipped["hop answer not among the candidates (kept, retriever order)"] += 1
+        out.append(GoldExample("ranker", ex.id, ex.data_source, prompt + reply, [0] * len(prompt) + [1] * len(reply),
+                               n_hops=len(chain)))
+    return out, skipped
+
+
+def build_gold_data(examples: Sequence[QAExample], retriever: SearchBackend, chat: ChatTokens, protocol: ProtocolConfig, *,
+                    topn: int, n_agent: int, n_ranker: int, seed: int = 0,
+                    ranker_chat: ChatTokens | None = None) -> tuple[dict[str, list[GoldExample]], GoldDataStats]:
+    """Gold agent and ranker sequences from ``examples`` (in order, questions without a chain skipped)
+    until ``n_agent`` agent and ``n_ranker`` ranker sequences exist. One batched retriever call per
+    block of questions. Returns ({"agent": [...], "ranker": [...]}, stats)."""
+    data: dict[str, list[GoldExample]] = {"agent": [], "ranker": []}
+    stats = GoldDataStats()
+    block = 64
+    for start in range(0, len(examples), block):
+        if len(data["agent"]) >= n_agent and len(data["ranker"]) >= n_ranker:
+            break
+        chunk = [(ex, gold_chain(ex)) for ex in examples[start:start + block]]
+        stats.skipped["no gold chain"] += sum(chain is None for _, chain in chunk)
+        chunk = [(ex, chain) for ex, chain in chunk if chain]
+        queries = [hop["sub_query"] for _, chain in chunk for hop in chain]
+        results = iter(retriever.search(queries, topn) if queries else [])
+        for ex, chain in chunk:
+            hops = [next(results) for _ in chain]
+            stats.questions += 1
+            if len(data["agent"]) < n_agent:
+                example, why = gold_agent_example(ex, hops, chat, protocol, seed=seed)
+                if example is None:
+                    stats.skipped[f"agent: {why}"] += 1
+                else:
+                    data["agent"].append(example)
+            if len(data["ranker"]) < n_ranker:
+                ranked, skipped = gold_ranker_examples(ex, hops, ranker_chat or chat, protocol)
+                data["ranker"].extend(ranked[: n_ranker - len(data["ranker"])])
+                stats.skipped.update({f"ranker: {k}": v for k, v in skipped.items()})
+    stats.agent_examples, stats.ranker_examples = len(data["agent"]), len(data["ranker"])
+    for role, rows in data.items():
+        if rows:
+            lengths = [len(r.input_ids) for r in rows]
+            stats.tokens[role] = {"mean": sum(lengths) / len(lengths), "max": max(lengths),
+                                  "trained_mean": sum(r.n_trained for r in rows) / len(rows)}
+    return data, stats
+
+
+def sft_dataset(rows: Sequence[GoldExample]):
+    """A ``datasets.Dataset`` of pre-tokenised rows: SFTTrainer turns ``assistant_masks`` into labels."""
+
+    if not rows:
+        raise ValueError("no gold examples to train on")
+    return Dataset.from_dict({"input_ids": [r.input_ids for r in rows], "assistant_masks": [r.assistant_masks for r in rows]})
+
+
+def _sft_trainer_class():
+    """TRL's SFTTrainer, or on machines without Triton a subclass computing the standard loss.
+
+    TRL 1.15 computes the SFT loss through a fused LM head whose kernel is written in Triton, which
+    is not installed with CPU builds of torch (the trainer then fails with "'NoneType' object has no
+    attribute 'apply'"). Without Triton we take the model's own shifted cross-entropy over the
+    labels SFTTrainer built (-100 off the assistant mask): the same loss, without TRL's extra
+    token-accuracy / entropy metrics."""
+
+    if getattr(trl_utils, "_ChunkedLogProbFunction", None) is not None:
+        return SFTTrainer
+
+    class PlainLossSFTTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            outputs = model(**inputs, use_cache=False, num_items_in_batch=num_items_in_batch)
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    return PlainLossSFTTrainer
+
+
+def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: WarmStartConfig, lora: Any,
+              out_dir: str | Path, *, seed: int = 0, progress: bool = True) -> dict:
+    """Train a fresh LoRA adapter on ``rows`` with TRL's SFTTrainer and save it to ``out_dir``
+    (written to a temporary folder, then renamed: an interrupted run leaves nothing half-written).
+
+    ``lora`` is a :class:`policies.LoraSettings`. Returns the training summary (loss per logged
+    step, wall time, token counts), also written as ``out_dir/warmstart.json``."""
+
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    args = SFTConfig(
+        output_dir=str(tmp / "trainer"), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
+        per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
+        lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio, logging_steps=cfg.logging_steps,
+        save_strategy="no", report_to=[], seed=seed, gradient_checkpointing=cfg.gradient_checkpointing, data_seed=seed, max_length=cfg.max_length,
+        use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        dataloader_num_workers=0, disable_tqdm=not progress, dataset_num_proc=None,
+    )
+    t0 = time.perf_counter()
+    trainer = _sft_trainer_class()(model=model, args=args, train_dataset=sft_dataset(rows), processing_class=tokenizer,
+                         peft_config=peft_lora_config(lora))
+    result = trainer.train()
+    wall = time.perf_counter() - t0
+    trainer.model.save_pretrained(str(tmp))
+    shutil.rmtree(tmp / "trainer", ignore_errors=True)
+    losses = [{"step": h["step"], "loss": h["loss"], "learning_rate": h.get("learning_rate")}
+              for h in trainer.state.log_history if "loss" in h]
+    summary = {"n_sequences": len(rows), "tokens": sum(len(r.input_ids) for r in rows),
+               "trained_tokens": sum(r.n_trained for r in rows), "steps": trainer.state.global_step,
+               "train_loss": result.training_loss, "wall_s": wall, "losses": losses, "config": asdict(cfg),
+               "lora": asdict(lora), "seed": seed}
+    (tmp / "warmstart.json").write_text(json.dumps(summary, indent=2, default=str))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+    return summary
+
+
+# --------------------------------------------------------------------------- cached, per profile
+
+#: Bump when the gold data or the training recipe changes, so cached adapters are not reused.
+WARMSTART_VERSION = 1
+
+
+def warmstart_summary(folder: str | Path) -> dict:
+    """What :func:`train_sft` recorded next to an adapter (losses, sizes, wall time)."""
+    return json.loads((Path(folder) / "warmstart.json").read_text())

@@ -1,0 +1,1 @@
+"""Views: one plotting function per figure (reading records only) and the ipywidgets trajectory browser."""

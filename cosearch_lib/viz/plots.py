@@ -1,0 +1,152 @@
+"""One function per figure. Each reads tidy records (DataFrames loaded from run folders), never
+live state, so every figure can be regenerated from disk."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from cosearch_lib.eval.benchmark_families import order_key
+
+
+def plot_recall_at_k(curve: pd.DataFrame, *, topk: int | None = None, topn: int | None = None, title: str = ""):
+    """Answer recall@k against k per family (single-hop solid, multi-hop dashed), with K and N marked."""
+    fams = curve[curve["group"].isin(["single", "multi", "other"])]
+    order = sorted(fams["data_source"].unique(), key=order_key)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    palette = dict(zip(order, sns.color_palette("tab10", len(order))))
+    for source in order:
+        part = fams[fams["data_source"] == source]
+        style = "--" if part["group"].iloc[0] == "multi" else "-"
+        ax.plot(part["k"], part["recall"], style, color=palette[source], label=f"{source} ({part['group'].iloc[0]})", lw=1.8)
+    for value, name in ((topk, "K"), (topn, "N")):
+        if value:
+            ax.axvline(value, color="grey", lw=0.8, ls=":")
+            ax.text(value, 1.0, f" {name}={value}", color="grey", va="top")
+    ax.set(xscale="log", xlabel="k (log scale)", ylabel="answer recall@k", ylim=(0, 1.02), title=title or "Dense retriever: answer recall@k")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: curves stay visible
+    fig.tight_layout()
+    return fig
+
+
+def plot_oracle_gap(beside: pd.DataFrame, *, metric: str = "F1", title: str = ""):
+    """Table 1 as bars: one panel per source (ours, paper 3B, ...), standard vs oracle for the
+    single-hop, multi-hop and overall averages, relative gain written over each pair.
+
+    ``beside``: :func:`paper.oracle_gap_beside_paper` (index levels source, row)."""
+    sources = list(dict.fromkeys(beside.index.get_level_values("source")))
+    fig, axes = plt.subplots(1, len(sources), figsize=(3.6 * len(sources), 3.8), sharey=True, squeeze=False)
+    colors = {"standard": "#8da0cb", "oracle": "#fc8d62"}
+    for ax, source in zip(axes[0], sources):
+        part = beside.loc[source]
+        cols = list(part.columns)
+        for j, setting in enumerate(("standard", "oracle")):
+            ax.bar([i + (j - 0.5) * 0.38 for i in range(len(cols))], part.loc[setting], width=0.38,
+                   color=colors[setting], label=setting)
+        for i, col in enumerate(cols):
+            gain, top = part.loc["relative gain %", col], part.loc[["standard", "oracle"], col].max()
+            text = "n/a" if pd.isna(gain) else f"{gain:+.0f}%"
+            ax.text(i, (0 if pd.isna(top) else top) + 0.01, text, ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(cols)), [c.replace(" avg", "\navg") for c in cols])
+        ax.set_title(source, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel(metric)
+    axes[0][0].set_ylim(0, max(0.1, float(beside.drop(index="relative gain %", level="row").max().max()) * 1.2))
+    axes[0][-1].legend(frameon=False, fontsize=8)
+    fig.suptitle(title or f"Oracle gap: {metric} with the retriever's top-K vs answer-containing passages first")
+    fig.tight_layout()
+    return fig
+
+
+def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
+    """Table 7 as stacked bars: % of questions with 0, 1, ... searches per method, one panel per
+    source. ``beside``: :func:`paper.turns_beside_paper` (index levels source, method)."""
+    sources = list(dict.fromkeys(beside.index.get_level_values("source")))
+    fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 0.5 + 0.55 * beside.index.size / len(sources) + 1.5),
+                             sharex=True, squeeze=False)
+    counts = [c for c in beside.columns if c != "mean"]
+    palette = sns.color_palette("crest", len(counts))
+    for ax, source in zip(axes[0], sources):
+        part = beside.loc[source]
+        left = pd.Series(0.0, index=part.index)
+        for color, c in zip(palette, counts):
+            ax.barh(range(len(part)), part[c], left=left, color=color, label=str(c))
+            left += part[c]
+        ax.set_yticks(range(len(part)), [f"{m}  (mean {part.loc[m, 'mean']:.2f})" for m in part.index], fontsize=8)
+        ax.invert_yaxis()
+        ax.set(xlim=(0, 100), xlabel="% of questions", title=source)
+    axes[0][-1].legend(title="searches", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.suptitle(title or "Search turns per question")
+    fig.tight_layout()
+    return fig
+
+
+#: Fig. 2 panels: (record column, axis label); val_f1 is drawn only at the steps that have it.
+TRAINING_PANELS = (("agent_reward", "agent reward (Eq. 4)"), ("hit@5", "ranker Hit@5 (shown passages)"),
+                   ("searches_per_traj", "searches per trajectory"), ("val_f1", "validation avg F1"))
+
+
+def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], ...] = TRAINING_PANELS, title: str = ""):
+    """The Fig. 2 analogue: one panel per metric over training steps, one line per method.
+
+    ``steps``: :func:`cosearch_lib.records.training_runs.read_steps` (columns step, method and the panel metrics).
+    Panels whose column is missing or all-NaN say so instead of drawing an empty axis."""
+    methods = list(dict.fromkeys(steps["method"]))
+    palette = dict(zip(methods, sns.color_palette("tab10", len(methods))))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
+    for ax, (column, label) in zip(axes[0], panels):
+        ax.set(xlabel="training step", title=label)
+        ax.grid(alpha=0.3)
+        if column not in steps or steps[column].isna().all():
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+            continue
+        for method in methods:
+            part = steps[(steps["method"] == method) & steps[column].notna()]
+            ax.plot(part["step"] + 1, part[column], marker="o", ms=4, lw=1.6, color=palette[method], label=method)
+    axes[0][0].legend(fontsize=8, frameon=False)
+    fig.suptitle(title or "Training curves (x = steps completed)")
+    fig.tight_layout()
+    return fig
+
+
+#: Fig. 3 panels: (pre-filter column, post-filter column, title).
+RANKER_DYNAMICS_PANELS = (
+    ("ranker_main_pre", "ranker_main_post", "(a) agent term r_main"),
+    ("r_rel_pre", "r_rel_post", "(b) relevance reward r_rel"),
+    ("ranker_reward_pre", "ranker_reward_post", "(c) composite reward"),
+    ("grouping_mean_group_size_pre", "grouping_mean_group_size_post", "(d) mean group size"),
+)
+
+
+def plot_ranker_dynamics(steps: pd.DataFrame, *, title: str = ""):
+    """The Fig. 3 analogue for one method's steps: each panel shows a ranker quantity over all
+    search calls (pre-filter, dashed) and over the calls in the surviving semantic groups
+    (post-filter, solid). Steps without any surviving group have no post-filter point."""
+    fig, axes = plt.subplots(1, len(RANKER_DYNAMICS_PANELS), figsize=(3.6 * len(RANKER_DYNAMICS_PANELS), 3.4),
+                             squeeze=False)
+    x = steps["step"] + 1
+    for ax, (pre, post, label) in zip(axes[0], RANKER_DYNAMICS_PANELS):
+        ax.plot(x, steps[pre], ls="--", marker="o", ms=4, color="#8da0cb", label="pre-filter")
+        ax.plot(x, steps[post], ls="-", marker="s", ms=4, color="#fc8d62", label="post-filter")
+        ax.set(xlabel="training step", title=label)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, frameon=False)
+    method = steps["method"].iloc[0] if len(steps) else ""
+    fig.suptitle(title or f"Ranker dynamics ({method}): pre- and post-filter")
+    fig.tight_layout()
+    return fig
+
+
+def plot_warmstart_losses(losses: pd.DataFrame, *, title: str = ""):
+    """Supervised warm-start loss per optimizer step, one line per role
+    (``losses``: :func:`cosearch_lib.records.training_runs.warmstart_losses`)."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for role, part in losses.groupby("role", sort=False):
+        ax.plot(part["step"], part["loss"], marker="o", ms=4, lw=1.6, label=role)
+    ax.set(xlabel="optimizer step", ylabel="cross-entropy on the policy's tokens", title=title or "Warm start (SFT)")
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return fig

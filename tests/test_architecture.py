@@ -1,0 +1,123 @@
+"""The package's shape: config is a leaf, the layer contract holds, generated docs are current,
+and two runs' records can be compared table by table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cosearch_lib.records.compare import compare_tables, diff_table
+from cosearch_lib.records.docs import GLOSSARIES, _cell, generated_pages, markdown_table, render_metrics_page
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules_after(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return set(out.stdout.split())
+
+
+def test_loading_a_profile_imports_no_torch_and_no_fastapi():
+    loaded = _modules_after("from cosearch_lib.config import load_profile; load_profile('demo'); load_profile('ci')")
+    heavy = {m for m in loaded if m.split(".")[0] in {"torch", "fastapi", "transformers", "peft", "trl", "pandas", "numpy"}}
+    assert not heavy, f"config pulled in {sorted(heavy)[:5]}"
+    assert "cosearch_lib.config" in loaded
+    assert not {m for m in loaded if m.startswith("cosearch_lib.") and m not in {"cosearch_lib.config", "cosearch_lib.paths"}}
+
+
+def test_the_layer_contract_holds():
+    """import-linter's contracts (pyproject.toml): layers, config as a leaf, no sibling cycles."""
+    lint = Path(sys.executable).parent / "lint-imports"
+    if not lint.exists():
+        pytest.skip("import-linter is not installed (pip install -e .[dev])")
+    out = subprocess.run([str(lint), "--no-cache"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert out.stdout.count("KEPT") == 3
+
+
+def test_no_module_imports_package_code_inside_a_function():
+    """Imports inside functions hide cycles; only optional heavy packages may be imported lazily."""
+    import ast
+
+    lazy_ok = {"vllm", "unsloth", "faiss", "wandb", "torch.utils.tensorboard", "IPython", "IPython.display",
+               "huggingface_hub", "vllm.lora.request", "vllm.inputs", "torch"}
+    offenders = []
+    for path in sorted((ROOT / "cosearch_lib").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+                mod = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    mod = "." + (mod or "")
+                if mod is None or mod.startswith((".", "cosearch_lib")) or mod not in lazy_ok:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {mod}")
+    # torch stays lazy only where it is optional (seeding, provenance); TYPE_CHECKING blocks are top-level Ifs
+    assert not offenders, offenders
+
+
+def test_module_names_are_unique_across_the_package():
+    stems = [p.stem for p in (ROOT / "cosearch_lib").rglob("*.py") if p.stem != "__init__"]
+    dupes = sorted({s for s in stems if stems.count(s) > 1})
+    assert not dupes, f"module names used twice: {dupes}"
+
+
+def test_generated_docs_are_current():
+    for path, text in generated_pages().items():
+        assert path.exists(), f"{path.name} missing: run `cosearch docs`"
+        assert path.read_text() == text, f"{path.relative_to(ROOT)} is out of date: run `cosearch docs`"
+
+
+def test_metrics_page_lists_every_glossary_entry():
+    page = render_metrics_page()
+    for _, _, glossary, home in GLOSSARIES:
+        assert home in page
+        missing = [k for k in glossary if f"| {_cell(f'`{k}`')} |" not in page]
+        assert not missing, f"{home}: {missing}"
+
+
+def test_markdown_table_orders_columns_and_blanks_missing_values():
+    rows = [{"data_source": "avg", "R@10": 0.5, "R@2": float("nan")}, {"data_source": "syn_nq", "R@10": 1.0}]
+    text = markdown_table(rows)
+    assert text.splitlines()[0] == "| data_source | R@2 | R@10 |"
+    assert "| avg |  | 0.500 |" in text and "| syn_nq |  | 1.000 |" in text
+
+
+def _write(folder: Path, name: str, df: pd.DataFrame) -> None:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(path) if name.endswith(".parquet") else df.to_csv(path, index=False)
+
+
+def test_compare_tables_ignores_timing_and_finds_real_differences(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    base = pd.DataFrame({"step": [0, 1], "agent_reward": [0.2, float("nan")], "rollout_s": [1.0, 2.0], "wall_s": [3.0, 4.0]})
+    _write(a, "training/cosearch/steps.csv", base)
+    _write(b, "training/cosearch/steps.csv", base.assign(rollout_s=[9.0, 9.0], wall_s=[1.0, 1.0]))  # timing only
+    _write(a, "02_eval_records.parquet", pd.DataFrame({"f1": [0.5, 1.0], "prediction": ["x", "y"]}))
+    _write(b, "02_eval_records.parquet", pd.DataFrame({"f1": [0.5, 1.0], "prediction": ["x", "z"]}))
+    _write(a, "only_here.csv", base)
+    report = compare_tables(a, b).set_index("table")
+    assert report.loc["training/cosearch/steps.csv", "status"] == "identical"  # NaN == NaN, timing ignored
+    assert report.loc["02_eval_records.parquet", "status"] == "differs"
+    assert "prediction (rows [1]" in report.loc["02_eval_records.parquet", "detail"]
+    assert report.loc["only_here.csv", "status"] == "missing in second"
+    assert diff_table(base, base.drop(columns="agent_reward")).startswith("columns differ")
+    assert diff_table(base, base.iloc[:1]) == "2 rows against 1"
+
+
+def test_compare_runs_cli_exit_code(tmp_path, capsys):
+    from cosearch_lib.cli import main
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write(a, "t.csv", pd.DataFrame({"x": [1]}))
+    _write(b, "t.csv", pd.DataFrame({"x": [1]}))
+    assert main(["compare-runs", str(a), str(b)]) == 0
+    _write(b, "t.csv", pd.DataFrame({"x": [2]}))
+    assert main(["compare-runs", str(a), str(b)]) == 1
+    assert "0 of 1 tables identical" in capsys.readouterr().out
