@@ -34,7 +34,7 @@ test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) 
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)  ## ruff, then the layer contract (import-linter), then the generated docs are current
-	$(BIN)/ruff check cosearch_lib tests benchmarks
+	$(BIN)/ruff check cosearch_lib tests benchmarks notebooks
 	$(BIN)/lint-imports
 	$(BIN)/cosearch docs --check
 

@@ -21,18 +21,15 @@ import json
 import sys
 
 from cosearch_lib.config import available_profiles, load_profile
-from cosearch_lib.data import downloads as data
-from cosearch_lib.data.downloads import HubUnavailableError
-from cosearch_lib.experiment import build_retriever, resolve_profile
-from cosearch_lib.models.registry import describe_models
-from cosearch_lib.records.compare import compare_tables
-from cosearch_lib.records.docs import copy_run_records, write_generated_docs
-from cosearch_lib.records.papermill_runner import parse_parameter, run_profile, run_warm_start
-from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_world
-from cosearch_lib.retrieval.http_server import run_server
+
+# Each command imports its modules when it runs, so `cosearch --help` and `cosearch profiles` answer
+# at once instead of loading torch, transformers and papermill first. This is the one module that
+# does so on purpose: nothing imports the CLI, so these imports cannot hide a cycle.
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from cosearch_lib.records.papermill_runner import parse_parameter, run_profile
+
     params = dict(parse_parameter(p) for p in args.param or [])
     if args.seed is not None:
         params["seed"] = args.seed
@@ -41,12 +38,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_warm_start(args: argparse.Namespace) -> int:
+    from cosearch_lib.records.papermill_runner import run_warm_start
+
     rec = run_warm_start(load_profile(args.profile), progress=not args.quiet)
     print(json.dumps({k: v for k, v in rec.items() if k != "environment"}, indent=2))
     return 0
 
 
 def _cmd_compare_runs(args: argparse.Namespace) -> int:
+    from cosearch_lib.records.compare import compare_tables
+
     report = compare_tables(args.first, args.second, only=args.only)
     if report.empty:
         raise FileNotFoundError(f"no CSV or parquet tables under {args.first} or {args.second}")
@@ -57,6 +58,8 @@ def _cmd_compare_runs(args: argparse.Namespace) -> int:
 
 
 def _cmd_docs(args: argparse.Namespace) -> int:
+    from cosearch_lib.records.docs import copy_run_records, write_generated_docs
+
     if args.results_from:
         print(f"copied run records to {copy_run_records(args.results_from)}")
     stale = write_generated_docs(check=args.check)
@@ -66,12 +69,17 @@ def _cmd_docs(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_world(args: argparse.Namespace) -> int:
+    from cosearch_lib.retrieval.artifacts import prepare_world
+
     paths = prepare_world(load_profile(args.profile), force=args.force)
     print(json.dumps({"root": str(paths.root), "corpus": str(paths.corpus), "qa": {k: str(v) for k, v in paths.qa.items()}}, indent=2))
     return 0
 
 
 def _cmd_build_index(args: argparse.Namespace) -> int:
+    from cosearch_lib.experiment import build_retriever, resolve_profile
+    from cosearch_lib.retrieval.artifacts import corpus_paths
+
     cfg = resolve_profile(args.profile)
     retriever = build_retriever(cfg)
     print(json.dumps({"index": str(corpus_paths(cfg).index), "passages": len(retriever)}, indent=2))
@@ -79,6 +87,9 @@ def _cmd_build_index(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from cosearch_lib.experiment import build_retriever
+    from cosearch_lib.retrieval.http_server import run_server
+
     cfg = load_profile(args.profile)
     if args.corpus:
         cfg.data.corpus_path = args.corpus
@@ -92,6 +103,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
+    from cosearch_lib.data import downloads as data
+
     fn = {
         "cosearch-data": data.download_cosearch_data,
         "wiki18-corpus": data.download_wiki18_corpus,
@@ -102,6 +115,8 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
+    from cosearch_lib.models.registry import describe_models
+
     for row in describe_models():
         print(f"{row['name']:<24} {row['kind']:<10} {'installed' if row['installed'] else 'MISSING':<10} {row['path']}")
     return 0
@@ -171,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that describe bad input or a missing download: print the message, no traceback."""
+    from cosearch_lib.data.downloads import HubUnavailableError
+
     return (FileNotFoundError, ValueError, LookupError, HubUnavailableError)
 
 

@@ -130,7 +130,7 @@ def test_run_profile_checks_parameters_before_running_anything(monkeypatch):
 def test_run_profile_sends_each_notebook_its_parameters_and_warm_starts_first(monkeypatch):
     runner, calls = _fake_runs(monkeypatch)
     runner.run_profile("ci", ["01", "03"], parameters={"steps": 1, "methods": "search_r1"})
-    assert calls == [("warm start", "ci"), ("01", {}), ("03", {"steps": 1, "methods": "search_r1"})]
+    assert calls == [("01", {}), ("warm start", "ci"), ("03", {"steps": 1, "methods": "search_r1"})]
     calls.clear()
     runner.run_profile("ci", ["01"])  # notebook 01 needs no warm start
     assert calls == [("01", {})]
