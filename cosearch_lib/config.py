@@ -441,6 +441,19 @@ ROLE_TABLE = {
 }
 
 
+#: Tracker kinds -> the pip package each needs.
+TRACKER_KINDS: dict[str, str] = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def check_kinds(kinds: Sequence[str] | str) -> tuple[str, ...]:
+    """``kinds`` as a tuple of known tracker kinds (a single string is one kind); ValueError otherwise."""
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    unknown = [k for k in kinds if k not in TRACKER_KINDS]
+    if unknown:
+        raise ValueError(f"unknown tracker kind(s) {unknown}; expected any of {tuple(TRACKER_KINDS)}")
+    return tuple(dict.fromkeys(kinds))
+
+
 @dataclass
 class TrainConfig:
     method: str = "cosearch"  # one of TRAINING_METHODS (see the role table above)
@@ -503,20 +516,8 @@ class TrainConfig:
         roles = self.roles()
         return {roles[r] for r, on in (("agent", agent), ("ranker", ranker)) if on and roles[r]}
 
-#: Tracker kinds -> the pip package each needs.
-TRACKER_KINDS: dict[str, str] = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
-
-def check_kinds(kinds: Sequence[str] | str) -> tuple[str, ...]:
-    """``kinds`` as a tuple of known tracker kinds (a single string is one kind); ValueError otherwise."""
-    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    unknown = [k for k in kinds if k not in TRACKER_KINDS]
-    if unknown:
-        raise ValueError(f"unknown tracker kind(s) {unknown}; expected any of {tuple(TRACKER_KINDS)}")
-    return tuple(dict.fromkeys(kinds))
-
-
-# --------------------------------------------------------------------------- training
+# --------------------------------------------------------------------------- supervised warm start
 
 
 @dataclass

@@ -59,7 +59,6 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     ``resume=False`` starts over: earlier checkpoints and records of that folder are deleted first
     (they belong to the run being replaced)."""
 
-
     tcfg = replace(cfg.training, **overrides)
     roles = tcfg.roles()
     if roles["ranker"] is not None and cfg.models.ranker != cfg.models.agent:
@@ -224,7 +223,6 @@ def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: di
     """The method's evaluation (``base_cfg``: a HarnessConfig) with the warm-started policies and with
     the trained ones, on the same questions. The ``method`` column reads ``"<method>: <label>"``; the
     harness's own method name stays in ``eval_method``."""
-
 
     frames = []
     warm_adapters = {role: warm[role] for role in ("agent", "ranker") if role in warm}

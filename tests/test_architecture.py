@@ -70,6 +70,26 @@ def test_module_names_are_unique_across_the_package():
     assert not dupes, f"module names used twice: {dupes}"
 
 
+def test_public_names_are_unique_across_the_package():
+    """One name, one home: a public function, class or constant is defined in one module only."""
+    import ast
+    from collections import defaultdict
+
+    homes = defaultdict(list)
+    for path in sorted((ROOT / "cosearch_lib").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            for name in names:
+                if not name.startswith("_"):
+                    homes[name].append(str(path.relative_to(ROOT)))
+    assert not {n: h for n, h in homes.items() if len(h) > 1}
+
+
 def test_generated_docs_are_current():
     for path, text in generated_pages().items():
         assert path.exists(), f"{path.name} missing: run `cosearch docs`"

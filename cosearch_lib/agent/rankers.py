@@ -108,7 +108,6 @@ class LLMRanker:
         self.sampling, self.adapter = sampling, adapter
 
     def rank(self, requests: list[RankRequest]) -> list[Ranking]:
-
         if not requests:
             return []
         prompts = [self.chat.prompt_ids(ranker_messages(r.q0, r.sub_query, r.candidates, min(r.k, len(r.candidates)),
@@ -136,13 +135,10 @@ class CrossEncoderRanker:
 
     @classmethod
     def from_pretrained(cls, name: str, **kw) -> CrossEncoderRanker:
-
-
         path = resolve_model(name).path
         return cls(AutoModelForSequenceClassification.from_pretrained(path), AutoTokenizer.from_pretrained(path), **kw)
 
     def scores(self, query: str, passages: list[Passage]) -> list[float]:
-
         out: list[float] = []
         device = next(self.model.parameters()).device
         with torch.inference_mode():

@@ -281,7 +281,6 @@ class TransformersBackend:
         return out  # type: ignore[return-value]
 
     def _generate_batch(self, prompts: list[list[int]], sampling: SamplingConfig, seeds: list[int]) -> list[Generation]:
-
         model, dev = self.model, self.device
         finisher = _Finisher(self.decode, self.eos_ids, sampling)
         gens = [torch.Generator().manual_seed(s) for s in seeds]  # CPU: one stream per row, any device

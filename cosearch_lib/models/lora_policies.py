@@ -107,7 +107,6 @@ class PolicySet:
         return {"adapters": adapters, "optimizers": {a: o.state_dict() for a, o in self.optimizers.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-
         for adapter, weights in state["adapters"].items():
             result = set_peft_model_state_dict(self.model, weights, adapter_name=adapter)
             missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
@@ -190,7 +189,6 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
 
     if UNSLOTH_DEFAULT_ADAPTER in adapters:
         raise ValueError(f"adapter name {UNSLOTH_DEFAULT_ADAPTER!r} is reserved on the unsloth backend")
-
 
     try:
         from unsloth import FastLanguageModel

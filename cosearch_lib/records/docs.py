@@ -140,7 +140,7 @@ def _section_03(m: dict) -> list[str]:
 STEP_COLUMNS = ("step", "agent_reward", "agent_f1", "agent_format_ok", "searches_per_traj", "n_ranker_calls", "hit@5",
                 "ranker_valid_rate", "grouping_n_groups_post", "val_f1", "rollout_s", "update_s", "step_s")
 
-SECTIONS = {"01_retriever_setup": ("Retriever (notebook 01)", _section_01),
+RESULT_SECTIONS = {"01_retriever_setup": ("Retriever (notebook 01)", _section_01),
             "02_oracle_gap_study": ("Oracle-gap study (notebook 02)", _section_02),
             "03_joint_grpo_training": ("Joint GRPO training (notebook 03)", _section_03)}
 
@@ -164,7 +164,7 @@ def render_results_page(results_root: Path | None = None) -> str:
                          "wall_s": rec.get("wall_s"), "device": env.get("device"), "git": (env.get("git_sha") or "")[:10]})
         if runs:
             out += ["Cost of each step (`*.run.json`):", "", markdown_table(runs), ""]
-        for stem, (title, render) in SECTIONS.items():
+        for stem, (title, render) in RESULT_SECTIONS.items():
             path = folder / f"{stem}.metrics.json"
             if path.exists():
                 out += [f"### {title}", ""] + render(json.loads(path.read_text())) + [""]

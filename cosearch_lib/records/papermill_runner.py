@@ -135,7 +135,6 @@ def run_notebook(
     debugging) and a record with ``status: failed``, then re-raises.
     """
 
-
     notebook = Path(notebook)
     params = {**papermill_parameters(profile), "profile": profile, **(parameters or {})}
     out = Path(out_dir) if out_dir else run_dir(profile)

@@ -20,7 +20,6 @@ class TextEncoder:
     """``encode_queries`` / ``encode_passages`` -> float32 arrays of shape (n, dim), rows of unit norm."""
 
     def __init__(self, cfg: EncoderConfig | None = None, *, device: str | None = None):
-
         self.cfg = cfg or EncoderConfig()
         self.model, self.tokenizer = load_encoder_model(self.cfg.model, device=device)
         self.device = next(self.model.parameters()).device

@@ -465,7 +465,6 @@ def create_app(backend: SearchBackend, cfg: ServerConfig | None = None) -> FastA
 
 
 def _uvicorn_config(app: Any, cfg: ServerConfig) -> Any:
-
     return uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=cfg.log_level,
                           access_log=False, lifespan="on", timeout_graceful_shutdown=5)
 
@@ -525,7 +524,6 @@ class ServerThread:
         return self.url
 
     def _wait_healthy(self) -> None:
-
         deadline = time.monotonic() + self._startup_timeout_s
         while time.monotonic() < deadline:
             if self._thread is not None and not self._thread.is_alive():
