@@ -97,11 +97,12 @@ def warmstart_dir(cfg: ProfileConfig) -> Path:
     return cache_dir() / "warmstart" / f"v{WARMSTART_VERSION}-{key}"
 
 
-def warm_start(cfg: ProfileConfig, retriever: SearchBackend, *, roles: Sequence[str] = POLICY_ROLES, force: bool = False,
+def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Sequence[str] = POLICY_ROLES, force: bool = False,
                progress: bool = True) -> dict[str, Path]:
     """The profile's warm-started adapters, {role: folder}: trained on first use, then loaded from
     :func:`warmstart_dir`; {} when ``cfg.warmstart.enabled`` is false. The agent adapter is trained on the agent model, the ranker adapter on the
-    ranker model (``cfg.models``); the gold data is built once for both roles."""
+    ranker model (``cfg.models``); the gold data is built once for both roles. ``retriever`` may be
+    None when every adapter is cached (nothing to train)."""
 
     for role in roles:
         if role not in POLICY_ROLES:
@@ -111,6 +112,8 @@ def warm_start(cfg: ProfileConfig, retriever: SearchBackend, *, roles: Sequence[
     root = warmstart_dir(cfg)
     todo = [r for r in roles if force or not (root / r / "adapter_config.json").exists()]
     if todo:
+        if retriever is None:
+            raise ValueError(f"the warm start of {cfg.profile!r} must train {todo} and needs a retriever")
         ws = cfg.warmstart
         qa_path = corpus_paths(cfg).qa.get(ws.split)
         if qa_path is None:

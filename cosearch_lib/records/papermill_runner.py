@@ -168,7 +168,8 @@ def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = No
     """Train (or load from the cache) the profile's warm-start adapters; write ``warmstart.run.json``."""
     t0 = time.perf_counter()
     cached = all((warmstart_dir(cfg) / role / "adapter_config.json").exists() for role in ("agent", "ranker"))
-    folders = warm_start(cfg, build_retriever(cfg, progress=progress), progress=progress) if cfg.warmstart.enabled else {}
+    retriever = None if cached else build_retriever(cfg, progress=progress)  # only training reads the retriever
+    folders = warm_start(cfg, retriever, progress=progress) if cfg.warmstart.enabled else {}
     gc.collect()  # the models trained here are not needed by the notebooks' kernels
     record = {"step": "warm start", "profile": cfg.profile, "enabled": cfg.warmstart.enabled, "cached": cached,
               "adapters": {role: str(path) for role, path in folders.items()}, "wall_s": round(time.perf_counter() - t0, 2),
