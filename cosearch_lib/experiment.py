@@ -219,10 +219,13 @@ def trained_eval_settings(method: str, adapters: dict[str, str | Path], warm: di
     return fields
 
 
+#: The ``method`` labels :func:`evaluate_before_after` gives: (before GRPO, after GRPO).
+BEFORE_AFTER_LABELS = ("warm start", "after GRPO")
+
 
 def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],
                           examples: Sequence[QAExample], ctx: HarnessContext, base_cfg: HarnessConfig, *, progress: bool = True,
-                          labels: tuple[str, str] = ("warm start", "after GRPO")) -> pd.DataFrame:
+                          labels: tuple[str, str] = BEFORE_AFTER_LABELS) -> pd.DataFrame:
     """The method's evaluation (``base_cfg``: a HarnessConfig) with the warm-started policies and with
     the trained ones, on the same questions. The ``method`` column reads ``"<method>: <label>"``; the
     harness's own method name stays in ``eval_method``."""
@@ -235,3 +238,15 @@ def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: di
         records = run_evaluation(None, examples, ctx, ecfg, progress=progress)
         frames.append(records.assign(eval_method=records["method"], method=f"{method}: {label}"))
     return pd.concat(frames, ignore_index=True)
+
+
+def before_after_pairs(methods: Sequence[str], labels: tuple[str, str] = BEFORE_AFTER_LABELS) -> list[tuple[str, str]]:
+    """The (a, b) comparisons of :func:`evaluate_before_after` records, as ``method`` labels: each
+    training method after GRPO against its own warm start, then trained CoSearch against each other
+    trained method among ``methods`` that the paper compares it with (Fixed Ranker: ``fixed_ranker``,
+    Retrieval Only: ``search_r1``), all trained for the same steps on the same questions."""
+    before, after = labels
+    pairs = [(f"{m}: {after}", f"{m}: {before}") for m in methods]
+    if "cosearch" in methods:
+        pairs += [(f"cosearch: {after}", f"{m}: {after}") for m in ("fixed_ranker", "search_r1") if m in methods]
+    return pairs

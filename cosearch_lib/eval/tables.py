@@ -1,8 +1,10 @@
 """The paper's tables, built only from evaluation records (so they can be rebuilt from disk).
 
 ``summary_table`` (Table 2 layout: F1 per family and the single-hop / multi-hop / overall macro
-averages), ``oracle_gap_table`` (Table 1), ``turn_distribution`` (Table 7),
-``format_fail_breakdown``; ``save_records`` / ``load_records`` write and read the records.
+averages), ``oracle_gap_table`` (Table 1) and its paired bootstrap intervals
+``oracle_gap_intervals``, ``comparison_table`` (paired bootstrap of method pairs, ``eval.intervals``),
+``turn_distribution`` (Table 7), ``format_fail_breakdown``; ``save_records`` / ``load_records``
+write and read the records.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pandas as pd
 from cosearch_lib.atomic_io import write_table
 from cosearch_lib.eval.benchmark_families import hop_group, order_key
 from cosearch_lib.eval.harness import RECORD_COLUMNS, _with_none
+from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, compare_methods, method_interval
 
 #: What the tables built from evaluation records show.
 TABLE_GLOSSARY: dict[str, str] = {
@@ -27,6 +30,21 @@ TABLE_GLOSSARY: dict[str, str] = {
     "search turns %": "turn_distribution (Table 7): share of a method's trajectories with 0, 1, 2, ... searches",
     "answered, f1 = 0 %": "format_fail_breakdown: share of rows that answered in the protocol but scored F1 0",
     "f1 | answered": "format_fail_breakdown: mean F1 of the rows that answered",
+    "a, b": "comparison_table: the two methods compared, as a - b, on the questions both were evaluated on",
+    "mean_a, mean_b": "comparison_table: each method's statistic over those questions (default: macro avg over "
+                      "families, the paper's avg; a question's samples averaged first)",
+    "diff": "comparison_table, oracle_gap_intervals: a - b (oracle - standard) of that statistic",
+    "ci_low, ci_high": "comparison_table, oracle_gap_intervals: percentile interval (default 95%) of diff over "
+                       "2000 paired bootstrap resamples of the questions, stratified by family (eval.intervals); "
+                       "empty when a family has fewer than 2 questions (see note)",
+    "p_le_0": "comparison_table, oracle_gap_intervals: share of resamples where diff <= 0 (one-sided)",
+    "n_questions": "comparison_table, oracle_gap_intervals: questions in the comparison (each counted once)",
+    "n_families": "comparison_table, oracle_gap_intervals: families (data_source) those questions come from",
+    "note": "comparison_table, oracle_gap_intervals: why there is no interval; empty when there is one",
+    "standard, oracle": "oracle_gap_intervals: each setting's F1 in the hop group (the oracle_gap_table value)",
+    "standard_ci_low, standard_ci_high": "oracle_gap_intervals: bootstrap interval of the standard F1 alone "
+                                         "(same resamples as diff)",
+    "oracle_ci_low, oracle_ci_high": "oracle_gap_intervals: bootstrap interval of the oracle F1 alone",
 }
 
 #: How a row ended, in the order the breakdown table shows them.
@@ -82,6 +100,76 @@ def oracle_gap_table(records: pd.DataFrame, standard: str = "agent_retrieval", o
     out = pd.DataFrame([base, best, gain], index=["standard", "oracle", "relative gain %"])
     out.attrs = {"standard": standard, "oracle": oracle, "metric": metric}
     return out
+
+
+#: Columns of :func:`comparison_table`.
+COMPARISON_COLUMNS = ("a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_le_0", "n_questions", "n_families",
+                      "note")
+
+
+def _paired_columns(records: pd.DataFrame, a: str, b: str, metric: str, settings: dict[str, Any]) -> dict[str, Any]:
+    pair = compare_methods(records, a, b, metric=metric, when_too_few="note", **settings)
+    return {"mean_a": pair.estimate_a, "mean_b": pair.estimate_b, "diff": pair.diff, "ci_low": pair.ci_low,
+            "ci_high": pair.ci_high, "p_le_0": pair.p_le_0, "n_questions": pair.n_questions,
+            "n_families": pair.n_families, "note": pair.note}
+
+
+def comparison_table(records: pd.DataFrame, pairs: Sequence[tuple[str, str]], metric: str = "f1", *,
+                     statistic: str = "macro", level: float = LEVEL, n_resamples: int = N_RESAMPLES, seed: int = 0,
+                     skip_missing: bool = False) -> pd.DataFrame:
+    """One row per (a, b) pair: paired bootstrap of a - b over the questions (``eval.intervals``),
+    columns :data:`COMPARISON_COLUMNS`. Every pair draws the same resamples when their questions
+    are the same (one seed). A pair whose methods cover different questions raises ValueError; a
+    family with fewer than 2 questions leaves the interval empty and says so in ``note``.
+
+    A method without records raises ValueError, or with ``skip_missing`` leaves its pair out and
+    lists it in ``attrs["skipped"]``. ``attrs`` also hold metric, statistic, level, n_resamples and
+    seed (what :func:`eval.intervals.verdicts` reads)."""
+    settings = {"statistic": statistic, "level": level, "n_resamples": n_resamples, "seed": seed}
+    have = set(records["method"])
+    rows, skipped = [], []
+    for a, b in pairs:
+        missing = [m for m in (a, b) if m not in have]
+        if missing and not skip_missing:
+            raise ValueError(f"no records for method(s) {missing}; have {sorted(have)}")
+        if missing:
+            skipped.append(f"{a} vs {b} (no records for {', '.join(missing)})")
+            continue
+        rows.append({"a": a, "b": b, **_paired_columns(records, a, b, metric, settings)})
+    table = pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))
+    table.attrs = {"metric": metric, **settings, "skipped": skipped}
+    return table
+
+
+def oracle_gap_intervals(records: pd.DataFrame, standard: str = "agent_retrieval", oracle: str = "agent_oracle",
+                         metric: str = "f1", *, level: float = LEVEL, n_resamples: int = N_RESAMPLES,
+                         seed: int = 0) -> pd.DataFrame:
+    """Intervals for :func:`oracle_gap_table`: per row (single-hop avg, multi-hop avg, avg), the
+    paired bootstrap of oracle - standard over that group's questions (``diff``, ``ci_low``,
+    ``ci_high``, ``p_le_0``, ...) and each setting's own interval (``standard_ci_low``, ...), all
+    from the same family-stratified resamples. A group without questions is a NaN row with a note."""
+    missing = [m for m in (standard, oracle) if m not in set(records["method"])]
+    if missing:
+        raise ValueError(f"no records for method(s) {missing}; have {sorted(set(records['method']))}")
+    settings = {"statistic": "macro", "level": level, "n_resamples": n_resamples, "seed": seed}
+    rows = {}
+    groups = records["dataset"].map(hop_group)
+    for column, group in zip(AVG_COLUMNS, ("single", "multi", None)):
+        part = records if group is None else records[groups == group]
+        if not part["method"].isin([standard, oracle]).any():
+            rows[column] = {"n_questions": 0, "n_families": 0, "note": f"no {group}-hop questions"}
+            continue
+        row = _paired_columns(part, oracle, standard, metric, settings)
+        row["oracle"], row["standard"] = row.pop("mean_a"), row.pop("mean_b")
+        for setting, name in (("standard", standard), ("oracle", oracle)):
+            alone = method_interval(part, name, metric=metric, when_too_few="note", **settings)
+            row[f"{setting}_ci_low"], row[f"{setting}_ci_high"] = alone.ci_low, alone.ci_high
+        rows[column] = row
+    columns = ["standard", "standard_ci_low", "standard_ci_high", "oracle", "oracle_ci_low", "oracle_ci_high",
+               *COMPARISON_COLUMNS[4:]]
+    table = pd.DataFrame.from_dict(rows, orient="index").reindex(index=list(AVG_COLUMNS), columns=columns)
+    table.attrs = {"a": oracle, "b": standard, "metric": metric, **settings}
+    return table
 
 
 def turn_distribution(records: pd.DataFrame, max_turns: int | None = None,

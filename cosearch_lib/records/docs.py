@@ -123,7 +123,7 @@ def _section_02(m: dict) -> list[str]:
     out.append(_by_index(m["f1"], "method"))
     out += ["", "Oracle gap (Table 1 layout):", "", _by_index(m["oracle_gap"], "run"),
             "", "Search turns per trajectory, % (Table 7 layout):", "", _by_index(m["turns"], "method")]
-    return out
+    return out + _comparisons(m)
 
 
 def _section_03(m: dict) -> list[str]:
@@ -133,7 +133,19 @@ def _section_03(m: dict) -> list[str]:
                            for which in ("first", "last") for method, rec in m[which].items()], ["method", *STEP_COLUMNS]),
            "", "Warm start against the trained policies, answer F1 on test questions:", "",
            _by_index(m["eval_f1"], "policies")]
-    return out
+    return out + _comparisons(m)
+
+
+#: Columns of the paired comparisons RESULTS.md shows (eval.tables.comparison_table).
+COMPARISON_SHOWN = ("a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_le_0", "n_questions", "note")
+
+
+def _comparisons(m: dict) -> list[str]:
+    """The run's paired bootstrap comparisons, when its records have them (runs before them do not)."""
+    if not m.get("comparisons"):
+        return []
+    return ["", "Paired comparisons, a - b of avg F1 with its 95% bootstrap interval over the same questions, "
+            "stratified by family (docs/METRICS.md):", "", markdown_table(m["comparisons"], COMPARISON_SHOWN)]
 
 
 #: Step-record columns RESULTS.md shows (all of them are in docs/METRICS.md).

@@ -3,7 +3,10 @@ live state, so every figure can be regenerated from disk."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -31,33 +34,78 @@ def plot_recall_at_k(curve: pd.DataFrame, *, topk: int | None = None, topn: int 
     return fig
 
 
-def plot_oracle_gap(beside: pd.DataFrame, *, metric: str = "F1", title: str = ""):
+def _gap_interval_marks(ax, part: pd.DataFrame, ci: pd.DataFrame, offsets: dict[str, float], width: float) -> list[str]:
+    """Error bars (each setting's own interval) on one panel's bars, and the paired gap per column as text."""
+    cols = list(part.columns)
+    ci = ci.reindex(cols)
+    for setting, offset in offsets.items():
+        height = part.loc[setting].astype(float).to_numpy()
+        low, high = ci[f"{setting}_ci_low"].to_numpy(float), ci[f"{setting}_ci_high"].to_numpy(float)
+        shown = ~(np.isnan(low) | np.isnan(high) | np.isnan(height))
+        err = np.vstack([np.clip(height - low, 0, None), np.clip(high - height, 0, None)])[:, shown]
+        xs = np.arange(len(cols))[shown] + offset * width
+        ax.errorbar(xs, height[shown], yerr=err, fmt="none", ecolor="#333333", elinewidth=1, capsize=3)
+    return [f"Δ {d:+.3f}\n[{lo:+.3f}, {hi:+.3f}]" if not (pd.isna(lo) or pd.isna(hi))
+            else ("" if pd.isna(d) else f"Δ {d:+.3f}\n(no CI)")
+            for d, lo, hi in zip(ci["diff"], ci["ci_low"], ci["ci_high"])]
+
+
+def plot_oracle_gap(beside: pd.DataFrame, *, metric: str = "F1", title: str = "",
+                    intervals: Mapping[str, pd.DataFrame] | None = None):
     """Table 1 as bars: one panel per source (ours, paper 3B, ...), standard vs oracle for the
     single-hop, multi-hop and overall averages, relative gain written over each pair.
 
-    ``beside``: :func:`paper.oracle_gap_beside_paper` (index levels source, row)."""
+    ``beside``: :func:`paper.oracle_gap_beside_paper` (index levels source, row). ``intervals``:
+    {source: :func:`tables.oracle_gap_intervals`} for the sources with records (ours; the paper's
+    rows have none): error bars show each setting's own bootstrap interval, and the paired
+    oracle - standard difference with its interval is written under the gain. Overlapping error
+    bars do not mean "no difference": the paired interval (Δ) is the one that says."""
+    intervals = dict(intervals or {})
+    unknown = sorted(set(intervals) - set(beside.index.get_level_values("source")))
+    if unknown:
+        raise ValueError(f"intervals for unknown source(s) {unknown}")
     sources = list(dict.fromkeys(beside.index.get_level_values("source")))
-    fig, axes = plt.subplots(1, len(sources), figsize=(3.6 * len(sources), 3.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(sources), figsize=(3.6 * len(sources), 4.2 if intervals else 3.8), sharey=True,
+                             squeeze=False)
     colors = {"standard": "#8da0cb", "oracle": "#fc8d62"}
+    offsets, width = {"standard": -0.5, "oracle": 0.5}, 0.38
+    top_of = beside.drop(index="relative gain %", level="row")
     for ax, source in zip(axes[0], sources):
         part = beside.loc[source]
         cols = list(part.columns)
-        for j, setting in enumerate(("standard", "oracle")):
-            ax.bar([i + (j - 0.5) * 0.38 for i in range(len(cols))], part.loc[setting], width=0.38,
+        for setting, offset in offsets.items():
+            ax.bar([i + offset * width for i in range(len(cols))], part.loc[setting], width=width,
                    color=colors[setting], label=setting)
+        ci = intervals.get(source)
+        gaps = _gap_interval_marks(ax, part, ci, offsets, width) if ci is not None else [""] * len(cols)
         for i, col in enumerate(cols):
-            gain, top = part.loc["relative gain %", col], part.loc[["standard", "oracle"], col].max()
+            gain = part.loc["relative gain %", col]
+            top = pd.Series([part.loc[["standard", "oracle"], col].max(), *_ci_highs(ci, col)], dtype=float).max()
             text = "n/a" if pd.isna(gain) else f"{gain:+.0f}%"
-            ax.text(i, (0 if pd.isna(top) else top) + 0.01, text, ha="center", va="bottom", fontsize=8)
+            ax.text(i, (0 if pd.isna(top) else top) + 0.01, "\n".join(filter(None, (text, gaps[i]))), ha="center",
+                    va="bottom", fontsize=8 if not gaps[i] else 7)
         ax.set_xticks(range(len(cols)), [c.replace(" avg", "\navg") for c in cols])
         ax.set_title(source, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
+    highs = [h for ci in intervals.values() for col in ci.index for h in _ci_highs(ci, col)]
+    ymax = pd.Series([top_of.max().max(), *highs], dtype=float).max()
     axes[0][0].set_ylabel(metric)
-    axes[0][0].set_ylim(0, max(0.1, float(beside.drop(index="relative gain %", level="row").max().max()) * 1.2))
+    axes[0][0].set_ylim(0, max(0.1, float(ymax) * (1.35 if intervals else 1.2)))
     axes[0][-1].legend(frameon=False, fontsize=8)
     fig.suptitle(title or f"Oracle gap: {metric} with the retriever's top-K vs answer-containing passages first")
-    fig.tight_layout()
+    if intervals:
+        level = next(iter(intervals.values())).attrs.get("level", 0.95)
+        fig.text(0.5, 0.01, f"error bars: {level * 100:g}% bootstrap interval of each setting; Δ: paired oracle - standard "
+                 f"with its {level * 100:g}% interval (same questions, stratified by family)", ha="center", fontsize=7,
+                 color="#555555")
+    fig.tight_layout(rect=(0, 0.04 if intervals else 0, 1, 1))
     return fig
+
+
+def _ci_highs(ci: pd.DataFrame | None, col: str) -> list[float]:
+    if ci is None or col not in ci.index:
+        return []
+    return [float(ci.loc[col, c]) for c in ("standard_ci_high", "oracle_ci_high")]
 
 
 def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
