@@ -139,6 +139,19 @@ def tiny_model(tok, seed=0):
     return LlamaForCausalLM(config).eval()
 
 
+def peaked_model(tok, seed: int = 0):
+    """A 2-layer Llama with the SmolLM2 vocabulary; a wide init makes its logits peaked (a clear
+    argmax, so greedy ids do not flip on float rounding)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      initializer_range=0.2, bos_token_id=1, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+    return LlamaForCausalLM(cfg).eval()
+
+
 def script(prompt, key):
     """Turn 0 searches; turn 1 answers right for even samples and wrong for odd ones (so the rewards
     of a group differ); the ranker shows the three answer passages to even samples, none to odd ones."""

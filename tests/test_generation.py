@@ -25,7 +25,7 @@ from cosearch_lib.models.backends import (
 from cosearch_lib.models.registry import load_tokenizer
 from cosearch_lib.seeding import derive_seed
 
-from tests.doubles import ScriptedBackend
+from tests.doubles import ScriptedBackend, peaked_model
 
 TEXTS = ["Hello there, friend.", "a", "The quick brown fox jumps over the lazy dog", "Search: who?"]
 
@@ -35,21 +35,9 @@ def tok():
     return load_tokenizer("smollm2-135m-instruct")
 
 
-def tiny_model(tok, seed: int = 0):
-    """A 2-layer Llama with the SmolLM2 vocabulary; a wide init makes its logits peaked (clear argmax)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      initializer_range=0.2, bos_token_id=1, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
-    return LlamaForCausalLM(cfg).eval()
-
-
 @pytest.fixture(scope="module")
 def model(tok):
-    return tiny_model(tok)
+    return peaked_model(tok)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +180,7 @@ def test_stop_string_truncates_right_after_it(model, tok, prompts):
 
 
 def test_eos_is_kept_in_ids_but_not_in_text(tok, prompts):
-    model = tiny_model(tok, seed=1)
+    model = peaked_model(tok, seed=1)
     be = TransformersBackend(model, tok)
     first = be.generate([prompts[2]], SamplingConfig(temperature=0, max_new_tokens=6))[0]
     # make eos beat the 3rd greedy token: copy that token's output row into eos' row, scaled up
@@ -224,7 +212,7 @@ def test_bad_inputs_are_named(model, tok, prompts):
 def test_peft_adapter_switching(tok, prompts):
     from peft import LoraConfig, get_peft_model
 
-    model = tiny_model(tok, seed=2)
+    model = peaked_model(tok, seed=2)
     cfg = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=5)
     base = TransformersBackend(model, tok).generate(prompts, cfg)  # before wrapping (it is in place)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"], lora_dropout=0.5)

@@ -16,6 +16,7 @@ tidy tables. Training (GRPO) consumes :class:`Trajectory` and :class:`RankerCall
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ from cosearch_lib.agent.prompts import agent_messages, format_observation
 from cosearch_lib.agent.rankers import Ranker, RankRequest
 from cosearch_lib.config import ProtocolConfig, RolloutConfig
 from cosearch_lib.metrics import exact_match, has_answer, hit_at_k, max_token_f1, mean_hit
+from cosearch_lib.models.backends import prefix_scope
 
 
 @dataclass
@@ -154,13 +156,20 @@ class RolloutEngine:
         active = list(trajs)
         bar = tqdm(total=len(trajs), desc=f"rollout step {step}", unit="traj", disable=not progress)
         turn = 0
-        while active:
-            searching = self._agent_turn(active, turn, seed, step)
-            if searching:
-                self._search_and_observe(searching, turn, seed, step)
-            still = [t for t in active if t.finish == "running"]
-            bar.update(len(active) - len(still))
-            active, turn = still, turn + 1
+        # Weights are fixed during a rollout: backends that cache prompt prefixes keep them until it
+        # ends, so the instructions run once and each turn runs only the observation and new tokens.
+        with ExitStack() as scopes:
+            scopes.enter_context(prefix_scope(self.agent, keep_rows_for=(self.agent_adapter,)))
+            ranker_backend = getattr(self.ranker, "backend", None)
+            if ranker_backend is not None and ranker_backend is not self.agent:
+                scopes.enter_context(prefix_scope(ranker_backend))
+            while active:
+                searching = self._agent_turn(active, turn, seed, step)
+                if searching:
+                    self._search_and_observe(searching, turn, seed, step)
+                still = [t for t in active if t.finish == "running"]
+                bar.update(len(active) - len(still))
+                active, turn = still, turn + 1
         bar.close()
         return trajs
 

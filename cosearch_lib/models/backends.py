@@ -7,11 +7,12 @@ turn) keys). Every backend returns the same :class:`Generation` records from tok
 the rollout never re-tokenises and never needs to know which engine ran.
 
 * :class:`TransformersBackend` - CPU or GPU, any ``AutoModelForCausalLM`` or peft model. Our own
-  batched decode loop (left-padded prefill with explicit position ids, then one token per step on
-  the KV cache). Departures from ``model.generate``: per-row random generators (one uniform per
-  row per step, inverse-CDF sampling), per-row stop strings checked on the decoded tail, logprobs
-  of the sampled ids under ``logits / temperature`` *before* top-p/top-k truncation, finished rows
-  dropped from the batch, prompts sorted by length before chunking (less padding).
+  batched decode loop (cached prompt prefixes, a prefill of each row's new tokens with explicit
+  position ids, then one token per step on the KV cache). Departures from ``model.generate``:
+  per-row counter-based uniforms (a hash of row seed and token index, inverse-CDF sampling),
+  per-row stop strings checked on the decoded tail, logprobs of the sampled ids under
+  ``logits / temperature`` *before* top-p/top-k truncation, finished rows dropped from the batch,
+  prompts sorted by length before chunking (less padding), prompt prefixes computed once.
 * :class:`VLLMBackend` - GPU only; wraps ``vllm.LLM.generate`` or an Unsloth model's
   ``fast_generate``. vLLM's sampled-token logprobs are its default "raw" logprobs, i.e. of the
   untempered logits: identical to ours at temperature 0 and 1 (the paper's setting), not otherwise.
@@ -27,15 +28,18 @@ from __future__ import annotations
 import random
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from peft import PeftModel
 from tqdm.auto import tqdm
+from transformers import DynamicCache
 
 from cosearch_lib.config import BACKEND_KINDS, SamplingConfig
+from cosearch_lib.models.counter_rng import counter_uniforms, seed_halves
+from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
 from cosearch_lib.models.registry import ModelNotFoundError, convert_bundled_gguf, load_causal_lm, resolve_model
 from cosearch_lib.seeding import derive_seed
 
@@ -68,6 +72,16 @@ class GenerationBackend(Protocol):
 # ------------------------------------------------------------------------------ shared helpers
 
 
+def prefix_scope(backend: Any, keep_rows_for: Sequence[str | None] = ()) -> AbstractContextManager[Any]:
+    """``backend.prefix_scope(...)`` where the backend caches prompt prefixes, else a no-op block.
+
+    Open it around generation with fixed weights (one rollout): prefixes computed inside are
+    reused until it closes. ``keep_rows_for``: adapters whose next prompts extend their previous
+    generations (the agent's turns)."""
+    scope = getattr(backend, "prefix_scope", None)
+    return scope(keep_rows_for) if callable(scope) else nullcontext()
+
+
 def row_seeds(seed: int | None, row_keys: Sequence[object] | None, n: int) -> list[int]:
     """One seed per row: ``derive_seed(seed, key)``; keys default to the row's position in the call.
 
@@ -97,8 +111,11 @@ def _check_prompts(prompts: Sequence[Sequence[int]]) -> None:
 class _Finisher:
     """The eos / stop / length rules, applied token by token (shared by the real and scripted loops)."""
 
-    def __init__(self, decode: Callable[[list[int]], str], eos_ids: Iterable[int], sampling: SamplingConfig):
+    def __init__(self, decode: Callable[[list[int]], str], eos_ids: Iterable[int], sampling: SamplingConfig, *,
+                 stop_tokens: frozenset[int] | None = None):
         self.decode = decode
+        # ids after which the decoded tail is searched for a stop string; None: after every id
+        self.stop_tokens = stop_tokens
         self.eos_ids = frozenset(eos_ids)
         self.stops = sampling.stop
         self.max_new = sampling.max_new_tokens
@@ -112,7 +129,8 @@ class _Finisher:
         logprobs.append(logprob)
         if token in self.eos_ids:
             return "eos"
-        if self.stops and find_stop(self.decode(ids[-self.window:]), self.stops) is not None:
+        if (self.stops and (self.stop_tokens is None or token in self.stop_tokens)
+                and find_stop(self.decode(ids[-self.window:]), self.stops) is not None):
             # Shortest prefix whose text contains a stop: normally all of ids (we check every step),
             # but walk back in case a stop slipped past the tail window earlier.
             n = len(ids)
@@ -206,9 +224,9 @@ def _eval_mode(model: Any) -> Iterator[None]:
 def _sample(logits: Any, uniforms: Any, sampling: SamplingConfig) -> tuple[Any, Any]:
     """Pick one token per row; return (ids, logprobs of those ids).
 
-    logits: (b, V) float32; uniforms: (b,) float64 in [0, 1), one per row from the row's own
-    generator. Inverse-CDF sampling (first index whose cumulative mass exceeds u * total) keeps
-    each row's draw a function of its own generator and its own logits only.
+    logits: (b, V) float32; uniforms: (b,) float64 in [0, 1), one per row (from the row's seed and
+    the token index; None when greedy). Inverse-CDF sampling (first index whose cumulative mass
+    exceeds u * total) keeps each row's draw a function of its own uniform and its own logits only.
     """
 
     if sampling.greedy:
@@ -239,21 +257,42 @@ def _sample(logits: Any, uniforms: Any, sampling: SamplingConfig) -> tuple[Any, 
 class TransformersBackend:
     """Batched generation with a transformers causal LM (or a peft model around one).
 
-    Why our own loop rather than ``model.generate``: we need a random generator per row (so a
-    sample depends on its row key, not on its batch neighbours), stop strings per row, and the
-    logprob of every sampled id under the untruncated tempered distribution for the GRPO ratio.
-    Greedy decoding gives the same ids as ``model.generate(do_sample=False)`` (tested).
+    Why our own loop rather than ``model.generate``: we need randomness per row (so a sample
+    depends on its row key, not on its batch neighbours), stop strings per row, the logprob of
+    every sampled id under the untruncated tempered distribution for the GRPO ratio, and prompt
+    prefixes computed once (the ~450-token instructions every agent prompt starts with, and every
+    earlier turn of a trajectory). Greedy decoding gives the same ids as
+    ``model.generate(do_sample=False)``, with or without cached prefixes (tested).
+
+    The loop, per chunk of at most ``batch_size`` prompts:
+
+    1. **Prefixes.** The longest prefix common to all prompts of the call is run once (batch 1);
+       inside :meth:`prefix_scope`, a trajectory's previous turn (prompt + generated tokens) is
+       also found cached. Each row then runs only its uncached suffix, on a batch cache that holds
+       each row's cached keys/values right-aligned (holes are masked; positions are explicit).
+    2. **Decode on the device.** Uniforms come from :func:`counter_uniforms` (a hash of the row
+       seed and the token index), the sampler runs on the device, and the host looks at the
+       sampled ids only every ``sync_every`` tokens: then eos, stop strings and the length limit
+       are applied per row, finished rows leave the batch (their tokens past the finish are
+       discarded; the result does not depend on ``sync_every``). A stop string is searched for
+       only in rows whose new tokens can end one (their text contains a stop's last character).
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 16, device: Any = None,
-                 progress: bool = False) -> None:
-
+                 progress: bool = False, share_prefixes: bool = True, sync_every: int = 8,
+                 min_shared_prefix: int = 16, prefix_cache_bytes: int = 4 << 30) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+        if sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {sync_every!r}")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.progress = progress
+        self.share_prefixes = share_prefixes  # False: every prompt runs in full (the reference behaviour)
+        self.sync_every = sync_every
+        self.min_shared_prefix = min_shared_prefix  # shorter common prefixes are not worth a separate pass
+        self.prefix_cache_bytes = prefix_cache_bytes
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         if next(model.parameters()).device != self.device:
             model.to(self.device)
@@ -261,71 +300,194 @@ class TransformersBackend:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else min(self.eos_ids)
         self.decode = _decoder(tokenizer)
+        self._scope: PrefixStore | None = None  # the open prefix scope, if any
+        self._stop_tokens: dict[tuple[str, ...], frozenset[int]] = {}
+        self.last_stats: dict[str, int] = {}  # prefix-cache counters of the last generate call
+
+    # -- prefix scope
+
+    @contextmanager
+    def prefix_scope(self, keep_rows_for: Sequence[str | None] = ()) -> Iterator[PrefixStore]:
+        """Keep computed prefixes across generate calls until the block ends (weights must not change).
+
+        ``keep_rows_for``: adapters whose finished rows are kept, so that a next prompt extending
+        one (the same trajectory's next turn) runs only its new tokens. Re-entrant: an inner scope
+        joins the open one."""
+        if self._scope is not None:
+            added = set(keep_rows_for) - self._scope.keep_rows_for
+            self._scope.keep_rows_for |= added
+            try:
+                yield self._scope
+            finally:
+                self._scope.keep_rows_for -= added
+            return
+        self._scope = PrefixStore(max_bytes=self.prefix_cache_bytes, keep_rows_for=keep_rows_for)
+        try:
+            yield self._scope
+        finally:
+            self._scope = None
+
+    def stop_tokens(self, stops: Sequence[str]) -> frozenset[int]:
+        """Ids whose text can complete one of ``stops``: it contains a stop's last character, or it
+        is not whole text on its own (partial UTF-8, special tokens)."""
+        key = tuple(stops)
+        if key not in self._stop_tokens:
+            last = {s[-1] for s in stops}
+            texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))], skip_special_tokens=True,
+                                                clean_up_tokenization_spaces=False)
+            self._stop_tokens[key] = frozenset(i for i, t in enumerate(texts)
+                                               if not t or "\ufffd" in t or any(c in t for c in last))
+        return self._stop_tokens[key]
+
+    # -- generation
 
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig, adapter: str | None = None,
                  row_keys: list[object] | None = None) -> list[Generation]:
         _check_prompts(prompts)
         seeds = row_seeds(sampling.seed, row_keys, len(prompts))
+        store = self._scope if self._scope is not None else PrefixStore(max_bytes=self.prefix_cache_bytes)
+        before = store.stats()
         # Longest first: rows of similar length share a chunk, so less padding and fewer wasted steps.
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         chunks = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         if self.progress and len(chunks) > 1:
-
             chunks = tqdm(chunks, desc="generate", unit="batch")
+        stop_tokens = self.stop_tokens(sampling.stop) if sampling.stop else frozenset()
         out: list[Generation | None] = [None] * len(prompts)
-        with adapter_context(self.model, adapter), _eval_mode(self.model):
+        with adapter_context(self.model, adapter), _eval_mode(self.model), torch.inference_mode():
+            if self.share_prefixes:
+                self._share_common_prefix(prompts, adapter, store)
             for chunk in chunks:
-                gens = self._generate_batch([list(prompts[i]) for i in chunk], sampling, [seeds[i] for i in chunk])
+                gens = self._generate_batch([list(prompts[i]) for i in chunk], sampling, [seeds[i] for i in chunk],
+                                            adapter, store, stop_tokens)
                 for i, g in zip(chunk, gens):
                     out[i] = g
+        self.last_stats = {k: v - before.get(k, 0) if k in ("hits", "hit_tokens", "misses") else v
+                           for k, v in store.stats().items()}
         return out  # type: ignore[return-value]
 
-    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingConfig, seeds: list[int]) -> list[Generation]:
-        model, dev = self.model, self.device
-        finisher = _Finisher(self.decode, self.eos_ids, sampling)
-        gens = [torch.Generator().manual_seed(s) for s in seeds]  # CPU: one stream per row, any device
-        B, T = len(prompts), max(len(p) for p in prompts)
-        input_ids = torch.full((B, T), self.pad_id, dtype=torch.long)  # (B, T) left-padded
-        attn = torch.zeros((B, T), dtype=torch.long)  # (B, T) 1 = real token
-        for i, p in enumerate(prompts):
-            input_ids[i, T - len(p):] = torch.tensor(p, dtype=torch.long)
-            attn[i, T - len(p):] = 1
-        input_ids, attn = input_ids.to(dev), attn.to(dev)
-        position_ids = (attn.cumsum(-1) - 1).masked_fill(attn == 0, 1)  # (B, T) as model.generate does
-        next_pos = attn.sum(-1, keepdim=True)  # (B, 1) position of each row's next token
+    def _share_common_prefix(self, prompts: Sequence[Sequence[int]], adapter: str | None, store: PrefixStore) -> None:
+        """Run the prompts' common prefix once (batch 1, on top of its longest cached part) and store it."""
+        if len(prompts) < 2:
+            return
+        n = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+        if n < self.min_shared_prefix:
+            return
+        ids = tuple(prompts[0][:n])
+        base = store.longest(adapter, list(ids) + [-1], consume=False)
+        c = len(base.ids) if base is not None else 0
+        if c == n:
+            return
+        past = (DynamicCache(ddp_cache_data=[(k[None], v[None]) for k, v in zip(base.keys, base.values)])
+                if base is not None else None)
+        out = self.model(input_ids=torch.tensor([ids[c:]], device=self.device), past_key_values=past,
+                         position_ids=torch.arange(c, n, device=self.device)[None], use_cache=True, logits_to_keep=1)
+        keys, values = _cache_tensors(out.past_key_values)
+        store.add(adapter, KVPrefix(ids, [k[0] for k in keys], [v[0] for v in values], shared=True))
 
+    def _batch_inputs(self, prompts: list[list[int]], adapter: str | None, store: PrefixStore) -> tuple[Any, ...]:
+        """Inputs of the first forward: each row's uncached suffix, right-aligned after a batch cache
+        of its cached prefix (also right-aligned); returns (input_ids, attention, positions, cache)."""
+        found = [store.longest(adapter, p) if self.share_prefixes else None for p in prompts]
+        cached = [len(f.ids) if f is not None else 0 for f in found]
+        B, P = len(prompts), max(cached)
+        S = max(len(p) - c for p, c in zip(prompts, cached))
+        dev = self.device
+        input_ids = torch.full((B, S), self.pad_id, dtype=torch.long)  # (B, S) suffixes, left-padded
+        attn = torch.zeros((B, P + S), dtype=torch.long)  # (B, P + S) 1 = a real token (cached or new)
+        position_ids = torch.ones((B, S), dtype=torch.long)  # (B, S) pads: any position (masked)
+        for i, (p, c) in enumerate(zip(prompts, cached)):
+            s = len(p) - c
+            input_ids[i, S - s:] = torch.tensor(p[c:], dtype=torch.long)
+            attn[i, P - c:P] = 1
+            attn[i, P + S - s:] = 1
+            position_ids[i, S - s:] = torch.arange(c, len(p))
+        cache = None
+        if P > 0:
+            template = next(f for f in found if f is not None)
+            layers = []
+            for layer in range(len(template.keys)):
+                k0, v0 = template.keys[layer], template.values[layer]
+                k = k0.new_zeros((B, k0.shape[0], P, k0.shape[2]))  # (B, heads, P, head_dim)
+                v = v0.new_zeros((B, v0.shape[0], P, v0.shape[2]))
+                for i, (f, c) in enumerate(zip(found, cached)):
+                    if c:
+                        k[i, :, P - c:] = f.keys[layer][:, :c]
+                        v[i, :, P - c:] = f.values[layer][:, :c]
+                layers.append((k, v))
+            cache = DynamicCache(ddp_cache_data=layers)
+        return input_ids.to(dev), attn.to(dev), position_ids.to(dev), cache
+
+    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingConfig, seeds: list[int],
+                        adapter: str | None, store: PrefixStore, stop_tokens: frozenset[int]) -> list[Generation]:
+        model, dev = self.model, self.device
+        finisher = _Finisher(self.decode, self.eos_ids, sampling, stop_tokens=stop_tokens)
+        input_ids, attn, position_ids, cache = self._batch_inputs(prompts, adapter, store)
+        halves = seed_halves(seeds, dev)  # (B, 2) the rows' seeds, for the counter-based uniforms
+        next_pos = torch.tensor([[len(p)] for p in prompts], device=dev)  # (B, 1) each row's next position
+        keep_rows = store.keeps_rows(adapter)
+        B = len(prompts)
         ids: list[list[int]] = [[] for _ in range(B)]
         lps: list[list[float]] = [[] for _ in range(B)]
         results: list[Generation | None] = [None] * B
         alive = list(range(B))  # original row index of each row still in the batch
-        with torch.inference_mode():
-            out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids,
-                        use_cache=True, logits_to_keep=1)
-            cache = out.past_key_values
-            for _ in range(sampling.max_new_tokens):
-                logits = out.logits[:, -1, :].float()  # (b, V)
-                u = torch.tensor([torch.rand((), generator=gens[r], dtype=torch.float64).item() for r in alive],
-                                 dtype=torch.float64)  # (b,)
+        out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float()  # (b, V)
+        done = 0  # tokens sampled per live row so far
+        while alive:
+            n = min(self.sync_every, sampling.max_new_tokens - done)
+            toks, tok_lps = [], []
+            for j in range(n):  # no host sync inside this loop
+                u = None if sampling.greedy else counter_uniforms(halves, done + j)  # (b,)
                 tok, lp = _sample(logits, u, sampling)  # (b,), (b,)
-                keep = []
-                for j, (r, t, logp) in enumerate(zip(alive, tok.tolist(), lp.tolist())):
+                toks.append(tok)
+                tok_lps.append(lp)
+                if done + j + 1 < sampling.max_new_tokens:
+                    attn = torch.cat([attn, attn.new_ones((len(alive), 1))], dim=-1)  # (b, T + t)
+                    out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos,
+                                past_key_values=cache, use_cache=True)
+                    next_pos = next_pos + 1
+                    logits = out.logits[:, -1, :].float()
+            done += n
+            new_ids, new_lps = torch.stack(toks, 1).tolist(), torch.stack(tok_lps, 1).tolist()  # (b, n): one sync
+            keep = []
+            for j, r in enumerate(alive):
+                reason = None
+                for t, logp in zip(new_ids[j], new_lps[j]):
                     reason = finisher.push(ids[r], lps[r], t, logp)
-                    if reason is None:
-                        keep.append(j)
-                    else:
-                        results[r] = finisher.finish(ids[r], lps[r], reason)
-                if not keep:
+                    if reason is not None:
+                        break
+                if reason is None:
+                    keep.append(j)
+                    continue
+                results[r] = finisher.finish(ids[r], lps[r], reason)
+                if keep_rows:
+                    store.add(adapter, _row_prefix(cache, attn, j, prompts[r] + ids[r][:-1]))
+            if len(keep) < len(alive):  # drop finished rows: no compute spent on padding them
+                alive = [alive[j] for j in keep]
+                if not alive:
                     break
-                if len(keep) < len(alive):  # drop finished rows: no compute spent on padding them
-                    sel = torch.tensor(keep, device=dev)
-                    cache.batch_select_indices(sel)
-                    attn, next_pos, tok = attn[sel], next_pos[sel], tok[sel]
-                    alive = [alive[j] for j in keep]
-                attn = torch.cat([attn, attn.new_ones((len(alive), 1))], dim=-1)  # (b, T + t)
-                out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos,
-                            past_key_values=cache, use_cache=True)
-                next_pos = next_pos + 1
+                sel = torch.tensor(keep, device=dev)
+                cache.batch_select_indices(sel)
+                attn, next_pos, logits, halves = attn[sel], next_pos[sel], logits[sel], halves[sel]
         return results  # type: ignore[return-value]
+
+
+def _cache_tensors(cache: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per-layer (B, heads, T, head_dim) keys and values of a transformers cache."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise TypeError(f"unsupported cache type {type(cache).__name__}: expected a transformers Cache with .layers")
+    return [layer.keys for layer in layers], [layer.values for layer in layers]
+
+
+def _row_prefix(cache: Any, attn: torch.Tensor, row: int, ids: list[int]) -> KVPrefix:
+    """Row ``row``'s cached keys/values for ``ids`` (its real columns in order, holes and pads skipped)."""
+    cols = attn[row].nonzero()[:, 0][:len(ids)]  # (len(ids),) the attention mask spans the cache's columns
+    keys, values = _cache_tensors(cache)
+    return KVPrefix(tuple(ids), [k[row][:, cols] for k in keys], [v[row][:, cols] for v in values], shared=False)
 
 
 def reference_logprobs(model: Any, input_ids: list[list[int]], start: list[int], *, temperature: float = 1.0,

@@ -1,0 +1,205 @@
+"""Prefix caching and the device-side decode loop of TransformersBackend.
+
+What must hold: cached prompt prefixes (shared instructions, a trajectory's earlier turns) change
+nothing but the cost: greedy ids identical to a run without the cache and to ``model.generate``;
+sampled ids identical and log-probs within 1e-4 (float32) of the uncached run and of teacher
+forcing; results independent of how often the host looks at the sampled ids (``sync_every``);
+the counter-based uniforms depend only on (row seed, token index) and are uniform."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cosearch_lib.config import SamplingConfig
+from cosearch_lib.models.backends import TransformersBackend, prefix_scope, reference_logprobs
+from cosearch_lib.models.counter_rng import counter_uniforms, pcg_hash, seed_halves
+from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
+from cosearch_lib.models.registry import load_tokenizer
+
+from tests.doubles import peaked_model
+
+LOGPROB_TOL = 1e-4  # float32 on the CPU: cached vs uncached vs teacher-forced log-probs
+
+INSTRUCTIONS = ("You are a search agent. Think inside reason tags, then either search with a tool call or "
+                "answer inside answer tags. Keep every turn short and follow the protocol exactly.")
+QUESTIONS = ["Who founded the city of Varn?", "Which river crosses Olden?", "When was the Tarsk bridge built?",
+             "Who wrote the Book of Ash?"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return peaked_model(tok)
+
+
+@pytest.fixture(scope="module")
+def prompts(tok):
+    head = tok.encode(INSTRUCTIONS)
+    return [head + tok.encode(" " + q) for q in QUESTIONS]
+
+
+def backend(model, tok, **kw):
+    return TransformersBackend(model, tok, batch_size=kw.pop("batch_size", 4), **kw)
+
+
+# ------------------------------------------------------------------------------ counter-based uniforms
+
+
+def test_counter_uniforms_depend_only_on_seed_and_index():
+    seeds = [0, 1, 2**40 + 7, 2**63 - 1]
+    u = torch.stack([counter_uniforms(seed_halves(seeds), t) for t in range(5)])  # (5, 4)
+    again = torch.stack([counter_uniforms(seed_halves(seeds[::-1]), t) for t in range(5)]).flip(1)
+    assert torch.equal(u, again)  # the row's position in the batch plays no part
+    alone = counter_uniforms(seed_halves([seeds[2]]), 3)
+    assert alone.item() == u[3, 2].item()
+    assert len(set(u.flatten().tolist())) == u.numel()  # distinct seeds and indices: distinct numbers
+    assert ((u >= 0) & (u < 1)).all() and u.dtype == torch.float64
+    # a per-row counter (tensor) gives each row its own index
+    per_row = counter_uniforms(seed_halves(seeds), torch.tensor([0, 1, 2, 3]))
+    assert per_row.tolist() == [u[i, i].item() for i in range(4)]
+    with pytest.raises(ValueError, match="2\\*\\*63"):
+        seed_halves([-1])
+
+
+def test_counter_uniforms_are_uniform_and_uncorrelated():
+    halves = seed_halves(list(range(20000)))
+    u0, u1 = counter_uniforms(halves, 0), counter_uniforms(halves, 1)
+    counts = torch.histc(u0.float(), bins=20, min=0, max=1)
+    chi2 = float(((counts - 1000) ** 2 / 1000).sum())
+    assert chi2 < 43.8  # chi-square, 19 degrees of freedom, p = 0.001
+    assert abs(float(u0.mean()) - 0.5) < 0.01
+    assert abs(float(torch.corrcoef(torch.stack([u0, u1]))[0, 1])) < 0.03  # neighbouring indices
+    # consecutive seeds do not give neighbouring numbers
+    assert abs(float(torch.corrcoef(torch.stack([u0[:-1], u0[1:]]))[0, 1])) < 0.03
+
+
+def test_pcg_hash_stays_in_32_bits_and_mixes():
+    x = torch.tensor([0, 1, 2, 0xFFFFFFFF], dtype=torch.long)
+    h = pcg_hash(x)
+    assert ((h >= 0) & (h <= 0xFFFFFFFF)).all()
+    assert len(set(h.tolist())) == 4
+    # one flipped input bit flips about half of the output bits
+    flips = [bin(int(a) ^ int(b)).count("1") for a, b in zip(pcg_hash(torch.arange(1000)), pcg_hash(torch.arange(1000) ^ 1))]
+    assert 12 < sum(flips) / len(flips) < 20
+
+
+# ------------------------------------------------------------------------------ the store
+
+
+def _prefix(ids, shared, width=4):
+    t = torch.zeros((1, len(ids), width))
+    return KVPrefix(tuple(ids), [t], [t.clone()], shared=shared)
+
+
+def test_store_finds_longest_prefix_consumes_rows_and_evicts_by_bytes():
+    store = PrefixStore()
+    store.add(None, _prefix([1, 2], shared=True))
+    store.add(None, _prefix([1, 2, 3, 4], shared=False))
+    store.add("ranker", _prefix([1, 2, 3], shared=True))
+    assert store.longest(None, [1, 2, 3, 4, 5]).ids == (1, 2, 3, 4)
+    assert store.longest(None, [1, 2, 3, 4, 5]).ids == (1, 2)  # the row prefix was used up
+    assert store.longest(None, [1, 2]) is None  # a prefix must leave a token to run
+    assert store.longest(None, [9, 1, 2]) is None
+    assert store.longest("ranker", [1, 2, 3, 7]).ids == (1, 2, 3)  # adapters do not mix
+    assert store.longest(None, [1, 2, 3, 7], consume=False).ids == (1, 2)
+    assert (store.hits, store.misses) == (3, 2)
+    one = _prefix([5, 6], shared=True).nbytes
+    small = PrefixStore(max_bytes=2 * one)
+    for start in (10, 20, 30):
+        small.add(None, _prefix([start, start + 1], shared=True))
+    assert len(small) == 2 and small.nbytes == 2 * one
+    assert small.longest(None, [10, 11, 12]) is None  # the least recently used went first
+    assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert common_prefix_length([[1], [2]]) == 0
+
+
+# ------------------------------------------------------------------------------ cached generation
+
+
+def test_shared_prefix_runs_once_and_changes_nothing(model, tok, prompts):
+    assert common_prefix_length(prompts) >= 30
+    greedy = SamplingConfig(temperature=0, max_new_tokens=10)
+    cached_be = backend(model, tok)
+    cached = cached_be.generate(prompts, greedy)
+    assert cached_be.last_stats["hit_tokens"] >= 4 * 30  # every row started from the shared prefix
+    plain = backend(model, tok, share_prefixes=False).generate(prompts, greedy)
+    for p, c, u in zip(prompts, cached, plain):
+        assert c.token_ids == u.token_ids
+        assert c.logprobs == pytest.approx(u.logprobs, abs=LOGPROB_TOL)
+        ids = torch.tensor([p])
+        hf = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=10,
+                            pad_token_id=2, eos_token_id=2)[0, len(p):].tolist()
+        assert c.token_ids == hf
+    sampled = SamplingConfig(temperature=1.0, max_new_tokens=10, seed=5)
+    a = backend(model, tok).generate(prompts, sampled)
+    b = backend(model, tok, share_prefixes=False).generate(prompts, sampled)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    ref = reference_logprobs(model, [p + g.token_ids for p, g in zip(prompts, a)], [len(p) for p in prompts])
+    for g, r, u in zip(a, ref, b):
+        assert g.logprobs == pytest.approx(r, abs=LOGPROB_TOL)
+        assert g.logprobs == pytest.approx(u.logprobs, abs=LOGPROB_TOL)
+
+
+def test_next_turn_reads_only_new_tokens_inside_a_scope(model, tok, prompts):
+    sampled = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=2)
+    observation = tok.encode(" Observation: the Varn archive lists three founders.")
+    be = backend(model, tok)
+    with prefix_scope(be, keep_rows_for=(None,)) as store:
+        turn0 = be.generate(prompts, sampled, row_keys=[("t0", i) for i in range(4)])
+        second = [p + g.token_ids + observation for p, g in zip(prompts, turn0)]
+        turn1 = be.generate(second, sampled, row_keys=[("t1", i) for i in range(4)])
+        # each row continued from its own previous turn: everything but its last sampled token was cached
+        assert be.last_stats["hit_tokens"] == sum(len(p) + len(g.token_ids) - 1 for p, g in zip(prompts, turn0))
+        assert len(store) >= 1
+    assert be._scope is None  # closed: later calls start fresh
+    fresh = backend(model, tok, share_prefixes=False).generate(second, sampled, row_keys=[("t1", i) for i in range(4)])
+    for c, f in zip(turn1, fresh):
+        assert c.token_ids == f.token_ids
+        assert c.logprobs == pytest.approx(f.logprobs, abs=LOGPROB_TOL)
+    # a mixed batch: rows with a cached previous turn next to rows without one (holes in the cache)
+    with prefix_scope(be, keep_rows_for=(None,)):
+        be.generate(prompts[:2], sampled, row_keys=[("t0", i) for i in range(2)])
+        mixed = be.generate(second[:2] + prompts[2:], sampled, row_keys=[("t1", 0), ("t1", 1), ("t0", 2), ("t0", 3)])
+    assert [g.token_ids for g in mixed] == [g.token_ids for g in fresh[:2]] + [g.token_ids for g in turn0[2:]]
+
+
+def test_rows_are_kept_only_for_the_named_adapter(model, tok, prompts):
+    be = backend(model, tok)
+    with prefix_scope(be, keep_rows_for=("agent",)) as store:
+        be.generate(prompts, SamplingConfig(temperature=0, max_new_tokens=4))
+        assert len(store) == 1  # only the shared prefix: adapter None is not kept row by row
+        with prefix_scope(be, keep_rows_for=(None,)) as inner:
+            assert inner is store and store.keeps_rows(None)
+        assert not store.keeps_rows(None) and store.keeps_rows("agent")
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=0.9, max_new_tokens=12, seed=4, stop=("e",)),
+                                      SamplingConfig(temperature=0, max_new_tokens=12, stop=("a",))])
+def test_results_do_not_depend_on_sync_interval(model, tok, prompts, sampling):
+    runs = [backend(model, tok, sync_every=k).generate(prompts, sampling) for k in (1, 3, 64)]
+    for other in runs[1:]:
+        assert [(g.token_ids, g.text, g.finish_reason) for g in other] == \
+               [(g.token_ids, g.text, g.finish_reason) for g in runs[0]]
+    assert any(g.finish_reason == "stop" for g in runs[0])  # the stop rule was exercised
+
+
+def test_stop_tokens_are_those_that_can_end_a_stop(model, tok):
+    be = backend(model, tok)
+    cand = be.stop_tokens(("</answer>", "</tool_call>"))
+    gt = tok.convert_tokens_to_ids(">")
+    assert gt in cand and tok.encode("hello")[0] not in cand
+    texts = {i: tok.decode([i]) for i in range(0, len(tok), 97)}
+    assert all((i in cand) == (">" in t or not t or "\ufffd" in t) for i, t in texts.items())
+    assert be.stop_tokens(("</answer>", "</tool_call>")) is cand  # computed once per stop set
+
+
+def test_bad_settings_are_named(model, tok):
+    with pytest.raises(ValueError, match="sync_every"):
+        TransformersBackend(model, tok, sync_every=0)
+    with pytest.raises(ValueError, match="max_bytes"):
+        PrefixStore(max_bytes=-1)
