@@ -15,6 +15,20 @@ Per method and step it prints the phase times (the trainer's own step record: ``
 process's peak resident memory (``ru_maxrss``; plus CUDA peak allocation on a GPU). Then the
 mean per-step ratio cosearch / search_r1. Writes ``papermill_runs/<profile>/bench/train_step.{json,csv}``.
 The warm start is trained on first use (cached, as in notebook 03) and not timed here.
+
+    python benchmarks/train_step.py --updates --threads 1    # the update options side by side (CPU: ~2 min)
+    python benchmarks/train_step.py --updates --update-seqs 32 --update-lengths 256,2048 --update-micro-batch 8   # GPU
+
+``--updates`` times one GRPO update of the profile's policy model (a fresh LoRA adapter) on a
+seeded batch of random-token sequences of mixed lengths, under three settings: micro-batches cut
+in the given order, micro-batches of similar length (``training.length_grouped_micro_batches``),
+and the latter with gradient checkpointing (``training.gradient_checkpointing``). Per setting: the
+median seconds of ``--repeats`` updates (after an untimed warm-up update on two short sequences),
+the padding share of the positions forwarded (``agent_pad_frac``), the rollout-vs-update log-prob
+drift of the first micro-batch (``agent_first_abs_log_ratio``; old log-probs teacher-forced by the
+same model, so ~0 in float32), the gradient norm (the same in every setting) and on CUDA the peak
+allocation; then the ratios grouped / in order and checkpointed / not. Writes
+``papermill_runs/<profile>/bench/train_update_options.{json,csv}``.
 """
 
 from __future__ import annotations
@@ -27,13 +41,21 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout too
 
 from cosearch_lib.atomic_io import write_json, write_table
+from cosearch_lib.config import load_profile
+from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
+from cosearch_lib.models.backends import reference_logprobs
+from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.paths import run_dir
 from cosearch_lib.records.provenance import environment_snapshot
+from cosearch_lib.rl.policy_update import PolicySequence, UpdateJob, grpo_update
+from cosearch_lib.seeding import rng
 
 PHASES = ["rollout_s", "reward_s", "update_s", "step_s"]
 COUNTS = ["n_trajectories", "n_ranker_calls", "agent_n_forwarded", "agent_n_tokens", "ranker_n_forwarded",
@@ -46,11 +68,6 @@ def peak_rss_mb() -> float:
 
 def run_one(profile: str, method: str, steps: int, seed: int, micro_batch: int | None = None) -> dict:
     """Warm start (cached), then ``steps`` steps of ``method``; the step records and peak memory."""
-    import torch
-
-    from cosearch_lib.config import load_profile
-    from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
-
     cfg = load_profile(profile, seed=seed)
     retriever = build_retriever(cfg, progress=False)
     warm = warm_start(cfg, retriever, progress=False)
@@ -66,6 +83,93 @@ def run_one(profile: str, method: str, steps: int, seed: int, micro_batch: int |
             "peak_rss_before_trainer_mb": rss_before, "cuda_peak_mb": cuda}
 
 
+#: (setting, length-grouped micro-batches, gradient checkpointing) of the ``--updates`` comparison
+UPDATE_SETTINGS = [("in order", False, False), ("length-grouped", True, False),
+                   ("length-grouped + checkpointing", True, True)]
+
+
+def mixed_length_batch(model, vocab: int, n: int, min_len: int, max_len: int, seed: int) -> list[PolicySequence]:
+    """``n`` random-token sequences with seeded lengths in [min_len, max_len]; the last 30% of each
+    is scored, with old log-probs teacher-forced by ``model`` (so the GRPO ratio starts at 1)."""
+    r = rng("bench-update-batch", seed)
+    lengths = r.integers(min_len, max_len + 1, size=n).tolist()
+    ids = [r.integers(0, vocab, size=length).tolist() for length in lengths]
+    starts = [max(1, int(length * 0.7)) for length in lengths]
+    old = reference_logprobs(model, ids, starts, batch_size=1)
+    return [PolicySequence(seq, [0] * s + [1] * (len(seq) - s), [0.0] * s + lp) for seq, s, lp in zip(ids, starts, old)]
+
+
+def run_update_options(profile: str, seed: int, n: int, lengths: tuple[int, int], micro_batch: int,
+                       repeats: int) -> dict:
+    """One GRPO update per repeat under each of UPDATE_SETTINGS, on one batch; seconds, padding, memory."""
+    cfg = load_profile(profile, seed=seed)
+    model, tokenizer, _ = load_policy_model(cfg.models.agent, {"agent": None}, cfg.lora)
+    policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})  # lr 0: every update sees the same weights
+    seqs = mixed_length_batch(model, model.get_input_embeddings().num_embeddings, n, *lengths, seed)
+    advantages = rng("bench-update-adv", seed).choice([-1.0, 1.0], size=n).tolist()
+    jobs = [UpdateJob("agent", seqs, advantages, 1.0)]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    cuda = torch.cuda.is_available()
+
+    def update(grouped: bool, checkpointing: bool) -> dict:
+        return grpo_update(policies, "agent", jobs, cfg.training.grpo, micro_batch=micro_batch, pad_id=pad_id,
+                           max_grad_norm=cfg.training.max_grad_norm, length_grouped=grouped,
+                           gradient_checkpointing=checkpointing)
+
+    shortest = sorted(range(n), key=lambda i: len(seqs[i].ids))[:2]  # warm-up: first-call allocations, not timed
+    grpo_update(policies, "agent", [UpdateJob("agent", [seqs[i] for i in shortest], [1.0, -1.0], 1.0)],
+                cfg.training.grpo, micro_batch=2, max_grad_norm=1.0, pad_id=pad_id)
+    rows = []
+    for setting, grouped, checkpointing in UPDATE_SETTINGS:
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        seconds = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            stats = update(grouped, checkpointing)
+            if cuda:
+                torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - t0)
+        rows.append({"setting": setting, "length_grouped": grouped, "gradient_checkpointing": checkpointing,
+                     "update_s": float(np.median(seconds)), "update_s_all": [round(x, 3) for x in seconds],
+                     "pad_frac": stats["agent_pad_frac"], "first_abs_log_ratio": stats["agent_first_abs_log_ratio"],
+                     "grad_norm": stats["grad_norm"],
+                     "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None})
+    return {"model": cfg.models.agent, "device": str(next(model.parameters()).device),
+            "dtype": str(next(model.parameters()).dtype), "n_sequences": n,
+            "lengths": [len(s.ids) for s in seqs], "micro_batch": micro_batch, "repeats": repeats, "rows": rows}
+
+
+def report_update_options(args) -> None:
+    lengths = tuple(int(x) for x in args.update_lengths.split(","))
+    if len(lengths) != 2 or not 2 <= lengths[0] <= lengths[1]:
+        sys.exit(f"--update-lengths must be MIN,MAX with 2 <= MIN <= MAX, got {args.update_lengths!r}")
+    result = run_update_options(args.profile, args.seed, args.update_seqs, lengths, args.update_micro_batch,
+                                args.repeats)
+    table = pd.DataFrame(result["rows"]).set_index("setting")
+    pd.set_option("display.width", 200)
+    print(f"profile={args.profile} model={result['model']} device={result['device']} dtype={result['dtype']} "
+          f"sequences={result['n_sequences']} (lengths {min(result['lengths'])}-{max(result['lengths'])}, "
+          f"{sum(result['lengths'])} tokens) micro_batch={result['micro_batch']} repeats={result['repeats']} "
+          f"cpu_threads={torch.get_num_threads()}")
+    shown = ["update_s", "update_s_all", "pad_frac", "first_abs_log_ratio", "grad_norm", "cuda_peak_mb"]
+    print(table[shown].to_string(float_format=lambda x: f"{x:.4g}"))
+    in_order, grouped, checkpointed = (table.loc[name] for name, _, _ in UPDATE_SETTINGS)
+    ratios = {"grouped / in order (seconds)": grouped["update_s"] / in_order["update_s"],
+              "grouped / in order (pad_frac)": grouped["pad_frac"] / in_order["pad_frac"] if in_order["pad_frac"] else None,
+              "checkpointing / none (seconds)": checkpointed["update_s"] / grouped["update_s"]}
+    if result["rows"][0]["cuda_peak_mb"] is not None:
+        ratios["checkpointing / none (CUDA peak)"] = checkpointed["cuda_peak_mb"] / grouped["cuda_peak_mb"]
+    print("\nratios:")
+    for name, value in ratios.items():
+        print(f"  {name}: {'n/a' if value is None else f'{value:.2f}'}")
+    out = run_dir(args.profile) / "bench"
+    write_table(table.reset_index().drop(columns=["update_s_all"]), out / "train_update_options.csv")
+    write_json({**result, "ratios": ratios, "environment": environment_snapshot()}, out / "train_update_options.json")
+    print(f"\nwrote {out / 'train_update_options'}.csv and .json")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="demo")
@@ -73,8 +177,22 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--micro-batch", type=int, default=0, help="override training.micro_batch (0: the profile's)")
+    ap.add_argument("--updates", action="store_true",
+                    help="time the update options side by side (micro-batch grouping, gradient checkpointing)")
+    ap.add_argument("--update-seqs", type=int, default=8, help="--updates: sequences in the batch")
+    ap.add_argument("--update-lengths", default="32,256", help="--updates: MIN,MAX sequence length in tokens")
+    ap.add_argument("--update-micro-batch", type=int, default=4, help="--updates: sequences per micro-batch")
+    ap.add_argument("--repeats", type=int, default=2, help="--updates: timed updates per setting (median)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="--updates: torch CPU threads (0: torch's default; 1 when other jobs share the cores, "
+                         "whose contention makes multi-threaded CPU kernels stall)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one method, print JSON
     args = ap.parse_args()
+    if args.updates:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        report_update_options(args)
+        return
     if args.one:
         result = run_one(args.profile, args.one, args.steps, args.seed, args.micro_batch or None)
         print("RESULT " + json.dumps(result, default=str))

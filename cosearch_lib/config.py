@@ -465,6 +465,8 @@ class TrainConfig:
     ranker_lr: float = 1e-5  # AdamW learning rate of the ranker's LoRA
     minibatches: int = 1  # optimizer steps per training step, each on a slice of the step's sequences
     micro_batch: int = 4  # sequences per forward/backward pass (memory, not maths)
+    length_grouped_micro_batches: bool = True  # build micro-batches from sequences of similar length (less padding; same gradient)
+    gradient_checkpointing: bool = False  # recompute activations in the update's backward pass: trades recompute for activation memory; needed for 3B-7B shapes on one GPU
     max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
     shared_backbone: bool = False  # ablation: one adapter plays both roles
     eval_every: int = 20  # E: validation F1 every E steps (and after the last); 0 = never
@@ -493,6 +495,9 @@ class TrainConfig:
         for name in ("eval_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("length_grouped_micro_batches", "gradient_checkpointing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TrainConfig.{name} must be a bool, got {getattr(self, name)!r}")
         try:
             self.log_to = check_kinds(self.log_to)
         except ValueError as err:

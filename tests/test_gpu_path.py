@@ -77,7 +77,9 @@ def adapter_weights(model, adapter: str) -> dict[str, torch.Tensor]:
 
 
 def same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    """Bit-equal weights, compared on the CPU: the model's tensors may sit on the GPU while peft's
+    ``load_peft_weights`` puts what it reads on whatever device it infers (CUDA when there is one)."""
+    return a.keys() == b.keys() and all(torch.equal(a[k].detach().cpu(), b[k].detach().cpu()) for k in a)
 
 
 # ------------------------------------------------------------------------------ loading

@@ -12,9 +12,18 @@ import math
 import pytest
 import torch
 
+import cosearch_lib.rl.trainer as trainer_mod
 from cosearch_lib.config import GRPOConfig, TrainConfig
+from cosearch_lib.models.backends import reference_logprobs
 from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, lora_model
-from cosearch_lib.rl.policy_update import PolicySequence, UpdateJob, grpo_update, policy_token_logprobs
+from cosearch_lib.rl.policy_update import (
+    PolicySequence,
+    UpdateJob,
+    grpo_update,
+    micro_batches,
+    policy_token_logprobs,
+    update_checkpointing,
+)
 from cosearch_lib.rl.trainer import latest_checkpoint, question_order
 
 from tests.doubles import LORA, tiny_model, trainer
@@ -113,6 +122,131 @@ def test_update_changes_only_the_trained_adapter(tok):
     assert "ranker" not in policies.optimizers
 
 
+class GradientRecorder:
+    """Stands in for an adapter's optimizer: keeps the gradient each step would apply, changes no weight."""
+
+    def __init__(self, params):
+        self.params, self.steps = params, []
+
+    def step(self):
+        self.steps.append({n: p.grad.detach().clone() for n, p in self.params.items()})
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params.values():
+            p.grad = None
+
+
+def _recorded_update(tok, seqs, advs, *, kl_coef=0.0, temperature=1.0, **kw):
+    """One update of a fresh non-zero "agent" adapter (same seed every call): (stats, gradients, model)."""
+    model = lora_model(tiny_model(tok), {"agent": None}, LORA)
+    torch.manual_seed(1)
+    for p in adapter_parameters(model, "agent").values():
+        torch.nn.init.normal_(p, std=0.05)
+    policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
+    recorder = policies.optimizers["agent"] = GradientRecorder(policies.params["agent"])
+    stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, temperature)],
+                        GRPOConfig(kl_coef=kl_coef), max_grad_norm=0.0, pad_id=0, **kw)
+    (grads,) = recorder.steps
+    return stats, grads, model
+
+
+def _assert_same_gradients(a, b):
+    assert a.keys() == b.keys() and a
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-7, msg=name)
+    assert any(g.abs().sum() > 0 for g in a.values())
+
+
+def _mixed_length_sequences(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [PolicySequence(torch.randint(10, 500, (n,), generator=g).tolist(), [0] * 3 + [1] * (n - 3),
+                           [0.0] * 3 + (-torch.rand(n - 3, generator=g) * 3).tolist()) for n in lengths]
+
+
+def test_micro_batches_longest_first_ties_in_given_order():
+    lengths = {0: 5, 1: 9, 2: 5, 3: 12, 4: 9}
+    assert micro_batches([0, 1, 2, 3, 4], lengths, 2, by_length=True) == [[3, 1], [4, 0], [2]]
+    assert micro_batches([0, 1, 2, 3, 4], lengths, 2, by_length=False) == [[0, 1], [2, 3], [4]]
+    assert micro_batches([4, 0, 3], lengths, 1, by_length=True) == [[4], [0], [3]]  # size 1: nothing to group
+    with pytest.raises(ValueError, match="micro-batch size"):
+        micro_batches([0], lengths, 0, by_length=True)
+
+
+def test_length_grouped_micro_batches_give_the_same_gradient_with_less_padding(tok):
+    lengths = [20, 6, 19, 7, 18, 5]
+    seqs, advs = _mixed_length_sequences(lengths), [1.0, -0.5, 0.7, 2.0, -1.5, -0.3]
+    grouped, grouped_grads, _ = _recorded_update(tok, seqs, advs, micro_batch=2, length_grouped=True)
+    in_order, in_order_grads, _ = _recorded_update(tok, seqs, advs, micro_batch=2, length_grouped=False)
+    _assert_same_gradients(grouped_grads, in_order_grads)
+    # in order: (20, 6) (19, 7) (18, 5) -> 2 * (20 + 19 + 18) = 114 positions for 75 tokens
+    # grouped:  (20, 19) (18, 7) (6, 5) -> 2 * (20 + 18 + 6) = 88 positions for 75 tokens
+    assert in_order["agent_pad_frac"] == pytest.approx(39 / 114)
+    assert grouped["agent_pad_frac"] == pytest.approx(13 / 88)
+    assert grouped["agent_n_forwarded"] == in_order["agent_n_forwarded"] == 6
+    assert grouped["agent_loss"] == pytest.approx(in_order["agent_loss"], rel=1e-5)
+
+
+def _decoder_forward_counter(model):
+    """Counts the calls of the first decoder layer (a checkpointed layer runs again in backward). A
+    pre-hook: torch's non-reentrant recompute stops early, before the layer's forward hooks would run."""
+    calls = [0]
+    layer = model.get_base_model().model.layers[0]
+    layer.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def test_gradient_checkpointing_gives_the_same_gradients_and_is_switched_off_after(tok):
+    seqs, advs = _mixed_length_sequences([14, 9, 11, 6]), [1.0, -1.0, 0.5, -0.25]
+    _, plain, plain_model = _recorded_update(tok, seqs, advs, micro_batch=2, kl_coef=0.1)
+    _, checkpointed, model = _recorded_update(tok, seqs, advs, micro_batch=2, kl_coef=0.1, gradient_checkpointing=True)
+    _assert_same_gradients(checkpointed, plain)
+    base = model.get_base_model()
+    assert not base.is_gradient_checkpointing and not getattr(base, "_require_grads_hooks", None)
+    modes = {n: m.training for n, m in model.named_modules()}
+    assert modes == {n: m.training for n, m in plain_model.named_modules()}  # every module's mode as before
+    assert not any(layer.training for layer in base.model.layers)
+
+    # checkpointing really ran: per micro-batch the layer runs for logp, for the KL reference and,
+    # with checkpointing, once more in the backward pass
+    n_micro = 2
+    for m, want in ((plain_model, 2 * n_micro), (model, 3 * n_micro)):
+        calls = _decoder_forward_counter(m)
+        policies = PolicySet(m, {"agent": "agent"}, ["agent"], {"agent": 0.0})
+        grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, 1.0)], GRPOConfig(kl_coef=0.1), micro_batch=2,
+                    max_grad_norm=0.0, pad_id=0, gradient_checkpointing=m is model)
+        assert calls[0] == want
+
+
+def test_update_checkpointing_leaves_a_model_that_already_checkpoints_as_it_was(tok):
+    model = lora_model(tiny_model(tok), {"agent": None}, LORA)
+    base = model.get_base_model()
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    with update_checkpointing(model, True):
+        assert base.is_gradient_checkpointing
+    assert base.is_gradient_checkpointing  # not switched off: it was on before
+    base.gradient_checkpointing_disable()
+    with update_checkpointing(model, False):
+        assert not base.is_gradient_checkpointing
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_first_abs_log_ratio_is_zero_for_the_same_model_and_measures_a_shift(tok, temperature):
+    seqs = _mixed_length_sequences([12, 8, 10])
+    model = lora_model(tiny_model(tok), {"agent": None}, LORA)
+    torch.manual_seed(1)
+    for p in adapter_parameters(model, "agent").values():  # the adapter the update will use
+        torch.nn.init.normal_(p, std=0.05)
+    teacher = reference_logprobs(model, [s.ids for s in seqs], [3] * len(seqs), temperature=temperature)
+    same = [PolicySequence(s.ids, s.mask, [0.0] * 3 + lp) for s, lp in zip(seqs, teacher)]
+    shifted = [PolicySequence(s.ids, s.mask, [0.0] * 3 + [x - 0.25 for x in lp]) for s, lp in zip(seqs, teacher)]
+    advs = [1.0, -1.0, 0.5]
+    exact, _, _ = _recorded_update(tok, same, advs, micro_batch=2, temperature=temperature)
+    off, _, _ = _recorded_update(tok, shifted, advs, micro_batch=2, temperature=temperature)
+    assert exact["agent_first_abs_log_ratio"] < 1e-4
+    assert off["agent_first_abs_log_ratio"] == pytest.approx(0.25, abs=1e-4)
+    assert exact["agent_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+
+
 # ------------------------------------------------------------------------------ joint steps
 
 
@@ -126,6 +260,9 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     assert rec["agent_reward"] == pytest.approx(0.5)  # half the samples answer right (F1 1), half wrong (0)
     assert rec["hit@5"] == pytest.approx(0.5) and rec["agent_format_ok"] == 1.0
     assert rec["agent_n_forwarded"] == 8 and rec["ranker_n_forwarded"] > 0
+    assert rec["agent_pad_frac"] == 0.0 and rec["ranker_pad_frac"] == 0.0  # micro_batch 1: nothing to pad
+    # the scripted rollout's log-probs are all -1, not the model's: the drift is large, and measured
+    assert rec["agent_first_abs_log_ratio"] > 0.1 and rec["ranker_first_abs_log_ratio"] > 0.1
     assert rec["grouping_n_groups_post"] >= 1 and not math.isnan(rec["ranker_reward_post"])
     assert t.calls_frame()["group"].ge(0).any()
     from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
@@ -136,6 +273,23 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     assert {k[len("grouping_"):] for k in rec if k.startswith("grouping_")} <= set(GROUPING_GLOSSARY)
     with pytest.raises(KeyError):
         describe_step_metric("agent_mystery")
+
+
+def test_trainer_hands_the_update_options_to_grpo_update(tok, tmp_path, monkeypatch):
+    seen = []
+
+    def recording_update(*args, **kw):
+        seen.append((kw["length_grouped"], kw["gradient_checkpointing"], kw["micro_batch"]))
+        return grpo_update(*args, **kw)
+
+    monkeypatch.setattr(trainer_mod, "grpo_update", recording_update)
+    t = trainer(tok, tiny_model(tok), tmp_path, method="search_r1", length_grouped_micro_batches=False,
+                gradient_checkpointing=True)
+    t.train_step()
+    assert seen == [(False, True, 1)]
+    assert not t.policies.model.get_base_model().is_gradient_checkpointing
+    with pytest.raises(ValueError, match="gradient_checkpointing must be a bool"):
+        TrainConfig(gradient_checkpointing="yes")
 
 
 @pytest.mark.parametrize("method", ["search_r1", "fixed_ranker", "oracle"])

@@ -5,17 +5,24 @@ log-probs, advantages), recomputes the log-probs under the adapter in micro-batc
 (``policy_token_logprobs``, which runs the LM head only at scored positions), the reference
 log-probs with adapters disabled when the KL weight is non-zero, and accumulates the loss of
 ``rl.grpo_loss.policy_loss`` so that micro-batching does not change the gradient.
+
+Two options make an update leaner without changing its gradient: micro-batches built from
+sequences of similar length (:func:`micro_batches`: less padding forwarded), and gradient
+checkpointing for the update only (:func:`update_checkpointing`: activations recomputed in the
+backward pass instead of kept, which 3B-7B models need on one GPU).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from cosearch_lib.agent.rollout import Trajectory
 from cosearch_lib.config import GRPOConfig
@@ -100,55 +107,122 @@ class UpdateJob:
     temperature: float  # the temperature the sequences were sampled at (log-probs are recomputed at it)
 
 
+def micro_batches(indices: Sequence[int], lengths: Mapping[int, int], size: int, *, by_length: bool) -> list[list[int]]:
+    """``indices`` cut into micro-batches of ``size``; ``lengths[i]`` is sequence i's token count.
+
+    With ``by_length`` the indices are first ordered longest first (ties keep their given order), so
+    each micro-batch holds sequences of similar length and pads little; the first micro-batch is the
+    largest, so one that does not fit in memory fails at once. Without it they are cut in the given
+    order. The GRPO gradient does not depend on the grouping (each micro-batch's loss is weighted by
+    its share of the batch's aggregate)."""
+    if size < 1:
+        raise ValueError(f"micro-batch size must be >= 1, got {size}")
+    order = sorted(indices, key=lambda i: -lengths[i]) if by_length and size > 1 else list(indices)
+    return [order[start:start + size] for start in range(0, len(order), size)]
+
+
+@contextmanager
+def update_checkpointing(model: Any, enabled: bool) -> Iterator[None]:
+    """Gradient checkpointing on ``model`` (a peft wrapper or a transformers model) inside the block,
+    the model's previous state after it. A no-op when ``enabled`` is False or the model already
+    checkpoints (e.g. Unsloth's own checkpointing): that state is left as it was.
+
+    Non-reentrant checkpointing (``use_reentrant=False``): LoRA weights inside a checkpointed layer
+    get their gradient even though the frozen embeddings' output does not require grad.
+    transformers checkpoints a decoder layer only while that layer is in training mode, and the
+    policy model stays in eval mode (dropout would make the GRPO ratio noisy), so only the decoder
+    layers themselves (not their submodules: attention dropout keeps reading eval mode) are flagged
+    as training inside the block. transformers also hooks the input embeddings to require grad when
+    checkpointing is enabled; that hook is removed again unless it was there before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not enabled or base.is_gradient_checkpointing:
+        yield
+        return
+    had_input_hooks = bool(getattr(base, "_require_grads_hooks", None))
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    layers = [m for m in base.modules() if isinstance(m, GradientCheckpointingLayer)]
+    modes = [m.training for m in layers]
+    for layer in layers:
+        layer.training = True  # this module only: its submodules keep their mode
+    try:
+        yield
+    finally:
+        for layer, mode in zip(layers, modes):
+            layer.training = mode
+        base.gradient_checkpointing_disable()
+        if not had_input_hooks:
+            base.disable_input_require_grads()
+
+
 def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cfg: GRPOConfig, *, micro_batch: int,
-                max_grad_norm: float, pad_id: int, minibatches: int = 1) -> dict[str, float]:
+                max_grad_norm: float, pad_id: int, minibatches: int = 1, length_grouped: bool = True,
+                gradient_checkpointing: bool = False) -> dict[str, float]:
     """GRPO update(s) of one adapter from its ``jobs`` (one per role it plays: two with a shared
     backbone). Each job's loss is aggregated over its own tokens; the jobs' losses are summed.
 
-    The sequences are split round-robin into ``minibatches`` slices, one optimizer step each.
-    Returns ``<role>_<stat>`` (token-weighted means over micro-batches of :func:`grpo.policy_loss`'s
-    stats, plus ``<role>_n_forwarded`` and ``<role>_n_tokens``) and ``grad_norm`` (mean pre-clip norm)."""
+    The sequences are split round-robin into ``minibatches`` slices, one optimizer step each; a
+    slice's forwarded sequences are cut into micro-batches of ``micro_batch`` (:func:`micro_batches`,
+    longest first with ``length_grouped``). ``gradient_checkpointing`` recomputes activations in
+    the backward pass (:func:`update_checkpointing`). Returns ``<role>_<stat>`` (token-weighted means
+    over micro-batches of :func:`grpo.policy_loss`'s stats, plus ``<role>_n_forwarded``,
+    ``<role>_n_tokens``, ``<role>_pad_frac``: padding positions / positions forwarded, and
+    ``<role>_first_abs_log_ratio``: mean |logp - old logp| over the scored tokens of the role's first
+    micro-batch, measured before any optimizer step, the drift between the rollout's log-probs and
+    the update's) and ``grad_norm`` (mean pre-clip norm)."""
     model, optimizer = policies.model, policies.optimizers[adapter]
     params = list(policies.params[adapter].values())
     device = next(model.parameters()).device
     sums: dict[str, float] = {}
     weights: dict[str, float] = {}
     counts: dict[str, int] = {}
+    positions: dict[str, int] = {}  # role -> token positions forwarded (padding included)
+    padding: dict[str, int] = {}  # role -> of which padding
+    drift: dict[str, float] = {}  # role -> mean |logp - old logp| of its first micro-batch
     norms = []
-    for part in range(minibatches):
-        optimizer.zero_grad(set_to_none=True)
-        for job in jobs:
-            idx = [i for i in range(len(job.seqs)) if i % minibatches == part]
-            denom = _denominator([job.seqs[i] for i in idx], cfg.aggregation)
-            active = [i for i in idx if job.advantages[i] != 0.0 and any(job.seqs[i].mask)]
-            for start in range(0, len(active), micro_batch):
-                chunk = active[start:start + micro_batch]
-                ids, attn, mask, old = _padded([job.seqs[i] for i in chunk], pad_id, device)
-                adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=device)
-                with adapter_context(model, adapter):
-                    lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)
-                    ref = None
-                    if cfg.kl_coef > 0:
-                        with torch.no_grad(), adapter_context(model, None):
-                            ref = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)
-                    loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref)
-                    # the micro-batch's aggregate -> its share of the (mini)batch aggregate
-                    share = _denominator([job.seqs[i] for i in chunk], cfg.aggregation) / denom
-                    (loss * share).backward()
-                counts[job.role] = counts.get(job.role, 0) + len(chunk)
-                w = stats.pop("n_tokens")
-                weights[job.role] = weights.get(job.role, 0.0) + w
-                for k, v in stats.items():
-                    if not math.isnan(v):
-                        sums[f"{job.role}_{k}"] = sums.get(f"{job.role}_{k}", 0.0) + v * w
-        if any(p.grad is not None for p in params):
-            norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)))
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    with update_checkpointing(model, gradient_checkpointing):
+        for part in range(minibatches):
+            optimizer.zero_grad(set_to_none=True)
+            for job in jobs:
+                idx = [i for i in range(len(job.seqs)) if i % minibatches == part]
+                denom = _denominator([job.seqs[i] for i in idx], cfg.aggregation)
+                active = [i for i in idx if job.advantages[i] != 0.0 and any(job.seqs[i].mask)]
+                lengths = {i: len(job.seqs[i].ids) for i in active}
+                for chunk in micro_batches(active, lengths, micro_batch, by_length=length_grouped):
+                    ids, attn, mask, old = _padded([job.seqs[i] for i in chunk], pad_id, device)
+                    adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=device)
+                    with adapter_context(model, adapter):
+                        lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)
+                        if part == 0 and job.role not in drift and mask.any():
+                            scored = mask.bool()
+                            drift[job.role] = float((lp.detach() - old)[scored].abs().mean())
+                        ref = None
+                        if cfg.kl_coef > 0:
+                            with torch.no_grad(), adapter_context(model, None):
+                                ref = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)
+                        loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref)
+                        # the micro-batch's aggregate -> its share of the (mini)batch aggregate
+                        share = _denominator([job.seqs[i] for i in chunk], cfg.aggregation) / denom
+                        (loss * share).backward()
+                    counts[job.role] = counts.get(job.role, 0) + len(chunk)
+                    positions[job.role] = positions.get(job.role, 0) + ids.numel()
+                    padding[job.role] = padding.get(job.role, 0) + ids.numel() - sum(lengths[i] for i in chunk)
+                    w = stats.pop("n_tokens")
+                    weights[job.role] = weights.get(job.role, 0.0) + w
+                    for k, v in stats.items():
+                        if not math.isnan(v):
+                            sums[f"{job.role}_{k}"] = sums.get(f"{job.role}_{k}", 0.0) + v * w
+            if any(p.grad is not None for p in params):
+                norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)))
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
     out = {k: v / weights[k.split("_", 1)[0]] for k, v in sums.items() if weights.get(k.split("_", 1)[0])}
     for job in jobs:
         out[f"{job.role}_n_forwarded"] = counts.get(job.role, 0)
         out[f"{job.role}_n_tokens"] = weights.get(job.role, 0.0)
+        if positions.get(job.role):
+            out[f"{job.role}_pad_frac"] = padding[job.role] / positions[job.role]
+        if job.role in drift:
+            out[f"{job.role}_first_abs_log_ratio"] = drift[job.role]
     out["grad_norm"] = float(np.mean(norms)) if norms else 0.0
     return out
 

@@ -100,6 +100,11 @@ STEP_GLOSSARY: dict[str, str] = {
     "<role>_adv_mean": "mean advantage of the forwarded sequences",
     "<role>_n_forwarded": "sequences forwarded (non-zero advantage)",
     "<role>_n_tokens": "scored tokens in the forwarded sequences",
+    "<role>_pad_frac": "padding positions / all token positions forwarded in the role's micro-batches "
+                       "(TrainConfig.length_grouped_micro_batches lowers it)",
+    "<role>_first_abs_log_ratio": "mean |logp - old logp| over the scored tokens of the role's first micro-batch, "
+                                  "before any optimizer step: the drift between the rollout's sampling log-probs and "
+                                  "the update's teacher-forced ones (~0 in float32 on CPU; bf16 on a GPU shows it)",
     "<adapter>_grad_norm": "adapter gradient norm before clipping (mean over minibatches)",
     "<adapter>_update_s": "seconds spent updating the adapter",
     "sync_s": "seconds spent saving the updated adapters and re-registering them with vLLM (vLLM backend only)",
@@ -225,7 +230,9 @@ class JointTrainer:
             u0 = time.perf_counter()
             update_stats[adapter] = grpo_update(self.policies, adapter, adapter_jobs, cfg.grpo,
                                                 micro_batch=cfg.micro_batch, max_grad_norm=cfg.max_grad_norm,
-                                                pad_id=self.pad_id, minibatches=cfg.minibatches)
+                                                pad_id=self.pad_id, minibatches=cfg.minibatches,
+                                                length_grouped=cfg.length_grouped_micro_batches,
+                                                gradient_checkpointing=cfg.gradient_checkpointing)
             update_time[adapter] = time.perf_counter() - u0
         t_update = time.perf_counter()
         if self.live_adapters:  # the updated adapters' new weights, to the generation engine
