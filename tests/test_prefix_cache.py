@@ -11,19 +11,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cosearch_lib.config import SamplingConfig
+from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.agent.rankers import RetrievalOnlyRanker
+from cosearch_lib.agent.rollout import RolloutEngine
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, SearchBudget
 from cosearch_lib.models.backends import TransformersBackend, prefix_scope, reference_logprobs
 from cosearch_lib.models.counter_rng import counter_uniforms, pcg_hash, seed_halves
 from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
 from cosearch_lib.models.registry import load_tokenizer
 
-from tests.doubles import peaked_model
+from tests.doubles import CORPUS, QUESTIONS, FixedRetriever, peaked_model
 
 LOGPROB_TOL = 1e-4  # float32 on the CPU: cached vs uncached vs teacher-forced log-probs
 
 INSTRUCTIONS = ("You are a search agent. Think inside reason tags, then either search with a tool call or "
                 "answer inside answer tags. Keep every turn short and follow the protocol exactly.")
-QUESTIONS = ["Who founded the city of Varn?", "Which river crosses Olden?", "When was the Tarsk bridge built?",
+QUESTION_TEXTS = ["Who founded the city of Varn?", "Which river crosses Olden?", "When was the Tarsk bridge built?",
              "Who wrote the Book of Ash?"]
 
 
@@ -40,7 +43,7 @@ def model(tok):
 @pytest.fixture(scope="module")
 def prompts(tok):
     head = tok.encode(INSTRUCTIONS)
-    return [head + tok.encode(" " + q) for q in QUESTIONS]
+    return [head + tok.encode(" " + q) for q in QUESTION_TEXTS]
 
 
 def backend(model, tok, **kw):
@@ -203,3 +206,33 @@ def test_bad_settings_are_named(model, tok):
         TransformersBackend(model, tok, sync_every=0)
     with pytest.raises(ValueError, match="max_bytes"):
         PrefixStore(max_bytes=-1)
+
+
+def test_rollout_with_cached_prefixes_equals_rollout_without(model, tok):
+    """A multi-turn rollout (corrective notes keep trajectories going) gives the same records with
+    and without the prefix cache, and later turns are served from the trajectory's earlier ones."""
+    budget = SearchBudget(topn=4, topk=2, max_searches=2)
+    cfg = RolloutConfig(search=budget, agent_max_new_tokens=6, temperature=1.0, stop_on_invalid=False,
+                        max_context_tokens=900)
+    chat = ChatTokens(tok)
+    runs = {}
+    for cached in (True, False):
+        be = backend(model, tok, share_prefixes=cached)
+        calls = []
+        generate = be.generate
+
+        def counting(prompts, sampling, adapter=None, row_keys=None, _be=be, _calls=calls, _gen=generate):
+            out = _gen(prompts, sampling, adapter=adapter, row_keys=row_keys)
+            _calls.append(dict(_be.last_stats))
+            return out
+
+        be.generate = counting
+        engine = RolloutEngine(be, chat, FixedRetriever(CORPUS), RetrievalOnlyRanker(), cfg, ProtocolConfig(search=budget))
+        runs[cached] = (engine.run(QUESTIONS[:2], n_samples=2, seed=7), calls)
+    (cached, calls), (plain, _) = runs[True], runs[False]
+    assert max(len(t.turns) for t in cached) >= 3  # several turns happened
+    for a, b in zip(cached, plain):
+        assert a.token_ids == b.token_ids
+        assert a.old_logprobs == pytest.approx(b.old_logprobs, abs=LOGPROB_TOL)
+    # turn 0 starts from the shared instructions; every later turn from the trajectory's previous one
+    assert calls[0]["hit_tokens"] >= 4 * 30 and all(c["misses"] == 0 for c in calls[1:])

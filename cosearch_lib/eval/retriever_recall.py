@@ -114,3 +114,24 @@ def recall_table(curve: pd.DataFrame, ks) -> pd.DataFrame:
     order = sorted((s for s in wide.index if not s.endswith("avg")), key=order_key)
     order += [s for s in ("single-hop avg", "multi-hop avg", "avg") if s in wide.index]
     return wide.loc[order].round(3)
+
+
+def ranker_headroom(curve: pd.DataFrame, topn: int, ks) -> pd.DataFrame:
+    """For each K in ``ks``: macro-average recall@K, recall@N and the gap, the most a perfect
+    ranking of the N candidates can add when the agent reads K (rows: K; from the "avg" rows)."""
+    avg = curve[curve["data_source"] == "avg"].set_index("k")["recall"]
+    if topn not in avg.index:
+        raise ValueError(f"the recall curve has no k = N = {topn}; compute it with ks that include N")
+    rows = [{"K": int(k), "R@K": float(avg[k]), f"R@{topn}": float(avg[topn]), "headroom": float(avg[topn] - avg[k])}
+            for k in ks if k in avg.index and k <= topn]
+    return pd.DataFrame(rows).set_index("K")
+
+
+def headroom_sentence(headroom: pd.DataFrame, topk: int, topn: int) -> str:
+    """Plain words for the profile's choice of K and N, from :func:`ranker_headroom`'s table."""
+    if topk not in headroom.index:
+        raise ValueError(f"K = {topk} is not a row of the headroom table (rows: {list(headroom.index)})")
+    row = headroom.loc[topk]
+    others = ", ".join(f"K={k}: +{h:.2f}" for k, h in headroom["headroom"].items() if k != topk)
+    return (f"With N={topn} candidates and K={topk} shown, a perfect ranking lifts recall from {row['R@K']:.2f} to "
+            f"{row[f'R@{topn}']:.2f} (+{row['headroom']:.2f}); other K: {others or 'none computed'}.")
