@@ -469,7 +469,8 @@ class TrainConfig:
     gradient_checkpointing: bool = False  # recompute activations in the update's backward pass: trades recompute for activation memory; needed for 3B-7B shapes on one GPU
     max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
     shared_backbone: bool = False  # ablation: one adapter plays both roles
-    eval_every: int = 20  # E: validation F1 every E steps (and after the last); 0 = never
+    eval_every: int = 20  # E: validation (agent F1, ranker Hit@k on held-out sub-queries) every E steps (and after the last); 0 = never
+    validate_at_start: bool = False  # also validate before the first update: a step -1 row of the step records (the starting point of the curves)
     val_split: str = "dev"  # split of the validation questions
     val_per_dataset: int = 5  # validation questions per family
     checkpoint_every: int = 1  # steps between checkpoints (0 = only after the last step)
@@ -495,7 +496,7 @@ class TrainConfig:
         for name in ("eval_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("length_grouped_micro_batches", "gradient_checkpointing"):
+        for name in ("length_grouped_micro_batches", "gradient_checkpointing", "validate_at_start"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TrainConfig.{name} must be a bool, got {getattr(self, name)!r}")
         try:

@@ -78,7 +78,8 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     for split in {tcfg.split, tcfg.val_split}:
         if split not in qa:
             raise ValueError(f"profile {cfg.profile!r} has no {split!r} split; have {sorted(qa)}")
-    val = select_examples(load_qa(qa[tcfg.val_split]), tcfg.val_per_dataset) if tcfg.eval_every else []
+    validates = tcfg.eval_every or tcfg.validate_at_start
+    val = select_examples(load_qa(qa[tcfg.val_split]), tcfg.val_per_dataset) if validates else []
     out_dir = Path(out_dir or run_dir(cfg.profile) / "training" / tcfg.method)
     if not resume:
         clear_run(out_dir)

@@ -238,3 +238,8 @@ def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_
     other = RegisteringBackend(tok)  # a backend the caller passes wins
     assert build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run2", progress=False,
                          backend=other).backend is other
+    # validation questions are loaded when the run validates: every eval_every steps, or only at the start
+    assert trainer.val_questions == []
+    starting = build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run3", progress=False, backend=other,
+                             validate_at_start=True)
+    assert starting.val_questions and {q.split for q in starting.val_questions} == {"dev"}

@@ -12,6 +12,13 @@ One step (:meth:`JointTrainer.train_step`):
 5. one GRPO update of each trained adapter (clipped surrogate + k3 KL to the base model);
 6. a tidy record of the step; a checkpoint (adapters, optimizer states, RNG states, records).
 
+Every ``eval_every`` steps (and after the last) the record also gets a greedy validation: the
+agent's answer F1 on the validation questions (``val_f1``) and the method's ranking alone on held-out
+sub-queries of those questions (``val_ranker_hit@k``, ``rl.ranker_validation``). With
+``validate_at_start`` the same validation runs once before the first update, as a record of its
+own with ``step = -1`` (only ``step``, ``method`` and the ``val_*`` columns): the curves, drawn
+over steps completed (``step + 1``), then start at 0 from the warm start's point.
+
 Methods (``TrainConfig.method``), one code path with a role table rather than string switches in
 the loop:
 
@@ -39,7 +46,7 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +56,19 @@ import torch
 from tqdm.auto import tqdm
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
-from cosearch_lib.agent.rankers import LLMRanker, OracleRanker, RetrievalOnlyRanker
+from cosearch_lib.agent.rankers import LLMRanker, OracleRanker, Ranker, RetrievalOnlyRanker
 from cosearch_lib.agent.rollout import RolloutEngine
 from cosearch_lib.atomic_io import write_table
-from cosearch_lib.config import ProtocolConfig, RolloutConfig, TrainConfig
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
 from cosearch_lib.data.qa_formats import QAExample
-from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate
+from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
 from cosearch_lib.eval.tables import summary_table
 from cosearch_lib.models.backends import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages
 from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences
+from cosearch_lib.rl.ranker_validation import RankerValidationSet, held_out_sub_queries
 from cosearch_lib.rl.rewards import agent_rewards, ranker_rewards
 from cosearch_lib.rl.semantic_grouping import group_ids, group_ranker_calls
 from cosearch_lib.rl.tracking import StepTracker, make_tracker
@@ -74,7 +82,9 @@ EVAL_METHOD = {"search_r1": "agent_retrieval", "fixed_ranker": "agent_fixed_rank
 #: Every column of the per-step records (``steps.csv``), for the README glossary. ``<role>`` is
 #: agent or ranker (the policy updated), ``<adapter>`` agent, ranker or shared.
 STEP_GLOSSARY: dict[str, str] = {
-    "step": "0-based training step", "method": "training method (config.TRAINING_METHODS)",
+    "step": "0-based training step; -1: the validation before the first update (TrainConfig.validate_at_start), "
+            "a row with only step, method and the val_* columns",
+    "method": "training method (config.TRAINING_METHODS)",
     "n_questions": "questions rolled out this step", "n_trajectories": "trajectories (questions x G)",
     "agent_reward": "mean agent reward, Eq. 4 (F1 if the protocol was kept, else -alpha)",
     "agent_f1": "mean answer F1 of the trajectories (0 without a valid answer)",
@@ -111,7 +121,14 @@ STEP_GLOSSARY: dict[str, str] = {
     "rollout_s": "seconds of rollout (generation, retrieval, ranking)",
     "reward_s": "seconds of rewards, advantages and grouping", "update_s": "seconds of all updates",
     "step_s": "seconds of the whole step (validation excluded, adapter sync included)",
-    "val_f1": "greedy avg F1 on the validation questions (every eval_every steps)",
+    "val_f1": "greedy avg F1 on the validation questions (every eval_every steps, after the last, and at step -1)",
+    "val_ranker_hit@1": "Hit@1 of the K passages the method's greedy ranking shows (retriever top-K for search_r1, "
+                        "Eq. 7 for oracle), mean over the held-out sub-queries of the validation questions (their "
+                        "gold-chain hops, relevance: the hop's answer; the question itself without a chain); "
+                        "at the steps of val_f1",
+    "val_ranker_hit@3": "Hit@3 of the same lists (the whole list when K < 3; see val_ranker_hit@1)",
+    "val_ranker_hit@5": "Hit@5 of the same lists (the whole list when K < 5)",
+    "val_ranker_valid_rate": "share of the held-out rankings that followed the protocol (rule rankings: 1)",
 }
 
 
@@ -169,10 +186,13 @@ class JointTrainer:
         self.step = 0  # steps completed
         self.records: list[dict] = []
         self.call_records: list[dict] = []
-        ranker = {"retrieval": RetrievalOnlyRanker, "oracle": OracleRanker}.get(cfg.ranking)
-        self.ranker = ranker() if ranker else LLMRanker(self.backend, self.chat, protocol,
-                                                         rollout_cfg.ranker_sampling(seed),
-                                                         adapter=policies.adapter("ranker"))
+        sampling = rollout_cfg.ranker_sampling(seed)
+        self.ranker = self._method_ranker(sampling)
+        # Validation ranks greedily (the training ranker samples), on sub-queries fixed once per trainer.
+        self.val_ranker = self._method_ranker(replace(sampling, temperature=0.0))
+        self.ranker_validation = RankerValidationSet(
+            held_out_sub_queries(select_examples(self.val_questions, cfg.val_per_dataset)), retriever,
+            topn=rollout_cfg.search.topn, topk=rollout_cfg.search.topk)
         self.engine = RolloutEngine(self.backend, self.chat, retriever, self.ranker, rollout_cfg, protocol,
                                     agent_adapter=policies.adapter("agent"))
         # A backend that reads adapters from disk (vLLM: it has add_adapter) samples with saved copies:
@@ -185,6 +205,13 @@ class JointTrainer:
         # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
         self.tracker = tracker
 
+    def _method_ranker(self, sampling: SamplingConfig) -> Ranker:
+        """The method's ranking: a rule (retrieval top-K, oracle) or the ranker adapter sampling with ``sampling``."""
+        rule = {"retrieval": RetrievalOnlyRanker, "oracle": OracleRanker}.get(self.cfg.ranking)
+        if rule is not None:
+            return rule()
+        return LLMRanker(self.backend, self.chat, self.protocol, sampling, adapter=self.policies.adapter("ranker"))
+
     # -- one step
 
     def step_questions(self, step: int) -> list[QAExample]:
@@ -193,6 +220,8 @@ class JointTrainer:
 
     def train_step(self) -> dict:
         cfg, step = self.cfg, self.step
+        if step == 0 and cfg.validate_at_start and self.val_questions and not self._validated_at_start():
+            self._keep({"step": -1, "method": cfg.method, **self.validate()})
         t0 = time.perf_counter()
         trajs = self.engine.run(self.step_questions(step), n_samples=cfg.group_size, seed=self.seed, step=step,
                                 progress=self.progress)
@@ -248,7 +277,13 @@ class JointTrainer:
         self.call_records.extend(_call_rows(step, calls, r_rewards, gids, r_adv))
         self.step += 1
         if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps) and self.val_questions:
-            record["val_f1"] = self.validate()
+            record.update(self.validate())
+        self._keep(record)
+        return record
+
+    def _keep(self, record: dict) -> None:
+        """Append ``record`` to the step records and hand it to the live tracker (made at the first record)."""
+        cfg = self.cfg
         self.records.append(record)
         if self.tracker is None and cfg.log_to:
             self.tracker = make_tracker(cfg.log_to, self.out_dir / "tb", f"{cfg.method}-seed{self.seed}",
@@ -256,7 +291,9 @@ class JointTrainer:
                                         project=cfg.wandb_project)
         if self.tracker is not None:
             self.tracker.log(record)
-        return record
+
+    def _validated_at_start(self) -> bool:
+        return any(r.get("step") == -1 for r in self.records)
 
     def _step_record(self, trajs, a_rewards, calls, r_rewards, grouping, update_stats) -> dict:
         kept = [r for r in r_rewards if r.kept]
@@ -286,9 +323,14 @@ class JointTrainer:
 
     # -- validation
 
-    def validate(self) -> float:
-        """Greedy avg F1 (macro over families) of the method's policies on the validation questions."""
+    def validate(self) -> dict[str, float]:
+        """Greedy validation of the method's policies as they are now (before the first update too):
+        ``val_f1``, the avg F1 (macro over families) of the agent loop on the validation questions,
+        and the ``val_ranker_*`` columns of :meth:`RankerValidationSet.score`, the method's greedy
+        ranking on the held-out sub-queries of those questions."""
+        return {"val_f1": self._agent_f1(), **self.ranker_validation.score(self.val_ranker)}
 
+    def _agent_f1(self) -> float:
         method = EVAL_METHOD[self.cfg.method]
         ranker = self.policies.adapter("ranker")
         ecfg = HarnessConfig(methods=(method,), split=self.cfg.val_split, n_per_dataset=self.cfg.val_per_dataset,

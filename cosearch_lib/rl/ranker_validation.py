@@ -1,0 +1,106 @@
+"""Ranker validation: Hit@k of a method's ranking on a fixed set of held-out sub-queries.
+
+The agent's validation (``val_f1``) scores the whole search loop; this scores the ranking alone,
+on the same sub-queries at every validation, so that its curve over training steps compares like
+with like across methods (notebook 03: CoSearch against the Fixed Ranker and Retrieval-Only at the
+same budget). Each held-out sub-query gets the retriever's top-N, the method's ranking picks the K
+passages the agent would read, and Hit@1/3/5 of that list is measured against ``has_answer``
+labels, as the rollout labels a search call (``agent.rollout``).
+
+Held-out sub-queries (:func:`held_out_sub_queries`) come from the validation questions (dev split):
+
+* a question of the embedded world carries its reasoning chain (``extra_info.gold_chain``, the
+  source the warm start builds its gold searches from, :func:`rl.warm_start.gold_chain`): every
+  hop gives one sub-query, the hop's gold sub-query, and a candidate is relevant when it contains
+  the *hop's* answer (what that sub-query asks for; the last hop's answer is the question's);
+* a question without a chain (real benchmarks) gives one sub-query, the question text itself,
+  relevant when a candidate contains one of the question's gold answers.
+
+Hops and questions whose answers are all trivial (yes / no / true / false) are left out: such words
+occur in almost any passage, so they label nothing (``metrics.is_trivial_answer``), as in the
+retriever's hop-recall table (``eval.retriever_recall.gold_hop_ranks``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cosearch_lib.agent.rankers import Ranker, RankRequest
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.metrics import has_answer, hit_at_k, is_trivial_answer
+from cosearch_lib.retrieval.retriever import SearchBackend
+from cosearch_lib.rl.warm_start import gold_chain
+
+#: Hit@k cutoffs of the ranker validation; each gives a ``val_ranker_hit@<k>`` step-record column.
+RANKER_VALIDATION_KS = (1, 3, 5)
+
+#: The step-record columns :meth:`RankerValidationSet.score` fills (documented in STEP_GLOSSARY).
+RANKER_VALIDATION_COLUMNS = (*(f"val_ranker_hit@{k}" for k in RANKER_VALIDATION_KS), "val_ranker_valid_rate")
+
+
+@dataclass(frozen=True)
+class HeldOutSubQuery:
+    """One sub-query the ranker is validated on."""
+
+    question_id: str
+    hop: int  # 0-based hop of the question's gold chain; -1 when the question text stands in
+    question: str  # the original question (the ranker prompt shows it)
+    sub_query: str  # what the retriever and the ranker see as the search query
+    answers: tuple[str, ...]  # a candidate is relevant when it contains one of these (has_answer)
+
+
+def held_out_sub_queries(questions: Sequence[QAExample]) -> list[HeldOutSubQuery]:
+    """The held-out sub-queries of ``questions``, in question then hop order (see the module doc)."""
+    out = []
+    for ex in questions:
+        chain = gold_chain(ex)
+        if chain:
+            out.extend(HeldOutSubQuery(ex.id, h, ex.question, hop["sub_query"], (hop["answer"],))
+                       for h, hop in enumerate(chain) if not is_trivial_answer(hop["answer"]))
+        elif not all(is_trivial_answer(a) for a in ex.golden_answers):
+            out.append(HeldOutSubQuery(ex.id, -1, ex.question, ex.question, tuple(ex.golden_answers)))
+    return out
+
+
+class RankerValidationSet:
+    """A trainer's held-out sub-queries and their retriever top-N, fetched once (at the first
+    :meth:`score`): the corpus does not change during training, so every validation ranks the
+    same candidates and only the ranking can move the numbers."""
+
+    def __init__(self, sub_queries: Sequence[HeldOutSubQuery], retriever: SearchBackend, *, topn: int,
+                 topk: int) -> None:
+        self.sub_queries, self.retriever, self.topn, self.topk = list(sub_queries), retriever, topn, topk
+        self._candidates: list[list[Any]] | None = None
+
+    def candidates(self) -> list[list[Any]]:
+        """The retriever's top-N per sub-query, best first (one batched search, then cached)."""
+        if self._candidates is None:
+            found = self.retriever.search([s.sub_query for s in self.sub_queries], self.topn) if self.sub_queries else []
+            self._candidates = [list(c) for c in found]
+        return self._candidates
+
+    def score(self, ranker: Ranker) -> dict[str, float]:
+        """``val_ranker_hit@<k>`` (mean over the sub-queries of Hit@k of the passages ``ranker``
+        shows) and ``val_ranker_valid_rate`` (share of rankings that followed the protocol; rule
+        rankers: 1). All NaN when there is no held-out sub-query. Pass a greedy ranker: a sampled
+        one would make the curve noisy."""
+        if not self.sub_queries:
+            return dict.fromkeys(RANKER_VALIDATION_COLUMNS, math.nan)
+        requests = [RankRequest(q0=s.question, sub_query=s.sub_query, candidates=c, k=self.topk, golds=list(s.answers),
+                                row_key=("validation", s.question_id, 0, s.hop))
+                    for s, c in zip(self.sub_queries, self.candidates())]
+        rankings = ranker.rank(requests)
+        hits: dict[int, list[float]] = {k: [] for k in RANKER_VALIDATION_KS}
+        for s, request, ranking in zip(self.sub_queries, requests, rankings):
+            labels = [int(has_answer(p.contents, list(s.answers))) for p in request.candidates]
+            shown = [labels[i] for i in ranking.order]
+            for k in RANKER_VALIDATION_KS:
+                hits[k].append(hit_at_k(shown, k) if shown else 0.0)
+        out = {f"val_ranker_hit@{k}": float(np.mean(v)) for k, v in hits.items()}
+        out["val_ranker_valid_rate"] = float(np.mean([r.valid for r in rankings]))
+        return out
