@@ -689,15 +689,41 @@ def available_profiles() -> list[str]:
     return sorted(p.stem for p in params_dir().glob("*.yaml"))
 
 
-def load_profile(name_or_path: str | Path = "demo", **overrides: Any) -> ProfileConfig:
-    """Read a profile; keyword overrides replace top-level scalars (e.g. ``seed=3`` from papermill)."""
+def _merged(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """``child`` over ``base``, section by section (nested mappings merge; anything else replaces)."""
+    out = dict(base)
+    for key, value in child.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def profile_data(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A profile file's mapping, with ``extends: <profile>`` resolved: the named profile's settings
+    first, this file's on top (so a larger profile can reuse a smaller one's world, models and
+    warm start and change only what it scales up)."""
     path = profile_path(name_or_path)
     if not path.exists():
         raise ConfigError(f"no profile file {path}; available profiles: {available_profiles()}")
+    if path.resolve() in _seen:
+        raise ConfigError(f"{path}: 'extends' loops back to itself ({' -> '.join(p.stem for p in _seen)})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a profile is a mapping of settings, got {type(data).__name__}")
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: 'extends' names one profile, got {base!r}")
+    return _merged(profile_data(base, (*_seen, path.resolve())), data)
+
+
+def load_profile(name_or_path: str | Path = "demo", **overrides: Any) -> ProfileConfig:
+    """Read a profile; keyword overrides replace top-level scalars (e.g. ``seed=3`` from papermill)."""
+    path = profile_path(name_or_path)
+    data = profile_data(name_or_path)
     for key, value in overrides.items():
         if value is not None:
             data[key] = value
@@ -708,6 +734,6 @@ def load_profile(name_or_path: str | Path = "demo", **overrides: Any) -> Profile
 
 
 def papermill_parameters(name_or_path: str | Path) -> dict[str, Any]:
-    """The top-level scalars of a profile file: what papermill injects into each notebook."""
-    data = yaml.safe_load(profile_path(name_or_path).read_text()) or {}
+    """The top-level scalars of a profile (``extends`` resolved): what papermill injects into each notebook."""
+    data = profile_data(name_or_path)
     return {k: v for k, v in data.items() if not isinstance(v, (dict, list))}

@@ -89,3 +89,32 @@ def test_protocol_and_training_sections_follow_their_homes(tmp_path):
     path.write_text("training: {method: ppo}\n")
     with pytest.raises(ConfigError, match="method"):
         load_profile(path)
+
+
+def test_extends_merges_sections_and_refuses_loops(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("profile: base\nseed: 3\nsearch:\n  topn: 12\n  topk: 3\ntraining:\n  steps: 4\n  group_size: 4\n")
+    child = tmp_path / "child.yaml"
+    child.write_text(f"extends: {base}\nprofile: child\ntraining:\n  steps: 9\n")
+    cfg = load_profile(child)
+    assert (cfg.profile, cfg.seed, cfg.search.topn, cfg.search.topk) == ("child", 3, 12, 3)
+    assert (cfg.training.steps, cfg.training.group_size) == (9, 4)  # one key replaced, its neighbour inherited
+    assert papermill_parameters(child) == {"profile": "child", "seed": 3}  # "extends" is not a parameter
+    same = load_profile(base)
+    assert cfg.fingerprint("search") == same.fingerprint("search")  # shared sections: shared caches (warm start)
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(f"extends: {loop}\nprofile: loop\n")
+    with pytest.raises(ConfigError, match="loops back"):
+        load_profile(loop)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: [a, b]\n")
+    with pytest.raises(ConfigError, match="names one profile"):
+        load_profile(bad)
+
+
+def test_laptop_profile_reuses_the_demo_warm_start():
+    demo, laptop = load_profile("demo"), load_profile("laptop")
+    shaping = ("world", "data", "retrieval", "search", "protocol", "models", "warmstart", "lora", "seed")
+    assert laptop.fingerprint(*shaping) == demo.fingerprint(*shaping)
+    assert laptop.evaluation.n_per_dataset > demo.evaluation.n_per_dataset
+    assert laptop.training.steps > demo.training.steps
