@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import RetrievalOnlyRanker
 from cosearch_lib.agent.rollout import RolloutEngine
 from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, SearchBudget
-from cosearch_lib.models.backends import TransformersBackend, prefix_scope, reference_logprobs
+from cosearch_lib.models.backends import TransformersBackend, merged_adapter, prefix_scope, reference_logprobs
 from cosearch_lib.models.counter_rng import counter_uniforms, pcg_hash, seed_halves
 from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
 from cosearch_lib.models.registry import load_tokenizer
@@ -236,3 +237,44 @@ def test_rollout_with_cached_prefixes_equals_rollout_without(model, tok):
         assert a.old_logprobs == pytest.approx(b.old_logprobs, abs=LOGPROB_TOL)
     # turn 0 starts from the shared instructions; every later turn from the trajectory's previous one
     assert calls[0]["hit_tokens"] >= 4 * 30 and all(c["misses"] == 0 for c in calls[1:])
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=0, max_new_tokens=10),
+                                      SamplingConfig(temperature=1.0, max_new_tokens=10, seed=9)])
+def test_static_and_dynamic_caches_agree(model, tok, prompts, sampling):
+    ragged = [p[: len(p) - 3 * i] for i, p in enumerate(prompts)]  # rows of different lengths: padding
+    static = backend(model, tok, static_cache=True).generate(ragged, sampling)
+    dynamic = backend(model, tok, static_cache=False).generate(ragged, sampling)
+    for a, b in zip(static, dynamic):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
+    assert backend(model, tok).static_cache is (model.device.type == "cuda")  # default: static on a GPU only
+
+
+def test_merged_lora_samples_like_the_adapter_and_restores_the_base(tok, prompts):
+    model = peaked_model(tok, seed=3)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"], lora_dropout=0.0)
+    peft_model = get_peft_model(model, lora, adapter_name="agent")
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:  # a non-zero update, so merging has something to fold in
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    base_weights = {n: p for n, p in peft_model.named_parameters() if "base_layer" in n}
+    snapshot = {n: p.detach().clone() for n, p in base_weights.items()}
+    grads = {n: p.requires_grad for n, p in peft_model.named_parameters()}
+    for sampling in (SamplingConfig(temperature=0, max_new_tokens=8), SamplingConfig(temperature=1.0, max_new_tokens=8, seed=1)):
+        merged = backend(peft_model, tok, merge_lora=True).generate(prompts, sampling, adapter="agent")
+        plain = backend(peft_model, tok, merge_lora=False).generate(prompts, sampling, adapter="agent")
+        base = backend(peft_model, tok).generate(prompts, sampling, adapter=None)
+        for a, b in zip(merged, plain):
+            assert a.token_ids == b.token_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
+        assert any(a.token_ids != c.token_ids for a, c in zip(merged, base))  # the adapter really acted
+    after = dict(peft_model.named_parameters())
+    for n, p in base_weights.items():  # the very same tensors, unchanged bit for bit
+        assert after[n] is p and torch.equal(p, snapshot[n])
+    assert {n: p.requires_grad for n, p in peft_model.named_parameters()} == grads
+    with pytest.raises(RuntimeError, match="inside"), merged_adapter(peft_model, "agent") as did_merge:
+        assert did_merge
+        raise RuntimeError("inside")
+    assert all(dict(peft_model.named_parameters())[n] is p for n, p in base_weights.items())
