@@ -1,0 +1,44 @@
+"""Seconds of one or more CoSearch training steps with whichever ``cosearch_lib`` is importable.
+
+Why: to compare two versions of the code at the same settings and seed, run this file against
+each one (it uses only ``experiment.build_retriever / warm_start / build_trainer`` and the step
+record, which both sides have), with the same profile file and the same cached world and warm start:
+
+    git worktree add /tmp/before <old commit> && cp papermill_runs/params/demo.yaml /tmp/before/papermill_runs/params/
+    (here=$PWD; cd /tmp/before && COSEARCH_DATA=$here/data PYTHONPATH=/tmp/before \\
+        $here/.venv/bin/python $here/benchmarks/step_before_after.py demo 2)   # old code
+    python benchmarks/step_before_after.py demo 2                               # this code
+
+Prints one JSON line per step: rollout_s, update_s, step_s and a few outcome columns (the outcomes
+show whether both sides sampled the same thing).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from cosearch_lib.config import load_profile
+from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
+
+COLUMNS = ("step", "rollout_s", "update_s", "step_s", "agent_reward", "agent_f1", "hit@5", "searches_per_traj",
+           "n_ranker_calls")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 2:
+        raise SystemExit("usage: step_before_after.py PROFILE STEPS")
+    profile, steps = argv[0], int(argv[1])
+    cfg = load_profile(profile)
+    retriever = build_retriever(cfg, progress=False)
+    trainer = build_trainer(cfg, retriever, warm=warm_start(cfg, retriever), method="cosearch",
+                            out_dir=Path(tempfile.mkdtemp()), steps=steps, progress=False)
+    for _ in range(steps):
+        record = trainer.train_step()
+        print(json.dumps({k: record.get(k) for k in COLUMNS}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
