@@ -54,6 +54,15 @@ def path_text(path: object) -> str | None:
     return None if path is None else str(path)
 
 
+def project_relative(path: object) -> str:
+    """``path`` relative to the project root when it lies inside it (what records and messages show,
+    so they read the same on every machine), else ``str(path)``."""
+    try:
+        return str(Path(str(path)).resolve().relative_to(project_root().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def run_dir(profile: str) -> Path:
     d = runs_dir() / profile
     d.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,8 @@ import pytest
 
 from cosearch_lib.atomic_io import atomic_path, write_json, write_table
 from cosearch_lib.config import ConfigError, load_profile
+from cosearch_lib.paths import project_root
+from cosearch_lib.records.docs import copy_run_records
 from cosearch_lib.records.papermill_runner import (
     check_parameters,
     check_profile_notebooks,
@@ -154,3 +156,17 @@ def test_profile_notebook_sections_are_validated(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["ci", "demo", "paper"])
 def test_committed_profiles_name_only_real_notebook_parameters(name):
     check_profile_notebooks(load_profile(name))
+
+
+def test_copied_run_records_name_no_machine(tmp_path):
+    run = tmp_path / "demo"
+    run.mkdir()
+    inside = str(project_root().resolve() / "data" / "cache" / "warmstart" / "v1-x" / "agent")
+    record = {"adapters": {"agent": inside, "other": "/opt/elsewhere/agent"},
+              "list": [inside, 3, None], "text": "not a path", "prefix_only": str(project_root().resolve()) + "-copy"}
+    (run / "warmstart.run.json").write_text(json.dumps(record))
+    dest = copy_run_records(run, tmp_path / "results")
+    copied = json.loads((dest / "warmstart.run.json").read_text())
+    assert copied["adapters"] == {"agent": "data/cache/warmstart/v1-x/agent", "other": "/opt/elsewhere/agent"}
+    assert copied["list"] == ["data/cache/warmstart/v1-x/agent", 3, None]
+    assert copied["text"] == "not a path" and copied["prefix_only"] == record["prefix_only"]

@@ -23,7 +23,7 @@ from cosearch_lib.eval.benchmark_families import order_key
 from cosearch_lib.eval.harness import RECORD_GLOSSARY
 from cosearch_lib.eval.retriever_recall import RECALL_GLOSSARY
 from cosearch_lib.eval.tables import AVG_COLUMNS, TABLE_GLOSSARY
-from cosearch_lib.paths import project_root
+from cosearch_lib.paths import project_relative, project_root
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
 from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
 from cosearch_lib.rl.trainer import STEP_GLOSSARY
@@ -184,7 +184,8 @@ def render_results_page(results_root: Path | None = None) -> str:
 
 
 def copy_run_records(run_folder: str | Path, results_root: Path | None = None) -> Path:
-    """Copy a run folder's ``*.metrics.json`` and ``*.run.json`` into ``docs/results/<profile>/``."""
+    """Copy a run folder's ``*.metrics.json`` and ``*.run.json`` into ``docs/results/<profile>/``, with
+    every path inside the project written relative to its root (committed records name no machine)."""
     run_folder = Path(run_folder)
     files = sorted([*run_folder.glob("*.metrics.json"), *run_folder.glob("*.run.json")])
     if not files:
@@ -194,8 +195,19 @@ def copy_run_records(run_folder: str | Path, results_root: Path | None = None) -
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     for f in files:
-        shutil.copy2(f, dest / f.name)
+        (dest / f.name).write_text(json.dumps(_machine_free(json.loads(f.read_text())), indent=2) + "\n")
     return dest
+
+
+def _machine_free(value: Any) -> Any:
+    """``value`` (parsed JSON) with strings that are absolute paths inside the project made relative."""
+    if isinstance(value, dict):
+        return {k: _machine_free(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_machine_free(v) for v in value]
+    if isinstance(value, str) and value.startswith(str(project_root().resolve()) + "/"):
+        return project_relative(value)
+    return value
 
 
 def generated_pages() -> dict[Path, str]:

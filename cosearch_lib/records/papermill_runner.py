@@ -29,7 +29,7 @@ import yaml
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, papermill_parameters
 from cosearch_lib.experiment import build_retriever, warm_start, warmstart_dir
-from cosearch_lib.paths import notebooks_dir, project_root, run_dir
+from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
 
 
@@ -180,13 +180,6 @@ def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = No
     return record
 
 
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(project_root()))
-    except ValueError:
-        return str(path)
-
-
 def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters: dict[str, Any] | None = None,
                 warm_start_step: bool = True, **kwargs: Any) -> list[Path]:
     """Run the selected (default: all) notebooks in order; stop at the first failure.
@@ -214,10 +207,10 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
             print(f"[cosearch run] warm start on profile {profile!r} ...", flush=True)
             rec = run_warm_start(cfg, out_dir=kwargs.get("out_dir"), progress=kwargs.get("progress", True))
             print(f"[cosearch run] warm start {'loaded from cache' if rec['cached'] else 'trained'} in {rec['wall_s']:.1f} s "
-                  f"-> {_relative(warmstart_dir(cfg))}", flush=True)
+                  f"-> {project_relative(warmstart_dir(cfg))}", flush=True)
         t0 = time.perf_counter()
         extra = f" with {per_book[nb]}" if per_book[nb] else ""
         print(f"[cosearch run] {nb.name} on profile {profile!r}{extra} ...", flush=True)
         executed.append(run_notebook(nb, profile, parameters=per_book[nb], **kwargs))
-        print(f"[cosearch run] {nb.name} done in {time.perf_counter() - t0:.1f} s -> {_relative(executed[-1])}", flush=True)
+        print(f"[cosearch run] {nb.name} done in {time.perf_counter() - t0:.1f} s -> {project_relative(executed[-1])}", flush=True)
     return executed
