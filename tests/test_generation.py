@@ -22,17 +22,11 @@ from cosearch_lib.models.backends import (
     reference_logprobs,
     row_seeds,
 )
-from cosearch_lib.models.registry import load_tokenizer
 from cosearch_lib.seeding import derive_seed
 
 from tests.doubles import ScriptedBackend, peaked_model
 
 TEXTS = ["Hello there, friend.", "a", "The quick brown fox jumps over the lazy dog", "Search: who?"]
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer("smollm2-135m-instruct")
 
 
 @pytest.fixture(scope="module")

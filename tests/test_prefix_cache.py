@@ -19,7 +19,6 @@ from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, S
 from cosearch_lib.models.backends import TransformersBackend, merged_adapter, prefix_scope, reference_logprobs
 from cosearch_lib.models.counter_rng import counter_uniforms, pcg_hash, seed_halves
 from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
-from cosearch_lib.models.registry import load_tokenizer
 
 from tests.doubles import CORPUS, QUESTIONS, FixedRetriever, peaked_model
 
@@ -28,12 +27,7 @@ LOGPROB_TOL = 1e-4  # float32 on the CPU: cached vs uncached vs teacher-forced l
 INSTRUCTIONS = ("You are a search agent. Think inside reason tags, then either search with a tool call or "
                 "answer inside answer tags. Keep every turn short and follow the protocol exactly.")
 QUESTION_TEXTS = ["Who founded the city of Varn?", "Which river crosses Olden?", "When was the Tarsk bridge built?",
-             "Who wrote the Book of Ash?"]
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer("smollm2-135m-instruct")
+                  "Who wrote the Book of Ash?"]
 
 
 @pytest.fixture(scope="module")
