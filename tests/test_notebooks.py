@@ -92,3 +92,9 @@ def test_03_joint_grpo_training_runs_on_ci_profile(isolated_outputs):
     metrics = json.loads((runs / "03_joint_grpo_training.metrics.json").read_text())
     assert metrics["steps"] == 2 and set(metrics["warmstart"]) == {"agent", "ranker"}
     assert set(metrics["eval_f1"]) == {"cosearch: warm start", "cosearch: after GRPO"}
+    validation = pd.read_csv(runs / "training" / "cosearch" / "validation.csv")
+    assert set(validation["step"]) == {1} and set(validation["kind"]) == {"agent", "ranker"}
+    assert (validation["kind"] == "agent").sum() == 7  # val_per_dataset=1: one dev question per family
+    assert (figs / "validation_curves.png").stat().st_size > 10_000
+    # one validation, no start: nothing to pair, and the results say so rather than inventing an interval
+    assert metrics["validation_comparisons"] == {"agent": [], "ranker": []}

@@ -9,8 +9,9 @@ import math
 import pytest
 
 from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.records.training_runs import read_validation
 from cosearch_lib.rl.ranker_validation import RANKER_VALIDATION_COLUMNS, HeldOutSubQuery, held_out_sub_queries
-from cosearch_lib.rl.trainer import describe_step_metric
+from cosearch_lib.rl.trainer import VALIDATION_COLUMNS, describe_step_metric
 from cosearch_lib.viz.plots import plot_training_curves
 
 from tests.doubles import tiny_model, trainer
@@ -36,12 +37,13 @@ def test_held_out_sub_queries_are_the_gold_chain_hops_else_the_question():
     yes_no = QAExample(id="q9", question="Is Drask a town?", golden_answers=["yes"], data_source="syn_nq")
     got = held_out_sub_queries([*VAL_QUESTIONS, yes_no])
     assert got == [
-        HeldOutSubQuery("q1", 0, "Where was Orvane Tellis born?", "Who wrote the atlases?", ("Tellis",)),
-        HeldOutSubQuery("q1", 2, "Where was Orvane Tellis born?", "When was the mill built?", ("1843",)),
-        HeldOutSubQuery("q1", 3, "Where was Orvane Tellis born?", "Where was Tellis born?", ("Kessmere",)),
-        HeldOutSubQuery("q2", -1, "What did Tellis write?", "What did Tellis write?", ("atlases",)),
-        HeldOutSubQuery("q3", -1, "Which town is on the river?", "Which town is on the river?", ("Drask",)),
+        HeldOutSubQuery("q1", 0, "Where was Orvane Tellis born?", "Who wrote the atlases?", ("Tellis",), "syn_nq"),
+        HeldOutSubQuery("q1", 2, "Where was Orvane Tellis born?", "When was the mill built?", ("1843",), "syn_nq"),
+        HeldOutSubQuery("q1", 3, "Where was Orvane Tellis born?", "Where was Tellis born?", ("Kessmere",), "syn_nq"),
+        HeldOutSubQuery("q2", -1, "What did Tellis write?", "What did Tellis write?", ("atlases",), "syn_nq"),
+        HeldOutSubQuery("q3", -1, "Which town is on the river?", "Which town is on the river?", ("Drask",), "syn_popqa"),
     ]  # the "yes" hop and the yes/no question label nothing and are left out
+    assert [s.item_id for s in got] == ["q1/hop0", "q1/hop2", "q1/hop3", "q2/question", "q3/question"]
 
 
 # Shown passages (K = 3) and their labels per held-out sub-query:
@@ -122,3 +124,37 @@ def test_validation_at_start_runs_once_and_only_when_asked(tok, tmp_path):
     none.run()  # no validation questions: nothing to validate on
     assert [r["step"] for r in none.records] == [0]
     assert math.isnan(none.ranker_validation.score(none.val_ranker)["val_ranker_hit@1"])
+
+
+def test_validation_items_add_up_to_the_step_columns_and_survive_a_checkpoint(tok, tmp_path):
+    t = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", steps=3, eval_every=2, validate_at_start=True,
+                val_questions=VAL_QUESTIONS)
+    frame = t.run()
+    items = t.validation_frame()
+    assert list(items.columns) == list(VALIDATION_COLUMNS)
+    assert sorted(set(items["step"])) == [-1, 1, 2]  # the step records that carry val_* columns
+    for step, part in items.groupby("step"):
+        agent, ranker = part[part["kind"] == "agent"], part[part["kind"] == "ranker"]
+        assert sorted(agent["question_id"]) == ["q1", "q2", "q3"]
+        assert sorted(ranker["question_id"]) == ["q1/hop0", "q1/hop2", "q1/hop3", "q2/question", "q3/question"]
+        assert dict(zip(ranker["question_id"], ranker["dataset"]))["q3/question"] == "syn_popqa"
+        record = frame[frame["step"] == step].iloc[0]
+        # val_f1 is the macro average over families of the agent rows; Hit@k the plain mean of the ranker rows
+        assert record["val_f1"] == pytest.approx(agent.groupby("dataset")["f1"].mean().mean())
+        for k in (1, 3, 5):
+            assert record[f"val_ranker_hit@{k}"] == pytest.approx(ranker[f"hit@{k}"].mean())
+        assert ranker["hit@1"].tolist() == pytest.approx([1, 0, 1, 0, 0])  # the scripted ranking, by hand above
+    on_disk = read_validation(tmp_path.parent, [tmp_path.name])
+    assert len(on_disk) == len(items) and on_disk["f1"].sum() == pytest.approx(items["f1"].sum())
+    again = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", steps=3, eval_every=2, validate_at_start=True,
+                    val_questions=VAL_QUESTIONS)
+    again.load_checkpoint()
+    assert again.val_records == t.val_records
+
+
+def test_validate_without_a_step_keeps_no_items(tok, tmp_path):
+    t = trainer(tok, tiny_model(tok), tmp_path, method="search_r1", val_questions=VAL_QUESTIONS)
+    t.validate()
+    assert t.val_records == []
+    t.validate(step=-1)
+    assert len(t.val_records) == 3 + 5

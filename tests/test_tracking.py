@@ -55,7 +55,7 @@ def fake_wandb(monkeypatch) -> list:
 
 def test_scalars_keep_numbers_and_skip_nan_strings_bools_and_step():
     step, values = scalars(RECORD)
-    assert step == 3 and values == LOGGED and all(type(v) is float for v in values.values())
+    assert step == 4 and values == LOGGED  # steps completed: 0-based step 3 is the 4th and all(type(v) is float for v in values.values())
     with pytest.raises(KeyError, match="step"):
         scalars({"agent_reward": 1.0})
 
@@ -67,7 +67,7 @@ def test_tensorboard_gets_one_scalar_per_numeric_field_at_the_record_step(monkey
     tracker.close()
     tracker.close()  # closing twice is harmless
     assert calls == [("init", str(tmp_path / "tb")),
-                     *[("add_scalar", k, v, 3) for k, v in LOGGED.items()], ("flush",), ("close",)]
+                     *[("add_scalar", k, v, 4) for k, v in LOGGED.items()], ("flush",), ("close",)]
 
 
 def test_wandb_run_gets_config_logs_and_finishes(monkeypatch, tmp_path):
@@ -78,8 +78,17 @@ def test_wandb_run_gets_config_logs_and_finishes(monkeypatch, tmp_path):
     tracker.close()
     assert calls == [("init", {"project": "proj", "name": "cosearch-seed0", "config": {"lr": 1e-5},
                                "dir": str(tmp_path / "logs")}),
-                     ("log", LOGGED, 3), ("log", {}, 4), ("finish",)]
+                     ("log", LOGGED, 4), ("log", {}, 5), ("finish",)]
     assert (tmp_path / "logs").is_dir()
+
+
+def test_the_validation_before_the_first_update_is_logged_at_zero_and_steps_keep_rising(monkeypatch, tmp_path):
+    calls = fake_wandb(monkeypatch)  # W&B drops a negative or decreasing step
+    tracker = make_tracker("wandb", tmp_path, "r", {})
+    for record in ({"step": -1, "val_f1": 0.2}, {"step": 0, "agent_reward": 0.1}, {"step": 1, "val_f1": 0.3}):
+        tracker.log(record)
+    tracker.close()
+    assert [c[2] for c in calls if c[0] == "log"] == [0, 1, 2]
 
 
 def test_both_kinds_at_once(monkeypatch, tmp_path):
@@ -140,7 +149,7 @@ def test_trainer_logs_each_step_record_and_closes_at_the_end_of_run(tok, tmp_pat
     assert calls[0] == ("init", str(tmp_path / "tb")) and calls[-1] == ("close",)
     assert [c for c in calls if c[0] == "init"] == [calls[0]] and [c for c in calls if c[0] == "close"] == [calls[-1]]
     for record in t.records:
-        logged = {c[1]: c[2] for c in calls if c[0] == "add_scalar" and c[3] == record["step"]}
+        logged = {c[1]: c[2] for c in calls if c[0] == "add_scalar" and c[3] == record["step"] + 1}
         expected = {k: float(v) for k, v in record.items()
                     if k not in ("step", "method") and not (isinstance(v, float) and math.isnan(v))}
         assert logged == expected and "agent_reward" in logged

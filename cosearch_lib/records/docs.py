@@ -26,7 +26,7 @@ from cosearch_lib.eval.tables import AVG_COLUMNS, TABLE_GLOSSARY
 from cosearch_lib.paths import project_relative, project_root
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
 from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
-from cosearch_lib.rl.trainer import STEP_GLOSSARY
+from cosearch_lib.rl.trainer import STEP_GLOSSARY, VALIDATION_GLOSSARY
 from cosearch_lib.rl.warm_start import WARMSTART_GLOSSARY
 
 #: (title, where the metric is written, glossary, the dict's home in the code)
@@ -39,6 +39,8 @@ GLOSSARIES: tuple[tuple[str, str, Mapping[str, str], str], ...] = (
      TABLE_GLOSSARY, "cosearch_lib.eval.tables.TABLE_GLOSSARY"),
     ("Training step records", "notebook 03: `papermill_runs/<profile>/training/<method>/steps.csv`, one row per GRPO step "
      "(`<role>`: agent or ranker; `<adapter>`: agent, ranker or shared)", STEP_GLOSSARY, "cosearch_lib.rl.trainer.STEP_GLOSSARY"),
+    ("Validation records", "notebook 03: `training/<method>/validation.csv`, one row per validation item (question or "
+     "held-out sub-query) and validation", VALIDATION_GLOSSARY, "cosearch_lib.rl.trainer.VALIDATION_GLOSSARY"),
     ("Semantic grouping statistics", "the `grouping_<stat>` columns of the step records", GROUPING_GLOSSARY,
      "cosearch_lib.rl.semantic_grouping.GROUPING_GLOSSARY"),
     ("Ranker reward records", "notebook 03: `training/<method>/ranker_calls.parquet`, one row per ranker call", REWARD_GLOSSARY,
@@ -133,7 +135,7 @@ def _section_03(m: dict) -> list[str]:
                            for which in ("first", "last") for method, rec in m[which].items()], ["method", *STEP_COLUMNS]),
            "", "Warm start against the trained policies, answer F1 on test questions:", "",
            _by_index(m["eval_f1"], "policies")]
-    return out + _comparisons(m)
+    return out + _comparisons(m) + _validation_comparisons(m)
 
 
 #: Columns of the paired comparisons RESULTS.md shows (eval.tables.comparison_table).
@@ -146,6 +148,21 @@ def _comparisons(m: dict) -> list[str]:
         return []
     return ["", "Paired comparisons, a - b of avg F1 with its 95% bootstrap interval over the same questions, "
             "stratified by family (docs/METRICS.md):", "", markdown_table(m["comparisons"], COMPARISON_SHOWN)]
+
+
+#: What each kind of validation comparison measures (records.training_runs.VALIDATION_METRICS).
+VALIDATION_WHAT = {"agent": "avg F1 of the greedy agent loop on the validation questions",
+                   "ranker": "mean Hit@1 of the method's ranking on the held-out sub-queries"}
+
+
+def _validation_comparisons(m: dict) -> list[str]:
+    """Notebook 03's paired intervals on the validation items (runs validated during training)."""
+    out = []
+    for kind, rows in (m.get("validation_comparisons") or {}).items():
+        if rows:
+            out += ["", f"Validation ({kind}): a - b of the {VALIDATION_WHAT.get(kind, kind)}, 95% bootstrap interval "
+                    "over the same items (`<method> @ <steps completed>`):", "", markdown_table(rows, COMPARISON_SHOWN)]
+    return out
 
 
 #: Step-record columns RESULTS.md shows (all of them are in docs/METRICS.md).

@@ -8,6 +8,7 @@ Layout of a profile's training runs (``papermill_runs/<profile>/training/``)::
 
     <method>/steps.csv                      one row per step (rl.trainer.STEP_GLOSSARY)
     <method>/ranker_calls.parquet           one row per ranker call (sub-query, reward, group, advantage)
+    <method>/validation.csv                 one row per validation item and validation (rl.trainer.VALIDATION_GLOSSARY)
     <method>/checkpoints/step_N/adapters/   the policies after step N, peft format
 """
 
@@ -19,8 +20,10 @@ from pathlib import Path
 import pandas as pd
 
 from cosearch_lib.config import TRAINING_METHODS
+from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval
+from cosearch_lib.eval.tables import comparison_table
 from cosearch_lib.paths import run_dir
-from cosearch_lib.rl.trainer import latest_checkpoint
+from cosearch_lib.rl.trainer import VALIDATION_COLUMNS, latest_checkpoint
 from cosearch_lib.rl.warm_start import warmstart_summary
 
 
@@ -45,6 +48,90 @@ def read_ranker_calls(root: str | Path, method: str) -> pd.DataFrame:
     """The per-call records of a method (empty when it made no ranker calls)."""
     path = Path(root) / method / "ranker_calls.parquet"
     return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+
+
+def read_validation(root: str | Path, methods: Sequence[str] | None = None) -> pd.DataFrame:
+    """The per-item validation records (``validation.csv``) of the named methods (default: every
+    method under ``root`` that has them), concatenated; columns :data:`rl.trainer.VALIDATION_COLUMNS`.
+    A method trained without validation (``eval_every: 0``) contributes no rows."""
+    root = Path(root)
+    wanted = list(methods) if methods is not None else list(TRAINING_METHODS)
+    frames = [pd.read_csv(root / m / "validation.csv", dtype={"question_id": str, "dataset": str})
+              for m in wanted if (root / m / "validation.csv").exists()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(VALIDATION_COLUMNS))
+
+
+#: What the validation curves show, per kind of validation row: (metric, statistic). The agent's
+#: ``val_f1`` is the macro average over families (the paper's avg); the ranker's Hit@k is a plain mean
+#: over held-out sub-queries, as the step-record columns are.
+VALIDATION_METRICS = {"agent": ("f1", "macro"), "ranker": ("hit@1", "mean")}
+
+
+def _validation_rows(validation: pd.DataFrame, kind: str, metric: str) -> pd.DataFrame:
+    rows = validation[validation["kind"] == kind]
+    if metric not in rows or rows[metric].isna().all():
+        raise ValueError(f"no {kind!r} validation rows with {metric!r}")
+    return rows
+
+
+def validation_curves(validation: pd.DataFrame, *, kind: str = "agent", metric: str | None = None,
+                      level: float = LEVEL, n_resamples: int = N_RESAMPLES, seed: int = 0) -> pd.DataFrame:
+    """One row per (method, validation step): ``estimate`` (what the step record's ``val_*`` column
+    holds) with its family-stratified bootstrap interval ``ci_low``..``ci_high`` over the validation
+    items, ``n`` items and a ``note`` when no interval could be drawn (a family with one item).
+    ``x`` is the number of steps completed (0: before the first update)."""
+    metric = metric or VALIDATION_METRICS[kind][0]
+    statistic = VALIDATION_METRICS[kind][1]
+    rows = []
+    for (method, step), part in _validation_rows(validation, kind, metric).groupby(["method", "step"], sort=False):
+        per_item = part.groupby(["dataset", "question_id"])[metric].mean()
+        ci = bootstrap_interval(per_item.to_numpy(), per_item.index.get_level_values("dataset"), statistic=statistic,
+                                level=level, n_resamples=n_resamples, seed=seed, when_too_few="note")
+        rows.append({"method": method, "step": int(step), "x": int(step) + 1, "estimate": ci.estimate,
+                     "ci_low": ci.ci_low, "ci_high": ci.ci_high, "n": ci.n_questions, "note": ci.note})
+    table = pd.DataFrame(rows, columns=["method", "step", "x", "estimate", "ci_low", "ci_high", "n", "note"])
+    table.attrs = {"kind": kind, "metric": metric, "statistic": statistic, "level": level}
+    return table
+
+
+def validation_comparisons(validation: pd.DataFrame, methods: Sequence[str], *, kind: str = "agent",
+                           metric: str | None = None, reference: str = "cosearch", level: float = LEVEL,
+                           n_resamples: int = N_RESAMPLES, seed: int = 0) -> pd.DataFrame:
+    """Paired bootstrap intervals on the validation items (same items, greedy, so every pair is
+    paired), as ``eval.tables.comparison_table`` rows labelled ``"<method> @ <x>"`` (``x``: steps
+    completed):
+
+    * each method at its last validation against itself before the first update (when validated there);
+    * ``reference`` against every other method, at the last validation step they share.
+
+    Pairs that cannot be formed are listed in ``attrs["skipped"]``."""
+    metric = metric or VALIDATION_METRICS[kind][0]
+    statistic = VALIDATION_METRICS[kind][1]
+    rows = _validation_rows(validation, kind, metric)
+    rows = rows[rows["method"].isin(methods)]
+    labelled = rows.assign(method=rows["method"] + " @ " + (rows["step"] + 1).astype(str))
+    steps = {m: sorted(set(rows.loc[rows["method"] == m, "step"])) for m in methods}
+    pairs, skipped = [], []
+    for m in methods:
+        have = steps[m]
+        if len(have) >= 2 and have[0] == -1:
+            pairs.append((f"{m} @ {have[-1] + 1}", f"{m} @ 0"))
+        else:
+            skipped.append(f"{m}: last vs before training ({'no validation' if not have else 'not validated at start'})")
+    if reference in methods:
+        for m in methods:
+            if m == reference:
+                continue
+            shared = sorted(set(steps[reference]) & set(steps[m]))
+            if shared:
+                pairs.append((f"{reference} @ {shared[-1] + 1}", f"{m} @ {shared[-1] + 1}"))
+            else:
+                skipped.append(f"{reference} vs {m} (no shared validation step)")
+    table = comparison_table(labelled, pairs, metric, statistic=statistic, level=level, n_resamples=n_resamples,
+                             seed=seed) if pairs else comparison_table(labelled.iloc[:0], [], metric)
+    table.attrs["skipped"] = table.attrs.get("skipped", []) + skipped
+    table.attrs.update(statistic=statistic, metric=metric, level=level)
+    return table
 
 
 def checkpoint_adapters(root: str | Path, method: str) -> dict[str, Path]:

@@ -52,6 +52,13 @@ class HeldOutSubQuery:
     question: str  # the original question (the ranker prompt shows it)
     sub_query: str  # what the retriever and the ranker see as the search query
     answers: tuple[str, ...]  # a candidate is relevant when it contains one of these (has_answer)
+    dataset: str = ""  # the question's family (data_source): paired intervals resample within it
+
+    @property
+    def item_id(self) -> str:
+        """``<question_id>/hop<h>`` (``/question`` when the question text stands in): one row of the
+        per-item validation records, the same at every validation."""
+        return f"{self.question_id}/{'question' if self.hop < 0 else f'hop{self.hop}'}"
 
 
 def held_out_sub_queries(questions: Sequence[QAExample]) -> list[HeldOutSubQuery]:
@@ -60,10 +67,10 @@ def held_out_sub_queries(questions: Sequence[QAExample]) -> list[HeldOutSubQuery
     for ex in questions:
         chain = gold_chain(ex)
         if chain:
-            out.extend(HeldOutSubQuery(ex.id, h, ex.question, hop["sub_query"], (hop["answer"],))
+            out.extend(HeldOutSubQuery(ex.id, h, ex.question, hop["sub_query"], (hop["answer"],), ex.data_source)
                        for h, hop in enumerate(chain) if not is_trivial_answer(hop["answer"]))
         elif not all(is_trivial_answer(a) for a in ex.golden_answers):
-            out.append(HeldOutSubQuery(ex.id, -1, ex.question, ex.question, tuple(ex.golden_answers)))
+            out.append(HeldOutSubQuery(ex.id, -1, ex.question, ex.question, tuple(ex.golden_answers), ex.data_source))
     return out
 
 
@@ -84,23 +91,37 @@ class RankerValidationSet:
             self._candidates = [list(c) for c in found]
         return self._candidates
 
-    def score(self, ranker: Ranker) -> dict[str, float]:
-        """``val_ranker_hit@<k>`` (mean over the sub-queries of Hit@k of the passages ``ranker``
-        shows) and ``val_ranker_valid_rate`` (share of rankings that followed the protocol; rule
-        rankers: 1). All NaN when there is no held-out sub-query. Pass a greedy ranker: a sampled
-        one would make the curve noisy."""
+    def score_items(self, ranker: Ranker) -> list[dict[str, Any]]:
+        """One row per held-out sub-query: ``question_id`` (:attr:`HeldOutSubQuery.item_id`),
+        ``dataset``, ``hit@<k>`` of the passages ``ranker`` shows, and ``valid`` (the ranking followed
+        the protocol; rule rankers: always). Pass a greedy ranker: a sampled one would make the curve
+        noisy. These rows are what paired intervals between methods and steps resample."""
         if not self.sub_queries:
-            return dict.fromkeys(RANKER_VALIDATION_COLUMNS, math.nan)
+            return []
         requests = [RankRequest(q0=s.question, sub_query=s.sub_query, candidates=c, k=self.topk, golds=list(s.answers),
                                 row_key=("validation", s.question_id, 0, s.hop))
                     for s, c in zip(self.sub_queries, self.candidates())]
         rankings = ranker.rank(requests)
-        hits: dict[int, list[float]] = {k: [] for k in RANKER_VALIDATION_KS}
+        rows = []
         for s, request, ranking in zip(self.sub_queries, requests, rankings):
             labels = [int(has_answer(p.contents, list(s.answers))) for p in request.candidates]
             shown = [labels[i] for i in ranking.order]
-            for k in RANKER_VALIDATION_KS:
-                hits[k].append(hit_at_k(shown, k) if shown else 0.0)
-        out = {f"val_ranker_hit@{k}": float(np.mean(v)) for k, v in hits.items()}
-        out["val_ranker_valid_rate"] = float(np.mean([r.valid for r in rankings]))
-        return out
+            rows.append({"question_id": s.item_id, "dataset": s.dataset,
+                         **{f"hit@{k}": float(hit_at_k(shown, k)) if shown else 0.0 for k in RANKER_VALIDATION_KS},
+                         "valid": float(ranking.valid)})
+        return rows
+
+    def score(self, ranker: Ranker) -> dict[str, float]:
+        """``val_ranker_hit@<k>`` (mean over the sub-queries of Hit@k of the passages ``ranker``
+        shows) and ``val_ranker_valid_rate`` (share of rankings that followed the protocol; rule
+        rankings: 1). All NaN when there is no held-out sub-query."""
+        return summarize_items(self.score_items(ranker))
+
+
+def summarize_items(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The ``val_ranker_*`` step-record columns from :meth:`RankerValidationSet.score_items` rows."""
+    if not rows:
+        return dict.fromkeys(RANKER_VALIDATION_COLUMNS, math.nan)
+    out = {f"val_ranker_hit@{k}": float(np.mean([r[f"hit@{k}"] for r in rows])) for k in RANKER_VALIDATION_KS}
+    out["val_ranker_valid_rate"] = float(np.mean([r["valid"] for r in rows]))
+    return out

@@ -2,8 +2,10 @@
 
 The tidy records (``steps.csv``, ``ranker_calls.parquet``) are always written by the trainer; this
 is a view on the same numbers while a run is going. Each numeric field of a step record becomes
-one scalar under its column name (see ``rl.trainer.STEP_GLOSSARY``) at ``step=record["step"]``; NaN
-(a metric with no value this step) and non-numeric fields (``method``) are skipped.
+one scalar under its column name (see ``rl.trainer.STEP_GLOSSARY``) at the number of steps
+completed, ``record["step"] + 1``: the x axis of notebook 03's curves, and what lets the validation
+before the first update (``step = -1``) land at 0, since W&B refuses a negative step. NaN (a metric
+with no value this step) and non-numeric fields (``method``) are skipped.
 
 Both packages are optional: a requested kind whose package is missing (or whose start fails, e.g.
 W&B without a login) is skipped with one warning naming the package to install.
@@ -30,11 +32,11 @@ class StepTracker(Protocol):
 
 
 def scalars(record: Mapping[str, Any]) -> tuple[int, dict[str, float]]:
-    """``(step, {name: value})``: the record's numeric fields as floats; NaN, booleans, non-numbers
-    (strings, None) and ``step`` itself are left out."""
+    """``(steps completed, {name: value})``: ``record["step"] + 1`` and the record's numeric fields as
+    floats; NaN, booleans, non-numbers (strings, None) and ``step`` itself are left out."""
     if "step" not in record:
         raise KeyError("a step record needs a 'step' field")
-    step = int(record["step"])
+    step = int(record["step"]) + 1
     values = {}
     for key, value in record.items():
         if key == "step" or isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -68,7 +68,12 @@ from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages
 from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences
-from cosearch_lib.rl.ranker_validation import RankerValidationSet, held_out_sub_queries
+from cosearch_lib.rl.ranker_validation import (
+    RANKER_VALIDATION_KS,
+    RankerValidationSet,
+    held_out_sub_queries,
+    summarize_items,
+)
 from cosearch_lib.rl.rewards import agent_rewards, ranker_rewards
 from cosearch_lib.rl.semantic_grouping import group_ids, group_ranker_calls
 from cosearch_lib.rl.tracking import StepTracker, make_tracker
@@ -132,6 +137,24 @@ STEP_GLOSSARY: dict[str, str] = {
 }
 
 
+#: Columns of ``validation.csv``: one row per validation item (a validation question or a held-out
+#: sub-query) and validation; what notebook 03's paired intervals on the validation curves resample.
+VALIDATION_GLOSSARY: dict[str, str] = {
+    "step": "the step record whose val_* columns these rows make up (0-based step; -1: before the first update)",
+    "method": "training method (search_r1, fixed_ranker, cosearch, oracle)",
+    "kind": "agent: one validation question through the agent loop (f1); ranker: one held-out sub-query ranked "
+            "alone (hit@k, valid)",
+    "question_id": "the validation question (agent rows) or <question_id>/hop<h> (ranker rows: the gold chain's hop; "
+                   "/question when the question text stands in)",
+    "dataset": "the question's family; the bootstrap resamples within it",
+    "f1": "agent rows: greedy answer F1 of the question (val_f1 is their macro average over families)",
+    **{f"hit@{k}": f"ranker rows: Hit@{k} of the K passages the method's greedy ranking shows "
+                   f"(val_ranker_hit@{k} is their mean)" for k in RANKER_VALIDATION_KS},
+    "valid": "ranker rows: 1 when the ranking followed the protocol (rule rankings: always)",
+}
+VALIDATION_COLUMNS = tuple(VALIDATION_GLOSSARY)
+
+
 def describe_step_metric(name: str) -> str:
     """The glossary entry of a step-record column (patterns included); KeyError when undocumented."""
     if name in STEP_GLOSSARY:
@@ -186,6 +209,7 @@ class JointTrainer:
         self.step = 0  # steps completed
         self.records: list[dict] = []
         self.call_records: list[dict] = []
+        self.val_records: list[dict] = []  # one row per validation item and validation (validation.csv)
         sampling = rollout_cfg.ranker_sampling(seed)
         self.ranker = self._method_ranker(sampling)
         # Validation ranks greedily (the training ranker samples), on sub-queries fixed once per trainer.
@@ -221,7 +245,7 @@ class JointTrainer:
     def train_step(self) -> dict:
         cfg, step = self.cfg, self.step
         if step == 0 and cfg.validate_at_start and self.val_questions and not self._validated_at_start():
-            self._keep({"step": -1, "method": cfg.method, **self.validate()})
+            self._keep({"step": -1, "method": cfg.method, **self.validate(step=-1)})
         t0 = time.perf_counter()
         trajs = self.engine.run(self.step_questions(step), n_samples=cfg.group_size, seed=self.seed, step=step,
                                 progress=self.progress)
@@ -277,7 +301,7 @@ class JointTrainer:
         self.call_records.extend(_call_rows(step, calls, r_rewards, gids, r_adv))
         self.step += 1
         if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps) and self.val_questions:
-            record.update(self.validate())
+            record.update(self.validate(step=step))
         self._keep(record)
         return record
 
@@ -323,14 +347,27 @@ class JointTrainer:
 
     # -- validation
 
-    def validate(self) -> dict[str, float]:
+    def validate(self, step: int | None = None) -> dict[str, float]:
         """Greedy validation of the method's policies as they are now (before the first update too):
         ``val_f1``, the avg F1 (macro over families) of the agent loop on the validation questions,
         and the ``val_ranker_*`` columns of :meth:`RankerValidationSet.score`, the method's greedy
-        ranking on the held-out sub-queries of those questions."""
-        return {"val_f1": self._agent_f1(), **self.ranker_validation.score(self.val_ranker)}
+        ranking on the held-out sub-queries of those questions.
 
-    def _agent_f1(self) -> float:
+        With ``step`` (the step record the columns join; -1 before the first update) the per-item
+        scores are also kept in :attr:`val_records` (``validation.csv``, :data:`VALIDATION_COLUMNS`):
+        what the paired intervals of notebook 03 resample."""
+        agent = self._agent_records()
+        ranker_rows = self.ranker_validation.score_items(self.val_ranker)
+        if step is not None:
+            base = {"step": step, "method": self.cfg.method}
+            self.val_records.extend({**base, "kind": "agent", "question_id": r.question_id, "dataset": r.dataset,
+                                     "f1": float(r.f1)} for r in agent.itertuples())
+            self.val_records.extend({**base, "kind": "ranker", **row} for row in ranker_rows)
+        f1 = float(summary_table(agent).loc[EVAL_METHOD[self.cfg.method], "avg"]) if len(agent) else float("nan")
+        return {"val_f1": f1, **summarize_items(ranker_rows)}
+
+    def _agent_records(self) -> pd.DataFrame:
+        """The harness records (one per validation question) of the agent loop, greedy, with the method's ranking."""
         method = EVAL_METHOD[self.cfg.method]
         ranker = self.policies.adapter("ranker")
         ecfg = HarnessConfig(methods=(method,), split=self.cfg.val_split, n_per_dataset=self.cfg.val_per_dataset,
@@ -340,8 +377,7 @@ class JointTrainer:
                           ranker_max_new_tokens=self.rollout_cfg.ranker_max_new_tokens,
                           max_context_tokens=self.rollout_cfg.max_context_tokens)
         ctx = HarnessContext(agent_backend=self.backend, chat=self.chat, retriever=self.retriever, protocol=self.protocol)
-        records = evaluate(method, self.val_questions, ctx, ecfg, progress=False)
-        return float(summary_table(records).loc[method, "avg"]) if len(records) else float("nan")
+        return evaluate(method, self.val_questions, ctx, ecfg, progress=False)
 
     # -- running, checkpoints
 
@@ -373,6 +409,9 @@ class JointTrainer:
     def calls_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.call_records)
 
+    def validation_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.val_records, columns=list(VALIDATION_COLUMNS))
+
     def checkpoint_dir(self, step: int | None = None) -> Path:
         return self.out_dir / "checkpoints" / f"step_{self.step if step is None else step:06d}"
 
@@ -385,7 +424,7 @@ class JointTrainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         state = {"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
-                 "call_records": self.call_records, "config": asdict(self.cfg), "seed": self.seed,
+                 "call_records": self.call_records, "val_records": self.val_records, "config": asdict(self.cfg), "seed": self.seed,
                  "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
         torch.save(state, tmp / "state.pt")
         self.policies.save_adapters(tmp / "adapters")
@@ -396,6 +435,8 @@ class JointTrainer:
         write_table(self.frame(), self.out_dir / "steps.csv")
         if self.call_records:
             write_table(self.calls_frame(), self.out_dir / "ranker_calls.parquet")
+        if self.val_records:
+            write_table(self.validation_frame(), self.out_dir / "validation.csv")
         self._prune()
         return final
 
@@ -414,6 +455,7 @@ class JointTrainer:
             raise ValueError(f"checkpoint {path} is of method {state['config']['method']!r}, not {self.cfg.method!r}")
         self.policies.load_state_dict(state["policies"])
         self.step, self.records, self.call_records = state["step"], state["records"], state["call_records"]
+        self.val_records = state.get("val_records", [])  # checkpoints older than validation.csv have none
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
@@ -442,7 +484,7 @@ def _call_rows(step: int, calls, rewards, gids, advs) -> list[dict]:
 
 
 #: What a training run writes into its folder (removed by :func:`clear_run`).
-RUN_OUTPUTS = ("checkpoints", "steps.csv", "ranker_calls.parquet", "live_adapters", "tb")
+RUN_OUTPUTS = ("checkpoints", "steps.csv", "ranker_calls.parquet", "validation.csv", "live_adapters", "tb")
 
 
 def clear_run(out_dir: str | Path) -> None:

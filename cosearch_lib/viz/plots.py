@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import MaxNLocator
 
 from cosearch_lib.eval.benchmark_families import order_key
 
@@ -146,6 +147,7 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
     for ax, (column, label) in zip(axes[0], panels):
         ax.set(xlabel="training step", title=label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if column not in steps or steps[column].isna().all():
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
@@ -155,6 +157,37 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
             ax.plot(part["step"] + 1, part[column], marker="o", ms=4, lw=1.6, color=palette[method], label=method)
     axes[0][0].legend(fontsize=8, frameon=False)
     fig.suptitle(title or "Training curves (x = steps completed)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = ""):
+    """Validation over training with 95% intervals: one panel per ``{panel title: curve table}``
+    (:func:`cosearch_lib.records.training_runs.validation_curves`), one line per method, the
+    interval as error bars; x = steps completed (0: before the first update). Methods are nudged
+    apart on x so that overlapping intervals stay readable. An empty table says so."""
+    methods = list(dict.fromkeys(m for c in curves.values() for m in c.get("method", [])))
+    palette = dict(zip(methods, sns.color_palette("tab10", max(len(methods), 1))))
+    fig, axes = plt.subplots(1, max(len(curves), 1), figsize=(4.6 * max(len(curves), 1), 3.6), squeeze=False)
+    for ax, (label, curve) in zip(axes[0], curves.items()):
+        ax.set(xlabel="training steps completed", title=label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        if curve.empty:
+            ax.text(0.5, 0.5, "no validation records", ha="center", va="center", transform=ax.transAxes, color="grey")
+            continue
+        width = 0.08 * max(1.0, float(curve["x"].max() - curve["x"].min()))
+        for i, method in enumerate(methods):
+            part = curve[curve["method"] == method].sort_values("x")
+            if part.empty:
+                continue
+            x = part["x"] + (i - (len(methods) - 1) / 2) * width
+            err = np.vstack([part["estimate"] - part["ci_low"], part["ci_high"] - part["estimate"]])
+            ax.errorbar(x, part["estimate"], yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.6, capsize=3,
+                        color=palette[method], label=method)
+        ax.set_ylim(-0.02, 1.02)
+    axes[0][0].legend(fontsize=8, frameon=False)
+    fig.suptitle(title or "Validation during training (95% bootstrap intervals)")
     fig.tight_layout()
     return fig
 
@@ -179,6 +212,7 @@ def plot_ranker_dynamics(steps: pd.DataFrame, *, title: str = ""):
         ax.plot(x, steps[pre], ls="--", marker="o", ms=4, color="#8da0cb", label="pre-filter")
         ax.plot(x, steps[post], ls="-", marker="s", ms=4, color="#fc8d62", label="post-filter")
         ax.set(xlabel="training step", title=label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8, frameon=False)
     method = steps["method"].iloc[0] if len(steps) else ""

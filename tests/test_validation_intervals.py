@@ -1,0 +1,104 @@
+"""Validation curves with intervals and the paired validation comparisons of notebook 03
+(records.training_runs), their figure (viz.plots) and their RESULTS.md section (records.docs)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cosearch_lib.eval.intervals import verdicts
+from cosearch_lib.records.docs import _validation_comparisons
+from cosearch_lib.records.training_runs import validation_comparisons, validation_curves
+from cosearch_lib.viz.plots import plot_validation_curves
+
+
+def agent_rows(method: str, step: int, f1_by_family: dict[str, list[float]]) -> list[dict]:
+    return [{"step": step, "method": method, "kind": "agent", "question_id": f"{fam}-{i}", "dataset": fam, "f1": f1}
+            for fam, scores in f1_by_family.items() for i, f1 in enumerate(scores)]
+
+
+def ranker_rows(method: str, step: int, hits_by_family: dict[str, list[float]]) -> list[dict]:
+    return [{"step": step, "method": method, "kind": "ranker", "question_id": f"{fam}-{i}/hop0", "dataset": fam,
+             "hit@1": h, "hit@3": h, "hit@5": h, "valid": 1.0}
+            for fam, hits in hits_by_family.items() for i, h in enumerate(hits)]
+
+
+# Two families of unequal size: the agent's avg F1 is a macro average, the ranker's Hit@1 a plain mean.
+START = {"syn_nq": [0.0, 0.0, 0.0, 0.0], "syn_hotpotqa": [0.0, 1.0]}
+TRAINED = {"syn_nq": [1.0, 1.0, 1.0, 1.0], "syn_hotpotqa": [1.0, 1.0]}
+HALF = {"syn_nq": [1.0, 0.0, 1.0, 0.0], "syn_hotpotqa": [1.0, 0.0]}
+
+
+def frame() -> pd.DataFrame:
+    rows = (agent_rows("cosearch", -1, START) + agent_rows("cosearch", 3, TRAINED)
+            + agent_rows("search_r1", -1, START) + agent_rows("search_r1", 3, HALF)
+            + agent_rows("fixed_ranker", 3, HALF)  # validated after training only
+            + ranker_rows("cosearch", -1, START) + ranker_rows("cosearch", 3, TRAINED))
+    return pd.DataFrame(rows)
+
+
+def test_curves_estimate_what_the_step_columns_hold_with_an_interval_around_it():
+    curves = validation_curves(frame(), kind="agent")
+    start = curves[(curves["method"] == "cosearch") & (curves["step"] == -1)].iloc[0]
+    assert start["x"] == 0 and start["n"] == 6
+    assert start["estimate"] == pytest.approx((0.0 + 0.5) / 2)  # macro: family means 0 and 0.5
+    assert start["ci_low"] <= start["estimate"] <= start["ci_high"] and start["ci_high"] > start["ci_low"]
+    trained = curves[(curves["method"] == "cosearch") & (curves["step"] == 3)].iloc[0]
+    assert trained["x"] == 4 and trained["estimate"] == trained["ci_low"] == trained["ci_high"] == 1.0  # no spread
+    ranker = validation_curves(frame(), kind="ranker")
+    assert ranker.iloc[0]["estimate"] == pytest.approx(1 / 6)  # plain mean over the 6 sub-queries, not 0.25
+
+
+def test_one_item_per_family_gives_no_interval_and_says_why():
+    one = pd.DataFrame(agent_rows("cosearch", 1, {"syn_nq": [1.0], "syn_popqa": [0.0]}))
+    row = validation_curves(one).iloc[0]
+    assert row["estimate"] == 0.5 and math.isnan(row["ci_low"]) and "syn_nq" in row["note"]
+
+
+def test_comparisons_pair_each_method_with_its_start_and_cosearch_with_the_others():
+    table = validation_comparisons(frame(), ["cosearch", "search_r1", "fixed_ranker"], kind="agent")
+    pairs = list(zip(table["a"], table["b"]))
+    assert pairs == [("cosearch @ 4", "cosearch @ 0"), ("search_r1 @ 4", "search_r1 @ 0"),
+                     ("cosearch @ 4", "search_r1 @ 4"), ("cosearch @ 4", "fixed_ranker @ 4")]
+    rows = table.set_index(["a", "b"])
+    assert rows.loc[("cosearch @ 4", "cosearch @ 0"), "diff"] == pytest.approx(1 - 0.25)
+    assert rows.loc[("cosearch @ 4", "search_r1 @ 4"), "diff"] == pytest.approx(0.5)
+    # paired on the same items: search_r1's zeros at start are the same items as cosearch's
+    assert rows.loc[("cosearch @ 4", "search_r1 @ 4"), "ci_low"] > 0
+    assert table.attrs["skipped"] == ["fixed_ranker: last vs before training (not validated at start)"]
+    lines = verdicts(table)
+    assert lines[0].startswith("cosearch @ 4 - cosearch @ 0 = +0.750 avg F1") and "excludes 0" in lines[0]
+    assert lines[-1] == "not compared: fixed_ranker: last vs before training (not validated at start)"
+
+
+def test_ranker_comparisons_use_the_plain_mean_and_missing_kinds_raise():
+    table = validation_comparisons(frame(), ["cosearch"], kind="ranker")
+    assert table.attrs["statistic"] == "mean" and table.attrs["metric"] == "hit@1"
+    assert table.iloc[0]["diff"] == pytest.approx(1 - 1 / 6)
+    assert "mean hit@1" in verdicts(table)[0]
+    with pytest.raises(ValueError, match="no 'ranker' validation rows"):
+        validation_comparisons(pd.DataFrame(agent_rows("cosearch", 1, START)), ["cosearch"], kind="ranker")
+
+
+def test_validation_figure_draws_one_errorbar_line_per_method_and_says_when_empty():
+    curves = {"agent": validation_curves(frame(), kind="agent"), "ranker": pd.DataFrame()}
+    fig = plot_validation_curves(curves)
+    agent_ax, empty_ax = fig.axes
+    assert [t.get_text() for t in agent_ax.get_legend().get_texts()] == ["cosearch", "search_r1", "fixed_ranker"]
+    xs = [np.asarray(line.get_xdata(), dtype=float) for line in agent_ax.lines if len(line.get_xdata()) > 0
+          and line.get_marker() == "o"]
+    assert len(xs) == 3
+    # nudged apart around the true x (0 and 4) by 8% of the x range
+    assert xs[0] == pytest.approx([-0.32, 3.68]) and xs[1] == pytest.approx([0, 4]) and xs[2] == pytest.approx([4.32])
+    assert any(t.get_text() == "no validation records" for t in empty_ax.texts)
+
+
+def test_results_section_lists_the_validation_comparisons():
+    table = validation_comparisons(frame(), ["cosearch", "search_r1"], kind="agent")
+    lines = _validation_comparisons({"validation_comparisons": {"agent": table.round(4).to_dict(orient="records"),
+                                                                "ranker": []}})
+    text = "\n".join(lines)
+    assert "Validation (agent)" in text and "| cosearch @ 4 | cosearch @ 0 |" in text and "Validation (ranker)" not in text
