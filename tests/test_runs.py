@@ -64,6 +64,8 @@ def test_notebook_selection():
 @pytest.mark.parametrize("path", list_notebooks(), ids=lambda p: p.name)
 def test_notebooks_follow_house_style(path):
     nb = nbformat.read(path, as_version=4)
+    raw_ids = [c.get("id") for c in json.loads(path.read_text())["cells"]]  # as committed, before nbformat fills gaps
+    assert all(raw_ids) and len(set(raw_ids)) == len(raw_ids), "every cell needs its own id (nbformat 4.5)"
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "commit notebooks without outputs"
     params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
