@@ -9,6 +9,7 @@ code: worlds, indexes and model caches under ``data/``, executed notebooks and r
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -61,6 +62,19 @@ def project_relative(path: object) -> str:
         return str(Path(str(path)).resolve().relative_to(project_root().resolve()))
     except ValueError:
         return str(path)
+
+
+def describe_saved(paths: Iterable[object]) -> str:
+    """One line for the files a step wrote, project-relative, the formats of one file folded
+    together: ``saved figures/demo/oracle_gap.{png,pdf}, figures/demo/oracle_gap.csv`` (what a
+    notebook prints instead of absolute paths or ``PosixPath(...)`` reprs)."""
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        shown = Path(project_relative(path))
+        groups.setdefault(str(shown.with_suffix("")), []).append(shown.suffix.lstrip("."))
+    parts = [stem + ((f".{exts[0]}" if exts[0] else "") if len(exts) == 1 else f".{{{','.join(exts)}}}")
+             for stem, exts in groups.items()]
+    return "saved " + (", ".join(parts) if parts else "nothing")
 
 
 def run_dir(profile: str) -> Path:

@@ -274,12 +274,22 @@ def test_turn_distribution_percentages_and_mean():
     records = hand_records([("a", "nq", f"n{i}", 0.0, n) for i, n in enumerate([0, 1, 1, 2])]
                            + [("b", "nq", f"n{i}", 0.0, n) for i, n in enumerate([1, 3])])
     table = turn_distribution(records)
-    assert list(table.columns) == [0, 1, 2, 3, "mean"]
+    assert list(table.columns) == [0, 1, 2, 3, "no answer", "mean"]
     assert list(table.loc["a", [0, 1, 2, 3]]) == [25.0, 50.0, 25.0, 0.0] and table.loc["a", "mean"] == 1.0
     assert list(table.loc["b", [0, 1, 2, 3]]) == [0.0, 50.0, 0.0, 50.0] and table.loc["b", "mean"] == 2.0
-    assert table[[0, 1, 2, 3]].sum(axis=1).tolist() == [100.0, 100.0]
+    assert table[[0, 1, 2, 3, "no answer"]].sum(axis=1).tolist() == [100.0, 100.0]
     capped = turn_distribution(records, max_turns=2)
     assert list(capped.loc["b", [0, 1, 2]]) == [0.0, 50.0, 50.0] and capped.loc["b", "mean"] == 2.0
+
+
+def test_rows_that_never_answered_are_not_answered_after_zero_searches():
+    records = hand_records([("a", "nq", f"n{i}", 0.0, n) for i, n in enumerate([0, 0, 1, 2])])
+    records.loc[[0, 3], "finish"] = ["invalid", "max_searches"]  # broke the protocol at once; hit the cap
+    table = turn_distribution(records)
+    assert table.loc["a", 0] == 25.0 and table.loc["a", 1] == 25.0 and table.loc["a", 2] == 0.0
+    assert table.loc["a", "no answer"] == 50.0 and table.loc["a", "mean"] == 0.75  # mean searches of all rows
+    with pytest.raises(ValueError, match="finish"):
+        turn_distribution(records.drop(columns="finish"))
 
 
 def test_format_fail_breakdown_shares():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -75,19 +76,22 @@ def test_oracle_gap_and_turns_beside_paper_line_up_with_our_tables():
     from cosearch_lib.eval.tables import oracle_gap_table, turn_distribution
 
     rows = []
-    for method, f1s, searches in (("agent_retrieval", [0.5, 0.0], [1, 9]), ("agent_oracle", [1.0, 0.5], [2, 2])):
+    for method, f1s, searches in (("agent_retrieval", [0.5, 0.0], [1, 9]), ("agent_oracle", [1.0, 0.5], [2, 8])):
         for i, (f1, n) in enumerate(zip(f1s, searches)):
             rows.append({"method": method, "dataset": ["syn_nq", "syn_hotpotqa"][i], "question_id": str(i), "f1": f1,
-                         "n_searches": n})
+                         "n_searches": n, "finish": "answer" if f1 or method == "agent_oracle" else "max_searches"})
     records = pd.DataFrame(rows)
     gap = oracle_gap_beside_paper(oracle_gap_table(records), "ours")
     assert list(dict.fromkeys(gap.index.get_level_values("source"))) == ["ours", "paper 3B", "paper 7B"]
     assert gap.loc[("ours", "relative gain %"), "avg"] == pytest.approx(200.0)  # 0.75 / 0.25 - 1
     assert gap.loc[("paper 7B", "oracle"), "avg"] == pytest.approx(0.626)
     turns = turns_beside_paper(turn_distribution(records), "ours")
-    assert list(turns.columns) == [0, 1, 2, 3, 4, 5, 6, "mean"]
-    # the 9-search row folds into the paper's last column (6); the mean stays the raw mean
-    assert turns.loc[("ours", "agent_retrieval"), 6] == 50.0 and turns.loc[("ours", "agent_retrieval"), "mean"] == 5.0
+    assert list(turns.columns) == [0, 1, 2, 3, 4, 5, 6, "no answer", "mean"]
+    # the 9-search row never answered (search cap): "no answer", not a turn count; the mean stays the raw mean
+    assert turns.loc[("ours", "agent_retrieval"), 1] == 50.0 and turns.loc[("ours", "agent_retrieval"), 6] == 0.0
+    assert turns.loc[("ours", "agent_retrieval"), "no answer"] == 50.0 and turns.loc[("ours", "agent_retrieval"), "mean"] == 5.0
+    assert turns.loc[("ours", "agent_oracle"), 6] == 50.0  # answered after 8 searches: folds into the paper's last column
+    assert math.isnan(turns.loc[("paper", "agent_oracle"), "no answer"])  # the paper reports none
     assert turns.loc[("paper", "agent_oracle"), 1] == pytest.approx(49.3)
     assert set(turns.loc["paper"].index) == {"agent_retrieval", "agent_oracle"}  # only methods we have
 

@@ -12,7 +12,7 @@ from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.records.training_runs import read_validation
 from cosearch_lib.rl.ranker_validation import RANKER_VALIDATION_COLUMNS, HeldOutSubQuery, held_out_sub_queries
 from cosearch_lib.rl.trainer import VALIDATION_COLUMNS, describe_step_metric
-from cosearch_lib.viz.plots import plot_training_curves
+from cosearch_lib.viz.plots import TRAINING_PANELS, plot_training_curves
 
 from tests.doubles import tiny_model, trainer
 
@@ -102,7 +102,7 @@ def test_step_records_carry_the_validation_at_the_eval_steps_and_at_step_minus_o
         for key in record:
             assert describe_step_metric(key)
     # the training-curve plot (x = steps completed = step + 1) puts the starting point at 0
-    fig = plot_training_curves(frame)
+    fig = plot_training_curves(frame, panels=(*TRAINING_PANELS, ("val_f1", "validation avg F1")))
     val_axis = next(ax for ax in fig.axes if ax.get_title() == "validation avg F1")
     assert list(val_axis.lines[0].get_xdata()) == [0, 2, 3]
     reward_axis = next(ax for ax in fig.axes if ax.get_title().startswith("agent reward"))

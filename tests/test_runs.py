@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+from pathlib import Path
 
 import nbformat
 import pandas as pd
@@ -11,7 +13,7 @@ import pytest
 
 from cosearch_lib.atomic_io import atomic_path, write_json, write_table
 from cosearch_lib.config import ConfigError, load_profile
-from cosearch_lib.paths import project_root
+from cosearch_lib.paths import describe_saved, project_root
 from cosearch_lib.records.docs import copy_run_records
 from cosearch_lib.records.papermill_runner import (
     check_parameters,
@@ -172,3 +174,30 @@ def test_copied_run_records_name_no_machine(tmp_path):
     assert copied["adapters"] == {"agent": "data/cache/warmstart/v1-x/agent", "other": "/opt/elsewhere/agent"}
     assert copied["list"] == ["data/cache/warmstart/v1-x/agent", 3, None]
     assert copied["text"] == "not a path" and copied["prefix_only"] == record["prefix_only"]
+
+
+def test_saved_files_are_described_in_one_project_relative_line():
+    root = project_root().resolve()
+    figs = [root / "figures" / "demo" / "oracle_gap.png", root / "figures" / "demo" / "oracle_gap.pdf",
+            root / "figures" / "demo" / "oracle_gap.csv", Path("/opt/elsewhere/records.parquet"),
+            root / "papermill_runs" / "demo" / "LOG"]
+    assert describe_saved(figs) == ("saved figures/demo/oracle_gap.{png,pdf,csv}, /opt/elsewhere/records.parquet, "
+                                    "papermill_runs/demo/LOG")
+    assert describe_saved([]) == "saved nothing" and "PosixPath" not in describe_saved(figs)
+
+
+def test_the_kernel_of_a_headless_run_gets_text_progress_and_the_environment_is_restored(tmp_path, monkeypatch):
+    from cosearch_lib.records import papermill_runner
+
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")  # the user's own setting comes back afterwards
+    monkeypatch.delenv("PAPERMILL_EXECUTION", raising=False)
+    seen = {}
+
+    def execute(notebook, executed, **kw):
+        seen.update({name: os.environ.get(name) for name in papermill_runner.HEADLESS_KERNEL_ENV})
+        Path(executed).write_text("{}")
+
+    monkeypatch.setattr(papermill_runner.pm, "execute_notebook", execute)
+    papermill_runner.run_notebook(list_notebooks()[0], "ci", out_dir=tmp_path, progress=False)
+    assert seen == {"PAPERMILL_EXECUTION": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "0" and "PAPERMILL_EXECUTION" not in os.environ

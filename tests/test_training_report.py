@@ -17,7 +17,7 @@ from cosearch_lib.records.training_runs import (
     warmstart_losses,
     warmstart_table,
 )
-from cosearch_lib.viz.plots import plot_ranker_dynamics, plot_training_curves, plot_warmstart_losses
+from cosearch_lib.viz.plots import TRAINING_PANELS, plot_ranker_dynamics, plot_training_curves, plot_warmstart_losses
 
 
 def steps_frame(method, n=3, offset=0.0):
@@ -92,13 +92,16 @@ def test_warmstart_tables_read_the_saved_summaries(tmp_path):
 def test_training_curves_draw_one_line_per_method_and_val_f1_only_where_logged():
     steps = pd.concat([steps_frame("search_r1", offset=1.0), steps_frame("cosearch")], ignore_index=True)
     fig = plot_training_curves(steps)
-    reward_ax, hit_ax, _, val_ax = fig.axes
+    assert [ax.get_title() for ax in fig.axes] == [label for _, label in TRAINING_PANELS]  # validation: its own figure
+    reward_ax = fig.axes[0]
     lines = {line.get_label(): line for line in reward_ax.get_lines()}
     assert list(lines["cosearch"].get_xdata()) == [1, 2, 3]
     assert list(lines["search_r1"].get_ydata()) == pytest.approx([1.0, 1.1, 1.2])
-    assert [list(line.get_xdata()) for line in val_ax.get_lines()] == [[3], [3]]
-    no_val = plot_training_curves(steps.drop(columns="val_f1"))
-    assert no_val.axes[3].texts[0].get_text() == "not logged" and not no_val.axes[3].get_lines()
+    assert all(tick == int(tick) for tick in reward_ax.get_xticks())  # steps are whole numbers
+    with_val = plot_training_curves(steps, panels=(*TRAINING_PANELS, ("val_f1", "validation avg F1")))
+    assert [list(line.get_xdata()) for line in with_val.axes[3].get_lines()] == [[3], [3]]
+    no_val = plot_training_curves(steps.drop(columns="val_f1"), panels=(("val_f1", "validation avg F1"),))
+    assert no_val.axes[0].texts[0].get_text() == "not logged" and not no_val.axes[0].get_lines()
 
 
 def test_ranker_dynamics_draw_pre_and_post_filter_values():

@@ -11,7 +11,7 @@ import pytest
 
 from cosearch_lib.eval.intervals import verdicts
 from cosearch_lib.records.docs import _validation_comparisons
-from cosearch_lib.records.training_runs import validation_comparisons, validation_curves
+from cosearch_lib.records.training_runs import training_summary, validation_comparisons, validation_curves
 from cosearch_lib.viz.plots import plot_validation_curves
 
 
@@ -102,3 +102,28 @@ def test_results_section_lists_the_validation_comparisons():
                                                                 "ranker": []}})
     text = "\n".join(lines)
     assert "Validation (agent)" in text and "| cosearch @ 4 | cosearch @ 0 |" in text and "Validation (ranker)" not in text
+
+
+def steps_frame() -> pd.DataFrame:
+    rows = [{"method": "cosearch", "step": -1, "val_f1": 0.2}]
+    rows += [{"method": "cosearch", "step": s, "agent_reward": r, "searches_per_traj": n, "step_s": 100.0 + s}
+             for s, (r, n) in enumerate([(0.1, 1.0), (0.2, 1.0), (0.3, 2.0), (0.5, 2.0), (0.6, 3.0), (0.7, 3.0)])]
+    return pd.DataFrame(rows)
+
+
+def test_training_summary_reads_the_records_and_names_what_shows_a_difference():
+    val = {"agent": validation_comparisons(frame(), ["cosearch", "search_r1", "fixed_ranker"], kind="agent")}
+    lines = training_summary(steps_frame(), None, val)
+    # first and last third (2 of 6 steps) of the training signal; the step -1 row is not a step
+    assert lines[0] == ("cosearch: 6 GRPO steps, 102 s per step; agent reward 0.150 (first 2) -> 0.650 (last 2), "
+                        "searches per trajectory 1.00 -> 3.00")
+    assert lines[1].startswith("validation (agent): cosearch @ 4 - cosearch @ 0 = +0.750")
+    assert "validation (agent): not compared: fixed_ranker: last vs before training" in lines[-2]
+    assert lines[-1].startswith("A difference is shown by: cosearch @ 4 vs cosearch @ 0 (validation (agent))")
+
+
+def test_training_summary_says_when_no_interval_excludes_zero():
+    flat = pd.DataFrame(agent_rows("cosearch", -1, HALF) + agent_rows("cosearch", 3, HALF))
+    lines = training_summary(steps_frame(), None, {"agent": validation_comparisons(flat, ["cosearch"])})
+    assert "includes 0" in lines[1] and lines[-1].startswith("No comparison shows a difference")
+    assert training_summary(steps_frame())[-1].startswith("cosearch: 6 GRPO steps")  # no comparisons: no verdict line

@@ -92,7 +92,7 @@ def test_build_gold_data_stops_at_the_requested_sizes_and_counts_skips(chat):
     assert stats.tokens["agent"]["trained_mean"] > 0
 
 
-def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path):
+def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path, capsys):
     from peft import PeftModel
 
     from cosearch_lib.config import LoraSettings
@@ -105,6 +105,8 @@ def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path):
     summary = train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "agent",
                         progress=False)
     assert summary["steps"] == 4 and len(summary["losses"]) == 4
+    printed = capsys.readouterr()
+    assert "'loss'" not in printed.out + printed.err  # no dict printed per logged step
     assert summary["losses"][-1]["loss"] < summary["losses"][0]["loss"]  # it learns the (repeated) gold sequence
     saved = json.loads((tmp_path / "agent" / "warmstart.json").read_text())
     assert saved["trained_tokens"] == sum(r.n_trained for r in data["agent"])
@@ -114,6 +116,10 @@ def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path):
     assert not (tmp_path / "agent.tmp").exists()
     with pytest.raises(ValueError, match="no gold examples"):
         train_sft(tiny_model(tok), tok, [], cfg, LoraSettings(), tmp_path / "none", progress=False)
+    train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "bar", progress=True)
+    printed = capsys.readouterr()
+    assert "warm start (4 sequences)" in printed.err and "4/4" in printed.err and "loss=" in printed.err
+    assert "'loss'" not in printed.out + printed.err
 
 
 def test_policy_adapters_resolve_base_warm_start_and_an_agent_folder(tmp_path, monkeypatch):

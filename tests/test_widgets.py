@@ -193,5 +193,29 @@ def test_interactive_session_displays_the_browser(trajs, monkeypatch):
     import IPython.display
 
     monkeypatch.setattr(IPython.display, "display", shown.append)
-    browser = show_trajectories(trajs)
-    assert shown == [browser] and isinstance(browser, widgets.TrajectoryBrowser)
+    assert show_trajectories(trajs) is None  # None: a cell ending with the call shows the browser once
+    assert len(shown) == 1 and isinstance(shown[0], widgets.TrajectoryBrowser)
+
+
+def test_browser_names_the_method_of_every_trajectory_and_filters_by_it(trajs):
+    good, bad, llm = trajs
+    browser = trajectory_browser({"agent_retrieval": [good, bad], "agent_oracle": [llm]})
+    labels = [label for label, _ in browser.selector.options]
+    assert [label.split(" | ")[0] for label in labels] == [f"agent_retrieval: {good.traj_id}",
+                                                           f"agent_retrieval: {bad.traj_id}", f"agent_oracle: {llm.traj_id}"]
+    assert list(browser.method_filter.options) == ["all", "agent_retrieval", "agent_oracle"]
+    assert not browser.method_filter.disabled
+    browser.method_filter.value = "agent_oracle"
+    assert browser.matching() == [2] and browser.current is llm and "agent_oracle: " in browser.pane.value
+    plain = trajectory_browser([good, bad])  # a flat list: no method to name or filter by
+    assert plain.method_filter.disabled and list(plain.method_filter.options) == ["all"]
+    assert plain.selector.options[0][0].startswith(f"{good.traj_id} | ")
+
+
+def test_papermill_text_names_the_method(trajs, monkeypatch, capsys):
+    monkeypatch.setenv("PAPERMILL_EXECUTION", "1")
+    good, bad, llm = trajs
+    show_trajectories({"agent_retrieval": [good], "agent_fixed_ranker": [bad, llm]}, n_examples=2)
+    out = capsys.readouterr().out
+    assert out.startswith("3 trajectories of 2 methods; showing 2")
+    assert f"=== agent_retrieval: {good.traj_id}" in out and f"=== agent_fixed_ranker: {bad.traj_id}" in out

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from cosearch_lib.agent.parsers import AgentAction, parse_agent_turn
 from cosearch_lib.agent.prompts import agent_messages, format_observation
@@ -29,6 +28,7 @@ from cosearch_lib.agent.rankers import Ranker, RankRequest
 from cosearch_lib.config import ProtocolConfig, RolloutConfig
 from cosearch_lib.metrics import exact_match, has_answer, hit_at_k, max_token_f1, mean_hit
 from cosearch_lib.models.backends import prefix_scope
+from cosearch_lib.progress import tqdm
 
 
 @dataclass

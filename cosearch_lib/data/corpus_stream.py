@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tqdm.auto import tqdm
-
 from cosearch_lib.data.passage import make_contents
 from cosearch_lib.data.qa_formats import DataFormatError, _parse_json_object, _show
+from cosearch_lib.progress import tqdm
 
 if TYPE_CHECKING:
     pass

@@ -13,9 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tqdm.auto import tqdm
-
 from cosearch_lib.paths import data_dir
+from cosearch_lib.progress import tqdm
 
 if TYPE_CHECKING:
     pass

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from peft import PeftModel
-from tqdm.auto import tqdm
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.parsers import parse_answer_only
@@ -48,6 +47,7 @@ from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.metrics import exact_match, has_answer, hit_at_k, max_token_f1
 from cosearch_lib.models.backends import GenerationBackend
+from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 
 EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_trained_ranker",

@@ -82,15 +82,17 @@ def paper_turn_distribution() -> pd.DataFrame:
 
 def turns_beside_paper(ours: pd.DataFrame, label: str) -> pd.DataFrame:
     """Our search-turn distribution above the paper's Table 7 (methods both have), ``source`` level first.
-    Our columns are padded or folded to the paper's 0..6 so the two line up."""
+    Our columns are padded or folded to the paper's 0..6 so the two line up; our ``"no answer"``
+    column stays (the paper reports none: its cells are NaN)."""
     paper = paper_turn_distribution()
-    counts = [c for c in paper.columns if c != "mean"]
+    counts = [c for c in paper.columns if isinstance(c, int)]
     ours = ours.copy()
     top = max(counts)
-    over = [c for c in ours.columns if c != "mean" and c > top]
+    over = [c for c in ours.columns if isinstance(c, int) and c > top]
     if over:
         ours[top] = ours.get(top, 0.0) + ours[over].sum(axis=1)
         ours = ours.drop(columns=over)
-    ours = ours.reindex(columns=[*counts, "mean"], fill_value=0.0)
+    extra = [c for c in ours.columns if not isinstance(c, int) and c != "mean"]  # e.g. "no answer"
+    ours = ours.reindex(columns=[*counts, *extra, "mean"], fill_value=0.0)
     shared = [m for m in ours.index if m in paper.index]
     return pd.concat({label: ours, "paper": paper.loc[shared]}, names=["source", "method"])

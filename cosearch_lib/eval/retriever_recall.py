@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from cosearch_lib.eval.benchmark_families import hop_group, order_key
 from cosearch_lib.metrics import is_trivial_answer, relevance_labels
+from cosearch_lib.progress import tqdm
 
 #: Columns of the recall tables (``recall_table``) and of the per-question rank tables.
 RECALL_GLOSSARY: dict[str, str] = {

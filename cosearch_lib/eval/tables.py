@@ -172,17 +172,27 @@ def oracle_gap_intervals(records: pd.DataFrame, standard: str = "agent_retrieval
     return table
 
 
+#: The column of :func:`turn_distribution` for rows that never gave an answer.
+NO_ANSWER = "no answer"
+
+
 def turn_distribution(records: pd.DataFrame, max_turns: int | None = None,
                       methods: Sequence[str] | None = None) -> pd.DataFrame:
-    """The paper's Table 7: % of each method's rows with 0, 1, ..., T searches, and the mean.
+    """The paper's Table 7: % of each method's rows answered after 0, 1, ..., T searches, then
+    ``"no answer"`` (% of rows that ended without a valid answer: broken protocol, search cap, token
+    budget; they are not "answered after n searches"), and the mean number of searches of all rows.
 
     T is ``max_turns`` (rows with more searches count in column T) or else the largest count seen.
-    Rows are (question, sample) pairs: with one sample, % of questions. Mean is of the raw counts.
+    Rows are (question, sample) pairs: with one sample, % of questions. The columns sum to 100.
     """
+    if "finish" not in records:
+        raise ValueError("turn_distribution needs the records' 'finish' column (eval.harness records have it)")
     turns = records["n_searches"].astype(int)
     top = max_turns if max_turns is not None else (int(turns.max()) if len(turns) else 0)
-    table = pd.crosstab(records["method"], turns.clip(upper=top), normalize="index") * 100
-    table = table.reindex(columns=range(top + 1), fill_value=0.0).reindex(_method_order(records, methods))
+    answered = records["finish"] == "answer"
+    column = turns.clip(upper=top).astype(object).where(answered, NO_ANSWER)
+    table = pd.crosstab(records["method"], column, normalize="index") * 100
+    table = table.reindex(columns=[*range(top + 1), NO_ANSWER], fill_value=0.0).reindex(_method_order(records, methods))
     table.columns.name = None
     table["mean"] = records.groupby("method")["n_searches"].mean()
     return table

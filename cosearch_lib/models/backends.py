@@ -35,13 +35,13 @@ from typing import Any, Protocol
 import torch
 from peft import PeftModel
 from peft.tuners.lora import LoraLayer
-from tqdm.auto import tqdm
 from transformers import DynamicCache, StaticCache
 
 from cosearch_lib.config import BACKEND_KINDS, SamplingConfig
 from cosearch_lib.models.counter_rng import counter_uniforms, seed_halves
 from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
 from cosearch_lib.models.registry import ModelNotFoundError, convert_bundled_gguf, load_causal_lm, resolve_model
+from cosearch_lib.progress import tqdm
 from cosearch_lib.seeding import derive_seed
 
 FINISH_REASONS = ("eos", "stop", "length")

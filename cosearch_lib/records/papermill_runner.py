@@ -119,6 +119,14 @@ def check_profile_notebooks(cfg: ProfileConfig, where: str = "notebooks") -> Non
         check_parameters(hits[0], params, f"{where}.{key}")
 
 
+#: What the kernel of a headless run inherits: text instead of widgets for the trajectory browser
+#: and the library's progress bars (``cosearch_lib.progress``), and no progress bars from the Hugging
+#: Face libraries (weight loading, dataset maps), which would otherwise be saved as widget state that
+#: shows frozen at 0% when the executed notebook is opened.
+HEADLESS_KERNEL_ENV = {"PAPERMILL_EXECUTION": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                       "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+
+
 def run_notebook(
     notebook: str | os.PathLike,
     profile: str,
@@ -142,9 +150,8 @@ def run_notebook(
     executed = out / notebook.name
     record = {"notebook": notebook.name, "profile": profile, "parameters": params, "environment": environment_snapshot()}
     start = time.perf_counter()
-    # the kernel inherits this: widgets.show_trajectories prints text instead of building widgets
-    previous = os.environ.get("PAPERMILL_EXECUTION")
-    os.environ["PAPERMILL_EXECUTION"] = "1"
+    previous = {name: os.environ.get(name) for name in HEADLESS_KERNEL_ENV}
+    os.environ.update(HEADLESS_KERNEL_ENV)  # the kernel inherits them
     try:
         pm.execute_notebook(
             str(notebook), str(executed), parameters=params, kernel_name=kernel_name,
@@ -155,10 +162,11 @@ def run_notebook(
         write_json(record, out / f"{notebook.stem}.run.json")
         raise
     finally:
-        if previous is None:
-            os.environ.pop("PAPERMILL_EXECUTION", None)
-        else:
-            os.environ["PAPERMILL_EXECUTION"] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     record.update(status="ok", wall_s=round(time.perf_counter() - start, 2))
     write_json(record, out / f"{notebook.stem}.run.json")
     return executed

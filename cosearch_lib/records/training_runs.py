@@ -14,13 +14,13 @@ Layout of a profile's training runs (``papermill_runs/<profile>/training/``)::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from cosearch_lib.config import TRAINING_METHODS
-from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval
+from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval, interval_excludes_zero, verdicts
 from cosearch_lib.eval.tables import comparison_table
 from cosearch_lib.paths import run_dir
 from cosearch_lib.rl.trainer import VALIDATION_COLUMNS, latest_checkpoint
@@ -132,6 +132,44 @@ def validation_comparisons(validation: pd.DataFrame, methods: Sequence[str], *, 
     table.attrs["skipped"] = table.attrs.get("skipped", []) + skipped
     table.attrs.update(statistic=statistic, metric=metric, level=level)
     return table
+
+
+def training_summary(steps: pd.DataFrame, comparisons: pd.DataFrame | None = None,
+                     validation: Mapping[str, pd.DataFrame] | None = None) -> list[str]:
+    """What a training run shows, as sentences generated from its records (notebook 03's last cell):
+
+    * per method, its steps, seconds per step, and the mean agent reward and searches per
+      trajectory over the first and the last third of its steps (sampled rollouts: a training
+      signal, not an evaluation);
+    * the verdict of every paired comparison on the validation items (``validation``:
+      :func:`validation_comparisons` per kind) and on the test questions (``comparisons``:
+      ``eval.tables.comparison_table``);
+    * which of them show a difference (their interval excludes 0), or that none does.
+    """
+    lines = []
+    trained = steps[steps["step"] >= 0]
+    for method, part in trained.groupby("method", sort=False):
+        third = max(1, len(part) // 3)
+        head, tail = part.head(third), part.tail(third)
+        seconds = f", {part['step_s'].mean():.0f} s per step" if "step_s" in part else ""
+        lines.append(f"{method}: {len(part)} GRPO steps{seconds}; agent reward {head['agent_reward'].mean():.3f} "
+                     f"(first {third}) -> {tail['agent_reward'].mean():.3f} (last {third}), searches per trajectory "
+                     f"{head['searches_per_traj'].mean():.2f} -> {tail['searches_per_traj'].mean():.2f}")
+    tables = [(f"validation ({kind})", table) for kind, table in (validation or {}).items()]
+    if comparisons is not None:
+        tables.append(("test questions", comparisons))
+    shown = []
+    for where, table in tables:
+        for line, (_, row) in zip(verdicts(table), table.iterrows()):
+            lines.append(f"{where}: {line}")
+            if interval_excludes_zero(row["ci_low"], row["ci_high"]):
+                shown.append(f"{row['a']} vs {row['b']} ({where})")
+        lines += [f"{where}: {line}" for line in verdicts(table)[len(table):]]  # pairs left out, and why
+    if tables:
+        lines.append("A difference is shown by: " + "; ".join(shown) if shown else
+                     "No comparison shows a difference at these sample sizes: every interval includes 0. That is "
+                     "not evidence of no effect; more steps and questions (a larger profile) are what can tell.")
+    return lines
 
 
 def checkpoint_adapters(root: str | Path, method: str) -> dict[str, Path]:

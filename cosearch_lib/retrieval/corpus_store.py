@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from cosearch_lib.data.corpus_stream import iter_corpus_lines
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import DataFormatError
+from cosearch_lib.progress import tqdm
 
 FORMAT_VERSION = 1
 EMPTY = -1  # free slot in the id table

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from cosearch_lib.config import EncoderConfig
 from cosearch_lib.models.registry import load_encoder_model
+from cosearch_lib.progress import tqdm
 
 
 class TextEncoder:

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+
+from cosearch_lib.progress import tqdm
 
 INDEX_KINDS = ("flat", "hnsw")
 

@@ -53,7 +53,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import LLMRanker, OracleRanker, Ranker, RetrievalOnlyRanker
@@ -65,6 +64,7 @@ from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, s
 from cosearch_lib.eval.tables import summary_table
 from cosearch_lib.models.backends import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
+from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages
 from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences

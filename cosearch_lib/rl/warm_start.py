@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from transformers import TrainerCallback
 from trl import SFTConfig, SFTTrainer
 from trl.trainer import utils as trl_utils
 
@@ -48,6 +49,7 @@ from cosearch_lib.config import ProtocolConfig, WarmStartConfig
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.metrics import has_answer, is_trivial_answer
 from cosearch_lib.models.lora_policies import peft_lora_config
+from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.seeding import rng
 
@@ -277,6 +279,40 @@ def _sft_trainer_class():
     return PlainLossSFTTrainer
 
 
+class LossBar(TrainerCallback):
+    """One progress bar for a Trainer's optimizer steps, the last logged loss as its postfix."""
+
+    def __init__(self, desc: str) -> None:
+        self.desc, self.bar = desc, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.bar = tqdm(total=state.max_steps, desc=self.desc, unit="step")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.bar is not None and logs and "loss" in logs:
+            self.bar.set_postfix(loss=f"{float(logs['loss']):.3f}")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def quiet_trainer(trainer: Any, progress: str | None) -> None:
+    """Keep a Trainer from printing a dict per logged step (``PrinterCallback``) or a growing loss
+    table in a notebook (``NotebookProgressCallback``); the losses still land in
+    ``trainer.state.log_history``. With ``progress`` (a description), one :class:`LossBar`."""
+    for callback in list(trainer.callback_handler.callbacks):
+        if type(callback).__name__ in ("PrinterCallback", "ProgressCallback", "NotebookProgressCallback"):
+            trainer.remove_callback(callback)
+    if progress:
+        trainer.add_callback(LossBar(progress))
+
+
 def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: WarmStartConfig, lora: Any,
               out_dir: str | Path, *, seed: int = 0, progress: bool = True) -> dict:
     """Train a fresh LoRA adapter on ``rows`` with TRL's SFTTrainer and save it to ``out_dir``
@@ -296,11 +332,12 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
         lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio, logging_steps=cfg.logging_steps,
         save_strategy="no", report_to=[], seed=seed, gradient_checkpointing=cfg.gradient_checkpointing, data_seed=seed, max_length=cfg.max_length,
         use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
-        dataloader_num_workers=0, disable_tqdm=not progress, dataset_num_proc=None,
+        dataloader_num_workers=0, disable_tqdm=True, dataset_num_proc=None,
     )
     t0 = time.perf_counter()
     trainer = _sft_trainer_class()(model=model, args=args, train_dataset=sft_dataset(rows), processing_class=tokenizer,
                          peft_config=peft_lora_config(lora))
+    quiet_trainer(trainer, f"warm start ({len(rows)} sequences)" if progress else None)
     result = trainer.train()
     wall = time.perf_counter() - t0
     trainer.model.save_pretrained(str(tmp))

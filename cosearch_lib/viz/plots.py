@@ -110,18 +110,21 @@ def _ci_highs(ci: pd.DataFrame | None, col: str) -> list[float]:
 
 
 def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
-    """Table 7 as stacked bars: % of questions with 0, 1, ... searches per method, one panel per
-    source. ``beside``: :func:`paper.turns_beside_paper` (index levels source, method)."""
+    """Table 7 as stacked bars: % of questions answered after 0, 1, ... searches per method, then
+    the rows that never answered (grey, hatched), one panel per source. ``beside``:
+    :func:`paper.turns_beside_paper` (index levels source, method)."""
     sources = list(dict.fromkeys(beside.index.get_level_values("source")))
     fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 0.5 + 0.55 * beside.index.size / len(sources) + 1.5),
                              sharex=True, squeeze=False)
     counts = [c for c in beside.columns if c != "mean"]
-    palette = sns.color_palette("crest", len(counts))
+    numbered = [c for c in counts if isinstance(c, int)]
+    colors = dict(zip(numbered, sns.color_palette("crest", len(numbered))))
     for ax, source in zip(axes[0], sources):
-        part = beside.loc[source]
+        part = beside.loc[source].fillna(dict.fromkeys(counts, 0.0))  # the paper has no "no answer" column
         left = pd.Series(0.0, index=part.index)
-        for color, c in zip(palette, counts):
-            ax.barh(range(len(part)), part[c], left=left, color=color, label=str(c))
+        for c in counts:
+            ax.barh(range(len(part)), part[c], left=left, color=colors.get(c, "#bdbdbd"), label=str(c),
+                    hatch=None if c in colors else "//")
             left += part[c]
         ax.set_yticks(range(len(part)), [f"{m}  (mean {part.loc[m, 'mean']:.2f})" for m in part.index], fontsize=8)
         ax.invert_yaxis()
@@ -132,9 +135,10 @@ def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
     return fig
 
 
-#: Fig. 2 panels: (record column, axis label); val_f1 is drawn only at the steps that have it.
+#: Fig. 2 panels: (record column, axis label). Validation has its own figure, with intervals
+#: (:func:`plot_validation_curves`); a panel given for ``val_f1`` is drawn only at the steps that have it.
 TRAINING_PANELS = (("agent_reward", "agent reward (Eq. 4)"), ("hit@5", "ranker Hit@5 (shown passages)"),
-                   ("searches_per_traj", "searches per trajectory"), ("val_f1", "validation avg F1"))
+                   ("searches_per_traj", "searches per trajectory"))
 
 
 def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], ...] = TRAINING_PANELS, title: str = ""):
@@ -146,7 +150,7 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
     palette = dict(zip(methods, sns.color_palette("tab10", len(methods))))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
     for ax, (column, label) in zip(axes[0], panels):
-        ax.set(xlabel="training step", title=label)
+        ax.set(xlabel="training steps completed", title=label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if column not in steps or steps[column].isna().all():
@@ -155,7 +159,9 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
         for method in methods:
             part = steps[(steps["method"] == method) & steps[column].notna()]
             ax.plot(part["step"] + 1, part[column], marker="o", ms=4, lw=1.6, color=palette[method], label=method)
-    axes[0][0].legend(fontsize=8, frameon=False)
+    drawn = [ax for ax in axes[0] if ax.get_lines()]
+    if drawn:
+        drawn[0].legend(fontsize=8, frameon=False)
     fig.suptitle(title or "Training curves (x = steps completed)")
     fig.tight_layout()
     return fig
@@ -211,7 +217,7 @@ def plot_ranker_dynamics(steps: pd.DataFrame, *, title: str = ""):
     for ax, (pre, post, label) in zip(axes[0], RANKER_DYNAMICS_PANELS):
         ax.plot(x, steps[pre], ls="--", marker="o", ms=4, color="#8da0cb", label="pre-filter")
         ax.plot(x, steps[post], ls="-", marker="s", ms=4, color="#fc8d62", label="post-filter")
-        ax.set(xlabel="training step", title=label)
+        ax.set(xlabel="training steps completed", title=label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8, frameon=False)

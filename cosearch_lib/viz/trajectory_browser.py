@@ -18,7 +18,6 @@ in a plain script, or when ``COSEARCH_NO_WIDGETS`` is set, so executed notebooks
 from __future__ import annotations
 
 import html
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,9 +25,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from cosearch_lib.agent.rollout import RankerCall, Trajectory, Turn
+from cosearch_lib.progress import NO_WIDGET_ENV_VARS, headless  # noqa: F401  (re-exported: the switch is documented here too)
 
-#: Environment variables that switch the browser off (any value but "", "0", "false", "no").
-NO_WIDGET_ENV_VARS = ("COSEARCH_NO_WIDGETS", "PAPERMILL_EXECUTION")
 #: A trajectory counts as "correct" in the filters and the example picker when F1 >= this
 #: (the released code's binarisation threshold of r_main, docs/METHOD.md, released-code variant).
 CORRECT_F1 = 0.8
@@ -54,6 +52,23 @@ def _title(corpus: Any, pid: str) -> str | None:
     except (KeyError, LookupError):
         return None
     return getattr(passage, "title", None) if passage is not None else None
+
+
+def _who(traj: Trajectory, method: str | None) -> str:
+    """``"<method>: <traj_id>"``, or the id alone when the method is not known."""
+    return f"{method}: {traj.traj_id}" if method else traj.traj_id
+
+
+def as_labelled(trajs: Sequence[Trajectory] | Mapping[str, Sequence[Trajectory]]
+                ) -> tuple[list[Trajectory], list[str | None]]:
+    """``(trajectories, their methods)`` from a flat sequence (methods unknown: None) or from
+    ``{method: trajectories}`` (e.g. the ``trajectories`` dict the evaluation harness fills), in
+    the mapping's order."""
+    if isinstance(trajs, Mapping):
+        pairs = [(t, method) for method, some in trajs.items() for t in some]
+        return [t for t, _ in pairs], [m for _, m in pairs]
+    flat = list(trajs)
+    return flat, [None] * len(flat)
 
 
 def _calls_by_turn(traj: Trajectory) -> dict[int, RankerCall]:
@@ -94,9 +109,10 @@ def is_correct(traj: Trajectory, threshold: float = CORRECT_F1) -> bool:
 
 
 def render_trajectory_text(traj: Trajectory, *, corpus: Any = None, reward: float | None = None,
-                           max_candidates: int = 10) -> str:
-    """One trajectory as plain text (for logs, papermill output and terminals)."""
-    lines = [f"=== {traj.traj_id}  [{traj.data_source}]  finish={traj.finish}  format_ok={traj.format_ok}  "
+                           max_candidates: int = 10, method: str | None = None) -> str:
+    """One trajectory as plain text (for logs, papermill output and terminals); ``method`` names the
+    method that produced it in the header."""
+    lines = [f"=== {_who(traj, method)}  [{traj.data_source}]  finish={traj.finish}  format_ok={traj.format_ok}  "
              f"F1={traj.f1:.3f}  reward={_fmt_reward(reward)}",
              f"question: {traj.question}",
              f"gold:     {' | '.join(traj.golds)}"]
@@ -166,10 +182,11 @@ def _flag(ok: bool, yes: str, no: str) -> str:
 
 
 def render_trajectory_html(traj: Trajectory, *, corpus: Any = None, reward: float | None = None,
-                           max_candidates: int = 10) -> str:
-    """One trajectory as a self-contained HTML fragment (every model string escaped)."""
+                           max_candidates: int = 10, method: str | None = None) -> str:
+    """One trajectory as a self-contained HTML fragment (every model string escaped); ``method``
+    names the method that produced it in the heading."""
     parts = [_CSS, '<div class="cs-traj">',
-             f"<h4>{_e(traj.traj_id)} <small>[{_e(traj.data_source)}]</small></h4>",
+             f"<h4>{_e(_who(traj, method))} <small>[{_e(traj.data_source)}]</small></h4>",
              f"<p><b>Question:</b> {_e(traj.question)}<br><b>Gold:</b> {_e(' | '.join(traj.golds))}</p>"]
     calls = _calls_by_turn(traj)
     for i, turn in enumerate(traj.turns):
@@ -224,23 +241,31 @@ def _call_html(call: RankerCall, corpus: Any, max_candidates: int) -> str:
 # ------------------------------------------------------------------------------ the browser
 
 
-def _label(traj: Trajectory) -> str:
-    return f"{traj.traj_id} | {traj.data_source} | {traj.finish} | F1 {traj.f1:.2f}"
+def _label(traj: Trajectory, method: str | None = None) -> str:
+    return f"{_who(traj, method)} | {traj.data_source} | {traj.finish} | F1 {traj.f1:.2f}"
 
 
 class TrajectoryBrowser(widgets.VBox):
-    """Filters (data_source, finish, correct) above a trajectory selector and an HTML pane.
+    """Filters (method, data_source, finish, correct) above a trajectory selector and an HTML pane.
 
+    ``trajs``: a sequence, or ``{method: trajectories}`` so that every label and heading names the
+    method (the same question answered by several methods otherwise reads as identical entries).
     The sub-widgets are attributes, so a notebook (or a test) can drive them: set
-    ``browser.selector.value`` to an index into ``trajs``; ``browser.pane.value`` is the HTML.
+    ``browser.selector.value`` to an index into ``trajs`` (flattened in the mapping's order);
+    ``browser.pane.value`` is the HTML.
     """
 
-    def __init__(self, trajs: Sequence[Trajectory], *, rewards: Mapping[str, float] | None = None,
-                 corpus: Any = None, max_candidates: int = 10, correct_f1: float = CORRECT_F1) -> None:
-        if not trajs:
+    def __init__(self, trajs: Sequence[Trajectory] | Mapping[str, Sequence[Trajectory]], *,
+                 rewards: Mapping[str, float] | None = None, corpus: Any = None, max_candidates: int = 10,
+                 correct_f1: float = CORRECT_F1) -> None:
+        self.trajs, self.methods = as_labelled(trajs)
+        if not self.trajs:
             raise ValueError("trajectory_browser needs at least one trajectory, got none")
-        self.trajs, self.rewards, self.corpus = list(trajs), dict(rewards or {}), corpus
+        self.rewards, self.corpus = dict(rewards or {}), corpus
         self.max_candidates, self.correct_f1 = max_candidates, correct_f1
+        named = list(dict.fromkeys(m for m in self.methods if m))
+        self.method_filter = widgets.Dropdown(options=["all", *named], description="method",
+                                              disabled=not named)
         self.source_filter = widgets.Dropdown(options=["all", *sorted({t.data_source for t in self.trajs})],
                                               description="source")
         self.finish_filter = widgets.Dropdown(options=["all", *sorted({t.finish for t in self.trajs})],
@@ -252,10 +277,11 @@ class TrajectoryBrowser(widgets.VBox):
         self.next_button = widgets.Button(description=">", layout=widgets.Layout(width="36px"))
         self.match_label = widgets.Label()
         self.pane = widgets.HTML()
-        super().__init__([widgets.HBox([self.source_filter, self.finish_filter, self.correct_filter]),
+        super().__init__([widgets.HBox([self.method_filter, self.source_filter, self.finish_filter,
+                                        self.correct_filter]),
                           widgets.HBox([self.selector, self.prev_button, self.next_button, self.match_label]),
                           self.pane])
-        for f in (self.source_filter, self.finish_filter, self.correct_filter):
+        for f in (self.method_filter, self.source_filter, self.finish_filter, self.correct_filter):
             f.observe(self._refilter, names="value")
         self.selector.observe(self._render, names="value")
         self.prev_button.on_click(lambda _: self.step(-1))
@@ -263,10 +289,11 @@ class TrajectoryBrowser(widgets.VBox):
         self._refilter()
 
     def matching(self) -> list[int]:
-        """Indices into ``trajs`` that pass the three filters."""
-        src, fin, cor = self.source_filter.value, self.finish_filter.value, self.correct_filter.value
+        """Indices into ``trajs`` that pass the four filters."""
+        met, src = self.method_filter.value, self.source_filter.value
+        fin, cor = self.finish_filter.value, self.correct_filter.value
         return [i for i, t in enumerate(self.trajs)
-                if (src == "all" or t.data_source == src) and (fin == "all" or t.finish == fin)
+                if (met == "all" or self.methods[i] == met) and (src == "all" or t.data_source == src) and (fin == "all" or t.finish == fin)
                 and (cor == "all" or is_correct(t, self.correct_f1) == (cor == "correct"))]
 
     @property
@@ -282,7 +309,7 @@ class TrajectoryBrowser(widgets.VBox):
     def _refilter(self, *_: Any) -> None:
         keep = self.matching()
         previous = self.selector.value
-        self.selector.options = [(_label(self.trajs[i]), i) for i in keep]
+        self.selector.options = [(_label(self.trajs[i], self.methods[i]), i) for i in keep]
         self.selector.value = previous if previous in keep else (keep[0] if keep else None)
         self.match_label.value = f"{len(keep)} of {len(self.trajs)} trajectories match"
         self._render()
@@ -293,10 +320,11 @@ class TrajectoryBrowser(widgets.VBox):
             self.pane.value = "<i>no trajectory matches the filters</i>"
             return
         self.pane.value = render_trajectory_html(t, corpus=self.corpus, reward=self.rewards.get(t.traj_id),
-                                                 max_candidates=self.max_candidates)
+                                                 max_candidates=self.max_candidates,
+                                                 method=self.methods[self.selector.value])
 
 
-def trajectory_browser(trajs: Sequence[Trajectory], *, rewards: Mapping[str, float] | None = None, corpus: Any = None,
+def trajectory_browser(trajs: Sequence[Trajectory] | Mapping[str, Sequence[Trajectory]], *, rewards: Mapping[str, float] | None = None, corpus: Any = None,
                        max_candidates: int = 10, correct_f1: float = CORRECT_F1) -> TrajectoryBrowser:
     """The interactive browser widget. ``rewards`` maps ``traj_id`` to a reward; ``corpus`` is a
     CorpusStore (or anything with ``get(id) -> Passage``) for candidate titles."""
@@ -305,10 +333,6 @@ def trajectory_browser(trajs: Sequence[Trajectory], *, rewards: Mapping[str, flo
 
 
 # ------------------------------------------------------------------------------ display
-
-
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.strip().lower() not in ("", "0", "false", "no")
 
 
 def widgets_enabled() -> bool:
@@ -324,7 +348,7 @@ def widgets_enabled() -> bool:
     3. no IPython kernel: ``get_ipython()`` is None (a plain script) or has no ``kernel``
        attribute (a terminal IPython shell cannot render widgets).
     """
-    if any(_truthy(os.environ.get(name)) for name in NO_WIDGET_ENV_VARS):
+    if headless():
         return False
     try:
         from IPython import get_ipython
@@ -345,22 +369,29 @@ def pick_examples(trajs: Sequence[Trajectory], n: int = 2, *, correct_f1: float 
     return chosen
 
 
-def show_trajectories(trajs: Sequence[Trajectory], *, rewards: Mapping[str, float] | None = None, corpus: Any = None,
-                      n_examples: int = 2, max_candidates: int = 10, correct_f1: float = CORRECT_F1
-                      ) -> TrajectoryBrowser | None:
+def show_trajectories(trajs: Sequence[Trajectory] | Mapping[str, Sequence[Trajectory]], *,
+                      rewards: Mapping[str, float] | None = None, corpus: Any = None, n_examples: int = 2,
+                      max_candidates: int = 10, correct_f1: float = CORRECT_F1) -> None:
     """Display the browser when a widget frontend is there (:func:`widgets_enabled`), else print
-    the text of ``n_examples`` trajectories (:func:`pick_examples`). Returns the browser or None."""
+    the text of ``n_examples`` trajectories (:func:`pick_examples`). ``trajs`` as for
+    :class:`TrajectoryBrowser` (``{method: trajectories}`` names the methods). Returns None, so a
+    notebook cell ending with this call shows the browser once; :func:`trajectory_browser` gives
+    the widget itself."""
     if widgets_enabled():
         from IPython.display import display
 
-        browser = trajectory_browser(trajs, rewards=rewards, corpus=corpus, max_candidates=max_candidates,
-                                     correct_f1=correct_f1)
-        display(browser)
-        return browser
+        display(trajectory_browser(trajs, rewards=rewards, corpus=corpus, max_candidates=max_candidates,
+                                   correct_f1=correct_f1))
+        return None
     rewards = rewards or {}
-    examples = pick_examples(trajs, n_examples, correct_f1=correct_f1)
-    print(f"{len(trajs)} trajectories; showing {len(examples)} as text (no widget frontend)")
+    flat, methods = as_labelled(trajs)
+    method_of = {id(t): m for t, m in zip(flat, methods)}
+    examples = pick_examples(flat, n_examples, correct_f1=correct_f1)
+    named = list(dict.fromkeys(m for m in methods if m))
+    print(f"{len(flat)} trajectories{f' of {len(named)} methods' if named else ''}; showing {len(examples)} "
+          "as text (no widget frontend)")
     for t in examples:
-        print(render_trajectory_text(t, corpus=corpus, reward=rewards.get(t.traj_id), max_candidates=max_candidates))
+        print(render_trajectory_text(t, corpus=corpus, reward=rewards.get(t.traj_id), max_candidates=max_candidates,
+                                     method=method_of[id(t)]))
         print()
     return None
