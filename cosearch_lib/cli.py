@@ -37,6 +37,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_grid(args: argparse.Namespace) -> int:
+    from cosearch_lib.records.grid import grid_status, load_grid, run_grid, submit_slurm
+
+    grid = load_grid(args.grid)
+    if args.status:
+        print(grid_status(args.profile, grid).to_string(index=False))
+        return 0
+    if args.slurm:
+        out = submit_slurm(args.profile, grid, submit=not args.dry_run)
+        print(json.dumps(out, indent=2))
+        return 0
+    cells = [args.cell] if args.cell is not None else args.cells
+    table = run_grid(args.profile, grid, cells, progress=not args.quiet)
+    print(table.drop(columns="error").to_string(index=False))
+    failed = table[table["error"].notna()]
+    for row in failed.itertuples():
+        print(f"cell {row.cell} failed: {row.error}")
+    return 1 if len(failed) else 0
+
+
 def _cmd_warm_start(args: argparse.Namespace) -> int:
     from cosearch_lib.records.papermill_runner import run_warm_start
 
@@ -140,6 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no per-cell progress bar")
     p.set_defaults(fn=_cmd_run)
 
+    p = sub.add_parser("grid", help="run a grid of cells (papermill_runs/params/grids/<grid>.yaml) locally or as a SLURM array")
+    p.add_argument("grid", help="grid name (papermill_runs/params/grids/<name>.yaml) or a .yaml path")
+    p.add_argument("--profile", default="demo", help="the base profile every cell extends")
+    p.add_argument("--cells", nargs="*", help="cell names or 0-based indices to run (default: all; finished ones are skipped)")
+    p.add_argument("--cell", help="one cell by name or index (what a SLURM array task runs: $SLURM_ARRAY_TASK_ID)")
+    p.add_argument("--status", action="store_true", help="only print each cell's status (todo, partial, failed, done)")
+    p.add_argument("--slurm", action="store_true", help="write the array and aggregation sbatch files and submit them")
+    p.add_argument("--dry-run", action="store_true", help="with --slurm: write the sbatch files, submit nothing")
+    p.add_argument("--quiet", action="store_true", help="no per-cell progress bar")
+    p.set_defaults(fn=_cmd_grid)
+
     p = sub.add_parser("warm-start", help="train (or load from the cache) the profile's supervised warm start")
     p.add_argument("--profile", default="demo")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -187,8 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that describe bad input or a missing download: print the message, no traceback."""
     from cosearch_lib.data.downloads import HubUnavailableError
+    from cosearch_lib.records.grid import SlurmSubmitError
 
-    return (FileNotFoundError, ValueError, LookupError, HubUnavailableError)
+    return (FileNotFoundError, ValueError, LookupError, HubUnavailableError, SlurmSubmitError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -582,6 +582,33 @@ class ModelsConfig:
 
 
 @dataclass
+class SlurmConfig:
+    """The ``#SBATCH`` lines of the jobs ``cosearch grid --slurm`` writes (one array task per grid
+    cell, then one aggregation job). Edit them per cluster in the profile, or in the written
+    ``.sbatch`` files before submitting them by hand."""
+
+    partition: str | None = None  # --partition (None: the cluster's default)
+    account: str | None = None  # --account
+    gres: str | None = "gpu:1"  # --gres of an array task (None: CPU-only tasks)
+    cpus_per_task: int = 16
+    mem: str = "128G"
+    time: str = "24:00:00"  # per array task
+    aggregate_time: str = "02:00:00"  # the aggregation job (notebooks 04 and 05)
+    max_parallel: int = 0  # array throttle "%M" (0: no limit)
+    extra: tuple[str, ...] = ()  # further #SBATCH options, e.g. "--constraint=a100"
+
+    def __post_init__(self) -> None:
+        self.extra = tuple(self.extra)
+        for name in ("cpus_per_task", "max_parallel"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_parallel" else 1):
+                raise ValueError(f"{name} must be an integer >= {0 if name == 'max_parallel' else 1}, got {value!r}")
+        for line in self.extra:
+            if not isinstance(line, str) or not line.startswith("--"):
+                raise ValueError(f"extra: each entry is one sbatch option starting with '--', got {line!r}")
+
+
+@dataclass
 class EvaluationConfig:
     split: str = "test"  # which split the evaluation harness reads
     n_per_dataset: int | None = None  # questions per data source (None = all)
@@ -607,6 +634,7 @@ class ProfileConfig:
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)  # supervised warm start on gold data
     training: TrainConfig = field(default_factory=TrainConfig)  # joint GRPO training
     notebooks: dict[str, dict[str, Any]] = field(default_factory=dict)  # notebook stem -> papermill parameters for it (checked against its parameters cell)
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)  # resources of the jobs `cosearch grid --slurm` submits
 
     def __post_init__(self) -> None:
         # one SearchBudget object, shared by reference: the prompts, the rollout engine and the

@@ -145,7 +145,7 @@ def run_notebook(
 
     notebook = Path(notebook)
     params = {**papermill_parameters(profile), "profile": profile, **(parameters or {})}
-    out = Path(out_dir) if out_dir else run_dir(profile)
+    out = Path(out_dir) if out_dir else run_dir(load_profile(profile).profile)  # a profile file names its run folder
     out.mkdir(parents=True, exist_ok=True)
     executed = out / notebook.name
     record = {"notebook": notebook.name, "profile": profile, "parameters": params, "environment": environment_snapshot()}

@@ -1,0 +1,343 @@
+"""Grids of runs: the same notebooks executed once per cell, each cell a profile derived from a base one.
+
+A grid is data, a YAML file under ``papermill_runs/params/grids/<name>.yaml``::
+
+    grid: table3                   # its name: runs land in papermill_runs/<profile>/table3/<cell>/
+    description: ...               # optional, one line
+    notebooks: ["03"]              # what every cell runs (notebook prefixes)
+    aggregate: ["04", "05"]        # what runs once every cell has finished (SLURM: a dependent job)
+    parameters: {methods: cosearch}   # notebook parameters of every cell
+    cells:
+      full: {}                     # the base profile as it is
+      no_r_main:                   # profile sections this cell changes (merged like ``extends``) ...
+        training: {ranker_reward: {use_main: false}}
+      k1:
+        search: {topk: 1}
+        parameters: {methods: "search_r1,cosearch"}   # ... and notebook parameters of its own
+
+Each cell becomes a profile file of its own, ``papermill_runs/<profile>/<grid>/<cell>/profile.yaml``
+(``extends`` the base profile, ``profile: <profile>/<grid>/<cell>``), so its executed notebooks,
+records and figures land in that folder, and everything it shares with the base (world, index,
+warm start) is reused from the caches. :func:`run_grid` runs the cells one after another, skips the
+finished ones and resumes a killed one; :func:`submit_slurm` writes a SLURM array job (one task per
+cell) and a dependent aggregation job, and submits both.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from cosearch_lib.atomic_io import atomic_path, write_json
+from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, profile_path
+from cosearch_lib.paths import params_dir, project_relative, project_root, run_dir
+from cosearch_lib.records.papermill_runner import notebook_parameters, run_profile, select_notebooks
+
+GRID_KEYS = ("grid", "description", "notebooks", "aggregate", "parameters", "cells")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+#: What a cell's folder holds when it is finished / has started: see :func:`cell_status`.
+CELL_STATUSES = ("todo", "partial", "failed", "done")
+
+
+class SlurmSubmitError(RuntimeError):
+    """sbatch is missing, refused a job, or printed no job id."""
+
+
+@dataclass(frozen=True)
+class GridCell:
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)  # profile sections this cell changes
+    parameters: dict[str, Any] = field(default_factory=dict)  # notebook parameters of this cell
+
+
+@dataclass(frozen=True)
+class Grid:
+    name: str
+    notebooks: tuple[str, ...]
+    cells: tuple[GridCell, ...]
+    aggregate: tuple[str, ...] = ()
+    parameters: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def cell(self, key: str | int) -> GridCell:
+        """A cell by name or by 0-based index (a SLURM array task id)."""
+        if isinstance(key, int) or (isinstance(key, str) and key.isdigit()):
+            index = int(key)
+            if not 0 <= index < len(self.cells):
+                raise IndexError(f"grid {self.name!r} has cells 0..{len(self.cells) - 1}, not {index}")
+            return self.cells[index]
+        found = [c for c in self.cells if c.name == key]
+        if not found:
+            raise KeyError(f"grid {self.name!r} has no cell {key!r}; cells: {[c.name for c in self.cells]}")
+        return found[0]
+
+
+def grids_dir() -> Path:
+    """``papermill_runs/params/grids/``: one YAML file per grid."""
+    return params_dir() / "grids"
+
+
+def available_grids() -> list[str]:
+    return sorted(p.stem for p in grids_dir().glob("*.yaml"))
+
+
+def grid_path(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    return path if path.suffix in (".yaml", ".yml") else grids_dir() / f"{name_or_path}.yaml"
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = value.split()
+    if not isinstance(value, list) or not all(isinstance(v, (str, int)) for v in value):
+        raise ConfigError(f"{what}: expected a list of notebook prefixes such as ['03'], got {value!r}")
+    return tuple(str(v).zfill(2) if isinstance(v, int) else v for v in value)
+
+
+def load_grid(name_or_path: str | Path) -> Grid:
+    """Read and check a grid file (unknown keys, cell names, mappings); ConfigError says what is wrong."""
+    path = grid_path(name_or_path)
+    if not path.exists():
+        raise ConfigError(f"no grid file {path}; available grids: {available_grids()}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a grid is a mapping with keys {list(GRID_KEYS)}")
+    unknown = sorted(set(data) - set(GRID_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {unknown}; a grid has {list(GRID_KEYS)}")
+    name = data.get("grid", path.stem)
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"{path}: grid name {name!r} must be lower-case letters, digits, '-' or '_'")
+    parameters = data.get("parameters") or {}
+    cells_data = data.get("cells")
+    if not isinstance(parameters, dict):
+        raise ConfigError(f"{path}: parameters: expected a mapping of notebook parameter -> value, got {parameters!r}")
+    if not isinstance(cells_data, dict) or not cells_data:
+        raise ConfigError(f"{path}: cells: expected a non-empty mapping of cell name -> settings, got {cells_data!r}")
+    cells = []
+    for cell_name, settings in cells_data.items():
+        settings = {} if settings is None else settings
+        if not isinstance(cell_name, str) or not _NAME.match(cell_name):
+            raise ConfigError(f"{path}: cell name {cell_name!r} must be lower-case letters, digits, '-' or '_'")
+        if not isinstance(settings, dict):
+            raise ConfigError(f"{path}: cell {cell_name!r}: expected a mapping of profile sections, got {settings!r}")
+        settings = dict(settings)
+        cell_params = settings.pop("parameters", None) or {}
+        if not isinstance(cell_params, dict):
+            raise ConfigError(f"{path}: cell {cell_name!r}: parameters: expected a mapping, got {cell_params!r}")
+        for forbidden in ("profile", "extends"):
+            if forbidden in settings:
+                raise ConfigError(f"{path}: cell {cell_name!r} may not set {forbidden!r}: the grid sets it")
+        cells.append(GridCell(cell_name, settings, cell_params))
+    return Grid(name=name, notebooks=_strings(data.get("notebooks", ["03"]), f"{path}: notebooks"),
+                cells=tuple(cells), aggregate=_strings(data.get("aggregate", []), f"{path}: aggregate"),
+                parameters=parameters, description=str(data.get("description", "")))
+
+
+# --------------------------------------------------------------------------- cells as profiles
+
+
+def cell_profile_name(base: ProfileConfig, grid: Grid, cell: GridCell) -> str:
+    """``<profile>/<grid>/<cell>``: the cell's run folder under ``papermill_runs/`` and ``figures/``."""
+    return f"{base.profile}/{grid.name}/{cell.name}"
+
+
+def cell_dir(base: ProfileConfig, grid: Grid, cell: GridCell) -> Path:
+    return run_dir(cell_profile_name(base, grid, cell))
+
+
+def write_cell_profile(base_profile: str | Path, grid: Grid, cell: GridCell) -> Path:
+    """The cell's profile file (``extends`` the base profile; the cell's sections on top), written
+    atomically into the cell's folder and loaded once to check it; ConfigError names the cell."""
+    base = load_profile(base_profile)
+    extends = str(profile_path(base_profile).resolve()) if Path(str(base_profile)).suffix in (".yaml", ".yml") \
+        else str(base_profile)
+    data = {"extends": extends, "profile": cell_profile_name(base, grid, cell), **cell.overrides}
+    path = cell_dir(base, grid, cell) / "profile.yaml"
+    with atomic_path(path) as tmp:
+        tmp.write_text(f"# grid {grid.name!r}, cell {cell.name!r}: written by `cosearch grid`; edit the grid file instead\n"
+                       + yaml.safe_dump(data, sort_keys=False))
+    try:
+        load_profile(path)
+    except (ConfigError, ValueError) as err:
+        raise ConfigError(f"grid {grid.name!r}, cell {cell.name!r}: {err}") from err
+    return path
+
+
+def cell_status(base: ProfileConfig, grid: Grid, cell: GridCell) -> str:
+    """``done`` (every notebook of the grid has an ``ok`` run record in the cell's folder), ``failed``
+    (one has a failed record), ``partial`` (a run started: a training folder or some records exist,
+    e.g. a killed task) or ``todo``."""
+    folder = cell_dir(base, grid, cell)
+    records = []
+    for book in select_notebooks(list(grid.notebooks)):
+        path = folder / f"{book.stem}.run.json"
+        records.append(yaml.safe_load(path.read_text()) if path.exists() else None)
+    if records and all(r is not None and r.get("status") == "ok" for r in records):
+        return "done"
+    if any(r is not None and r.get("status") == "failed" for r in records):
+        return "failed"
+    if any(r is not None for r in records) or (folder / "training").exists():
+        return "partial"
+    return "todo"
+
+
+def grid_status(base_profile: str | Path, grid: Grid) -> pd.DataFrame:
+    """One row per cell: index, name, status, folder (project-relative)."""
+    base = load_profile(base_profile)
+    return pd.DataFrame([{"index": i, "cell": c.name, "status": cell_status(base, grid, c),
+                          "folder": project_relative(cell_dir(base, grid, c))} for i, c in enumerate(grid.cells)])
+
+
+def run_grid(base_profile: str | Path, grid: Grid, cells: Sequence[str | int] | None = None, *,
+             runner: Callable[..., Any] = run_profile, progress: bool = True) -> pd.DataFrame:
+    """Run the chosen cells (default: all) one after another. A ``done`` cell is skipped; a
+    ``partial`` or ``failed`` one runs again with ``resume=True`` when its notebooks take that
+    parameter (notebook 03 continues each method from its newest checkpoint). Returns one row per
+    chosen cell: status before and after, wall seconds. A failing cell does not stop the others;
+    its error is in the row and in its run record."""
+    base = load_profile(base_profile)
+    chosen = [grid.cell(c) for c in cells] if cells else list(grid.cells)
+    rows = []
+    for cell in chosen:
+        before = cell_status(base, grid, cell)
+        row = {"cell": cell.name, "before": before, "after": before, "wall_s": 0.0, "error": None}
+        if before == "done":
+            rows.append(row)
+            if progress:
+                print(f"[cosearch grid] {grid.name}/{cell.name}: done, skipped", flush=True)
+            continue
+        profile_file = write_cell_profile(base_profile, grid, cell)
+        params = {**grid.parameters, **cell.parameters}
+        if before in ("partial", "failed"):
+            params.setdefault("resume", True)
+        params = _declared(params, grid.notebooks)
+        if progress:
+            print(f"[cosearch grid] {grid.name}/{cell.name} ({before}) -> {project_relative(profile_file.parent)}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            runner(str(profile_file), list(grid.notebooks), parameters=params, progress=progress)
+        except Exception as err:  # noqa: BLE001 - one failed cell must not stop the grid
+            row["error"] = f"{type(err).__name__}: {err}"[:500]
+        row["wall_s"] = round(time.perf_counter() - t0, 2)
+        row["after"] = cell_status(base, grid, cell)
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=["cell", "before", "after", "wall_s", "error"])
+    write_json({"grid": grid.name, "profile": base.profile, "cells": table.to_dict(orient="records")},
+               run_dir(f"{base.profile}/{grid.name}") / "grid.run.json")
+    return table
+
+
+def _declared(params: Mapping[str, Any], notebooks: Sequence[str]) -> dict[str, Any]:
+    """``params`` without ``resume`` when no notebook of the grid declares it (run_profile refuses unknown names)."""
+    declared = set().union(*(notebook_parameters(b) for b in select_notebooks(list(notebooks))))
+    return {k: v for k, v in params.items() if k != "resume" or k in declared}
+
+
+# --------------------------------------------------------------------------- SLURM
+
+
+def _sbatch_header(job_name: str, cfg: ProfileConfig, *, time_limit: str, gres: str | None, log: str) -> list[str]:
+    s = cfg.slurm
+    lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name={job_name}"]
+    lines += [f"#SBATCH --partition={s.partition}"] if s.partition else []
+    lines += [f"#SBATCH --account={s.account}"] if s.account else []
+    lines += [f"#SBATCH --gres={gres}"] if gres else []
+    lines += [f"#SBATCH --cpus-per-task={s.cpus_per_task}", f"#SBATCH --mem={s.mem}", f"#SBATCH --time={time_limit}",
+              f"#SBATCH --output={log}", f"#SBATCH --error={log}"]
+    lines += [f"#SBATCH {extra}" for extra in s.extra]
+    return lines
+
+
+_PRELUDE = """set -euo pipefail
+cd {root}
+# the Makefile's .venv, or a conda env named in CONDA_ENV (environment.yml)
+if [ -n "${{CONDA_ENV:-}}" ]; then source activate "$CONDA_ENV"; elif [ -x .venv/bin/cosearch ]; then source .venv/bin/activate; fi
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false"""
+
+
+def slurm_scripts(base_profile: str | Path, grid: Grid) -> dict[str, str]:
+    """The two job scripts: ``array`` (task i runs cell i with ``cosearch grid --cell i``, its own
+    log) and ``aggregate`` (the grid's aggregate notebooks on the base profile). The resource lines
+    come from the profile's ``slurm`` section and stand at the top, where a user edits them."""
+    cfg = load_profile(base_profile)
+    folder = run_dir(f"{cfg.profile}/{grid.name}")
+    logs = folder / "slurm"
+    root = shlex.quote(str(project_root()))
+    profile_arg = shlex.quote(str(base_profile))
+    grid_arg = shlex.quote(str(grid_path(grid.name)) if grid_path(grid.name).exists() else grid.name)
+    array = _sbatch_header(f"cosearch-{grid.name}", cfg, time_limit=cfg.slurm.time, gres=cfg.slurm.gres,
+                           log=str(logs / "cell-%a-%A.log"))
+    array += ["", _PRELUDE.format(root=root),
+              f"cosearch grid --profile {profile_arg} {grid_arg} --cell \"$SLURM_ARRAY_TASK_ID\" --quiet"]
+    aggregate = _sbatch_header(f"cosearch-{grid.name}-aggregate", cfg, time_limit=cfg.slurm.aggregate_time,
+                               gres=cfg.slurm.gres, log=str(logs / "aggregate-%j.log"))
+    aggregate += ["", _PRELUDE.format(root=root), f"cosearch grid --profile {profile_arg} {grid_arg} --status",
+                  f"cosearch run --profile {profile_arg} --notebooks {' '.join(grid.aggregate)} --quiet"
+                  if grid.aggregate else "echo 'this grid names no aggregate notebooks'"]
+    return {"array": "\n".join(array) + "\n", "aggregate": "\n".join(aggregate) + "\n"}
+
+
+def _job_id(output: str) -> str:
+    """The job id of ``sbatch --parsable`` output (``123`` or ``123;cluster``)."""
+    first = output.strip().splitlines()[-1] if output.strip() else ""
+    job = first.split(";")[0]
+    if not job.isdigit():
+        raise SlurmSubmitError(f"sbatch did not print a job id: {output!r}")
+    return job
+
+
+def submit_slurm(base_profile: str | Path, grid: Grid, *, sbatch: str = "sbatch", submit: bool = True,
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
+    """Write ``array.sbatch`` and ``aggregate.sbatch`` under ``papermill_runs/<profile>/<grid>/slurm/``
+    and (``submit``) submit the array, ``--array=0-<n-1>`` (``%<max_parallel>`` when set), then the
+    aggregation job with ``--dependency=afterok:<array job>``: it starts only when every task ended
+    well. Every cell's profile file is written first, so a bad cell fails here, not on the cluster.
+    Returns the script paths, the sbatch commands and the job ids."""
+    cfg = load_profile(base_profile)
+    for cell in grid.cells:
+        write_cell_profile(base_profile, grid, cell)
+    if grid.aggregate:
+        select_notebooks(list(grid.aggregate))  # a missing aggregate notebook fails before submitting
+    folder = run_dir(f"{cfg.profile}/{grid.name}") / "slurm"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for kind, text in slurm_scripts(base_profile, grid).items():
+        paths[kind] = folder / f"{kind}.sbatch"
+        with atomic_path(paths[kind]) as tmp:
+            tmp.write_text(text)
+        paths[kind].chmod(0o755)
+    throttle = f"%{cfg.slurm.max_parallel}" if cfg.slurm.max_parallel else ""
+    array_cmd = [sbatch, "--parsable", f"--array=0-{len(grid.cells) - 1}{throttle}", str(paths["array"])]
+    out: dict[str, Any] = {"scripts": {k: project_relative(v) for k, v in paths.items()}, "array_cmd": array_cmd}
+    if not submit:
+        out["aggregate_cmd"] = [sbatch, "--parsable", "--dependency=afterok:<array job>", str(paths["aggregate"])]
+        return out
+    array_job = _job_id(_sbatch(run, array_cmd))
+    aggregate_cmd = [sbatch, "--parsable", f"--dependency=afterok:{array_job}", str(paths["aggregate"])]
+    out.update(array_job=array_job, aggregate_cmd=aggregate_cmd, aggregate_job=_job_id(_sbatch(run, aggregate_cmd)))
+    write_json(out, folder / "submitted.json")
+    return out
+
+
+def _sbatch(run: Callable[..., subprocess.CompletedProcess], cmd: list[str]) -> str:
+    try:
+        done = run(cmd, capture_output=True, text=True, check=False)
+    except FileNotFoundError as err:
+        raise SlurmSubmitError(f"{cmd[0]!r} not found: submit from a SLURM login node, or write the scripts only "
+                           "(cosearch grid --slurm --dry-run)") from err
+    if done.returncode != 0:
+        raise SlurmSubmitError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout

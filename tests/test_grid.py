@@ -1,0 +1,199 @@
+"""Grids of runs (records.grid): the grid file, cells as profiles, running with skip and resume, and
+the SLURM array + dependent aggregation job, all without executing a notebook (a fake runner and a
+fake sbatch stand in; the real SLURM run is `make test-slurm`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cosearch_lib.config import ConfigError, load_profile
+from cosearch_lib.records import grid as grids
+from cosearch_lib.records.grid import Grid, GridCell, load_grid, run_grid, slurm_scripts, submit_slurm, write_cell_profile
+
+GRID = {"grid": "table3", "notebooks": ["03"], "aggregate": ["02"], "parameters": {"methods": "cosearch"},
+        "cells": {"full": None,
+                  "no-r-main": {"training": {"ranker_reward": {"use_main": False}}},
+                  "k1": {"search": {"topk": 1}, "parameters": {"methods": "search_r1,cosearch"}}}}
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
+    return tmp_path / "runs"
+
+
+def grid_file(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / f"{data.get('grid', 'g')}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_grid_file_reads_into_cells_with_their_sections_and_parameters(tmp_path):
+    grid = load_grid(grid_file(tmp_path, GRID))
+    assert grid.name == "table3" and grid.notebooks == ("03",) and grid.aggregate == ("02",)
+    assert [c.name for c in grid.cells] == ["full", "no-r-main", "k1"]
+    assert grid.cell("k1").overrides == {"search": {"topk": 1}} and grid.cell("k1").parameters == {"methods": "search_r1,cosearch"}
+    assert grid.cell(1).name == "no-r-main" and grid.cell("2").name == "k1"  # an array task id
+    with pytest.raises(IndexError, match="0..2"):
+        grid.cell(3)
+    with pytest.raises(KeyError, match="no cell 'nope'"):
+        grid.cell("nope")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"cels": {}}, "unknown key"),
+    ({"cells": {}}, "non-empty mapping"),
+    ({"cells": {"Bad Name": {}}}, "cell name 'Bad Name'"),
+    ({"cells": {"a": [1, 2]}}, "cell 'a': expected a mapping"),
+    ({"cells": {"a": {"profile": "x"}}}, "may not set 'profile'"),
+    ({"cells": {"a": {"parameters": [1]}}}, "parameters: expected a mapping"),
+    ({"parameters": "methods=cosearch"}, "parameters: expected a mapping"),
+    ({"notebooks": {"03": 1}}, "notebooks: expected a list"),
+])
+def test_bad_grid_files_are_refused_with_what_is_wrong(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        load_grid(grid_file(tmp_path, {**GRID, **change}))
+    with pytest.raises(ConfigError, match="no grid file"):
+        load_grid(tmp_path / "missing.yaml")
+
+
+def test_each_cell_is_a_profile_extending_the_base_with_its_own_run_folder(tmp_path, runs):
+    grid = load_grid(grid_file(tmp_path, GRID))
+    path = write_cell_profile("ci", grid, grid.cell("k1"))
+    assert path == runs / "ci" / "table3" / "k1" / "profile.yaml"
+    cfg = load_profile(path)
+    base = load_profile("ci")
+    assert cfg.profile == "ci/table3/k1" and cfg.search.topk == 1 and base.search.topk == 5
+    assert cfg.world == base.world and cfg.training.steps == base.training.steps  # everything else from the base
+    assert not load_profile(write_cell_profile("ci", grid, grid.cell("no-r-main"))).training.ranker_reward.use_main
+    bad = Grid("g", ("03",), (GridCell("typo", {"training": {"stepz": 3}}),))
+    with pytest.raises(ConfigError, match="grid 'g', cell 'typo'.*stepz"):
+        write_cell_profile("ci", bad, bad.cells[0])
+
+
+def record(folder: Path, status: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "03_joint_grpo_training.run.json").write_text(json.dumps({"status": status}))
+
+
+def test_run_grid_runs_cells_in_order_skips_finished_ones_resumes_started_ones_and_survives_a_failure(tmp_path, runs):
+    grid = load_grid(grid_file(tmp_path, GRID))
+    record(runs / "ci" / "table3" / "full", "ok")  # finished
+    (runs / "ci" / "table3" / "no-r-main" / "training").mkdir(parents=True)  # a killed task: partial
+    calls = []
+
+    def runner(profile, notebooks, *, parameters, progress):
+        calls.append((Path(profile).parent.name, notebooks, parameters))
+        cfg = load_profile(profile)
+        if cfg.profile.endswith("k1"):
+            raise RuntimeError("out of memory")
+        record(runs / cfg.profile, "ok")
+
+    table = run_grid("ci", grid, runner=runner, progress=False)
+    assert [c[0] for c in calls] == ["no-r-main", "k1"]  # "full" was done
+    assert calls[0][1] == ["03"] and calls[0][2] == {"methods": "cosearch", "resume": True}
+    assert calls[1][2] == {"methods": "search_r1,cosearch"}  # the cell's parameters win; a new cell starts over
+    assert table[["cell", "before", "after"]].values.tolist() == [["full", "done", "done"], ["no-r-main", "partial", "done"],
+                                                                  ["k1", "todo", "todo"]]
+    assert table.loc[2, "error"] == "RuntimeError: out of memory" and table["error"].notna().sum() == 1
+    saved = json.loads((runs / "ci" / "table3" / "grid.run.json").read_text())
+    assert [c["cell"] for c in saved["cells"]] == ["full", "no-r-main", "k1"]
+    status = grids.grid_status("ci", grid)
+    assert status["status"].tolist() == ["done", "done", "todo"]
+    record(runs / "ci" / "table3" / "k1", "failed")
+    assert grids.grid_status("ci", grid)["status"].tolist()[-1] == "failed"
+    calls.clear()
+    run_grid("ci", grid, ["k1"], runner=runner, progress=False)
+    assert [c[0] for c in calls] == ["k1"] and calls[0][2]["resume"] is True
+
+
+def test_slurm_scripts_carry_the_profile_resources_and_one_cell_per_array_task(tmp_path, runs):
+    grid = load_grid(grid_file(tmp_path, GRID))
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({"extends": "ci", "slurm": {"partition": "gpu", "account": "lab", "gres": "gpu:a100:1",
+                                                             "mem": "64G", "extra": ["--constraint=a100"]}}))
+    scripts = slurm_scripts(base, grid)
+    array, aggregate = scripts["array"].splitlines(), scripts["aggregate"].splitlines()
+    assert array[0] == "#!/usr/bin/env bash"
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --gres=gpu:a100:1", "#SBATCH --mem=64G",
+                 "#SBATCH --time=24:00:00", "#SBATCH --constraint=a100"):
+        assert line in array
+    assert any(line.startswith("#SBATCH --output=") and line.endswith("slurm/cell-%a-%A.log") for line in array)
+    assert array[-1].startswith("cosearch grid --profile ") and '--cell "$SLURM_ARRAY_TASK_ID"' in array[-1]
+    assert "#SBATCH --time=02:00:00" in aggregate and aggregate[-1].endswith("--notebooks 02 --quiet")
+    header = [n for n, line in enumerate(array) if line.startswith("#SBATCH")]
+    assert header == list(range(1, len(header) + 1))  # resource lines at the top, where a user edits them
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"extends": "ci", "slurm": {"extra": ["constraint=a100"]}}))
+    with pytest.raises(ValueError, match="extra: each entry is one sbatch option"):
+        load_profile(bad)
+
+
+def test_submit_slurm_submits_the_array_then_the_aggregation_after_it(tmp_path, runs):
+    grid = load_grid(grid_file(tmp_path, GRID))
+    sent = []
+
+    def sbatch(cmd, **kw):
+        sent.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="4242\n" if len(sent) == 1 else "4243;cluster\n", stderr="")
+
+    out = submit_slurm("ci", grid, run=sbatch)
+    folder = runs / "ci" / "table3" / "slurm"
+    assert sent[0] == ["sbatch", "--parsable", "--array=0-2", str(folder / "array.sbatch")]
+    assert sent[1] == ["sbatch", "--parsable", "--dependency=afterok:4242", str(folder / "aggregate.sbatch")]
+    assert out["array_job"] == "4242" and out["aggregate_job"] == "4243"
+    assert all((runs / "ci" / "table3" / c / "profile.yaml").exists() for c in ("full", "no-r-main", "k1"))
+    assert json.loads((folder / "submitted.json").read_text())["aggregate_job"] == "4243"
+    dry = submit_slurm("ci", grid, submit=False, run=lambda *a, **k: pytest.fail("a dry run submitted"))
+    assert dry["array_cmd"][2] == "--array=0-2" and "aggregate_job" not in dry
+
+    def refuse(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="sbatch: error: invalid partition")
+
+    with pytest.raises(RuntimeError, match="invalid partition"):
+        submit_slurm("ci", grid, run=refuse)
+
+    def missing(cmd, **kw):
+        raise FileNotFoundError(cmd[0])
+
+    with pytest.raises(RuntimeError, match="--dry-run"):
+        submit_slurm("ci", grid, run=missing)
+    no_aggregate = Grid("g", ("03",), (GridCell("a"),), aggregate=("99",))
+    with pytest.raises(FileNotFoundError, match="99"):
+        submit_slurm("ci", no_aggregate, run=sbatch)
+
+
+def test_a_notebook_run_on_a_profile_file_lands_in_the_folder_that_profile_names(tmp_path, runs, monkeypatch):
+    from cosearch_lib.records import papermill_runner
+
+    grid = load_grid(grid_file(tmp_path, GRID))
+    path = write_cell_profile("ci", grid, grid.cell("full"))
+    seen = {}
+
+    def execute(notebook, executed, parameters, **kw):
+        seen.update(parameters)
+        Path(executed).write_text("{}")
+
+    monkeypatch.setattr(papermill_runner.pm, "execute_notebook", execute)
+    executed = papermill_runner.run_notebook(papermill_runner.list_notebooks()[0], str(path), progress=False)
+    assert executed.parent == runs / "ci" / "table3" / "full" and seen["profile"] == str(path)
+
+
+@pytest.mark.parametrize("name", grids.available_grids())
+def test_committed_grids_give_valid_profiles_on_the_committed_profiles(name, runs):
+    grid = load_grid(name)
+    assert grid.name == name and grid.cells
+    for profile in ("ci", "demo"):
+        for cell in grid.cells:
+            cfg = load_profile(write_cell_profile(profile, grid, cell))
+            assert cfg.profile == f"{profile}/{name}/{cell.name}" and cfg.search.topk <= cfg.search.topn
+
+
+def test_the_committed_grids_are_the_paper_tables():
+    assert set(grids.available_grids()) >= {"table3", "table4"}
+    assert {c.name for c in load_grid("table4").cells} == {"k1", "k3", "k5", "k10"}
