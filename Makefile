@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= demo
 
-.PHONY: help demo test test-fast lint docs install bench clean-runs
+.PHONY: help demo test test-fast test-slurm lint docs install bench clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "make %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ test: $(STAMP)  ## run the whole test suite
 
 test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) tests
 	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slurm: $(STAMP)  ## a one-node SLURM cluster on this machine (root, apt): submit a grid as an array + afterok job, check sacct and the runs
+	tests/slurm/local_cluster.sh
 
 lint: $(STAMP)  ## ruff, then the layer contract (import-linter), then the generated docs are current
 	$(BIN)/ruff check cosearch_lib tests benchmarks notebooks

@@ -116,16 +116,19 @@ def test_slurm_scripts_carry_the_profile_resources_and_one_cell_per_array_task(t
     grid = load_grid(grid_file(tmp_path, GRID))
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump({"extends": "ci", "slurm": {"partition": "gpu", "account": "lab", "gres": "gpu:a100:1",
-                                                             "mem": "64G", "extra": ["--constraint=a100"]}}))
+                                                             "mem": "64G", "time": "12:00:00", "extra": ["--constraint=a100"]}}))
     scripts = slurm_scripts(base, grid)
     array, aggregate = scripts["array"].splitlines(), scripts["aggregate"].splitlines()
     assert array[0] == "#!/usr/bin/env bash"
     for line in ("#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --gres=gpu:a100:1", "#SBATCH --mem=64G",
-                 "#SBATCH --time=24:00:00", "#SBATCH --constraint=a100"):
+                 "#SBATCH --time=12:00:00", "#SBATCH --cpus-per-task=2", "#SBATCH --constraint=a100"):
         assert line in array
     assert any(line.startswith("#SBATCH --output=") and line.endswith("slurm/cell-%a-%A.log") for line in array)
     assert array[-1].startswith("cosearch grid --profile ") and '--cell "$SLURM_ARRAY_TASK_ID"' in array[-1]
-    assert "#SBATCH --time=02:00:00" in aggregate and aggregate[-1].endswith("--notebooks 02 --quiet")
+    assert "#SBATCH --time=00:30:00" in aggregate and aggregate[-1].endswith("--notebooks 02 --quiet")
+    assert f"cosearch grid --profile {base} {grid.source} --cell" in array[-1]  # the file it came from, by path
+    with pytest.raises(ConfigError, match="not read from a file"):
+        slurm_scripts("ci", Grid("g", ("03",), (GridCell("a"),)))
     header = [n for n, line in enumerate(array) if line.startswith("#SBATCH")]
     assert header == list(range(1, len(header) + 1))  # resource lines at the top, where a user edits them
     bad = tmp_path / "bad.yaml"

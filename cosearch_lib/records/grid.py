@@ -67,6 +67,7 @@ class Grid:
     aggregate: tuple[str, ...] = ()
     parameters: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    source: str | None = None  # the grid file it was read from (what the SLURM jobs read again)
 
     def cell(self, key: str | int) -> GridCell:
         """A cell by name or by 0-based index (a SLURM array task id)."""
@@ -143,7 +144,7 @@ def load_grid(name_or_path: str | Path) -> Grid:
         cells.append(GridCell(cell_name, settings, cell_params))
     return Grid(name=name, notebooks=_strings(data.get("notebooks", ["03"]), f"{path}: notebooks"),
                 cells=tuple(cells), aggregate=_strings(data.get("aggregate", []), f"{path}: aggregate"),
-                parameters=parameters, description=str(data.get("description", "")))
+                parameters=parameters, description=str(data.get("description", "")), source=str(path.resolve()))
 
 
 # --------------------------------------------------------------------------- cells as profiles
@@ -277,7 +278,9 @@ def slurm_scripts(base_profile: str | Path, grid: Grid) -> dict[str, str]:
     logs = folder / "slurm"
     root = shlex.quote(str(project_root()))
     profile_arg = shlex.quote(str(base_profile))
-    grid_arg = shlex.quote(str(grid_path(grid.name)) if grid_path(grid.name).exists() else grid.name)
+    if grid.source is None:
+        raise ConfigError(f"grid {grid.name!r} was not read from a file (load_grid): the SLURM jobs need one to read")
+    grid_arg = shlex.quote(grid.source)
     array = _sbatch_header(f"cosearch-{grid.name}", cfg, time_limit=cfg.slurm.time, gres=cfg.slurm.gres,
                            log=str(logs / "cell-%a-%A.log"))
     array += ["", _PRELUDE.format(root=root),

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# make test-slurm: submit a grid to a real SLURM scheduler and check what comes back.
+#
+# Brings up a one-node SLURM cluster on this machine from Debian's packages (munge, MariaDB,
+# slurmdbd for `sacct`, slurmctld, slurmd; all on localhost, no systemd needed), submits the grid
+# tests/slurm/ci_grid.yaml on the `ci` profile with `cosearch grid --slurm` (an array job, one task
+# per cell, and an aggregation job that waits for it with --dependency=afterok), waits, prints the
+# tasks' states from `sacct`, and checks that every cell and the aggregation left their executed
+# notebooks and ok run records. Needs root and apt (installs the packages when they are missing).
+#
+#   tests/slurm/local_cluster.sh            # the whole test (what `make test-slurm` runs)
+#   tests/slurm/local_cluster.sh --stop     # stop the daemons it started
+#
+# Runs go to $COSEARCH_RUNS (default: a fresh folder under /tmp), so the repository is not touched.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BIN="$ROOT/.venv/bin"
+HOST="$(hostname -s)"
+GRID="$ROOT/tests/slurm/ci_grid.yaml"
+PROFILE=ci
+TIMEOUT_S="${TIMEOUT_S:-1800}"
+
+stop() {
+  pkill -x slurmd 2>/dev/null || true
+  pkill -x slurmctld 2>/dev/null || true
+  pkill -x slurmdbd 2>/dev/null || true
+  sleep 1
+}
+if [ "${1:-}" = "--stop" ]; then stop; exit 0; fi
+
+[ "$(id -u)" = 0 ] || { echo "test-slurm needs root (it starts the SLURM daemons)"; exit 2; }
+[ -x "$BIN/cosearch" ] || { echo "no $BIN/cosearch: run 'make install' first"; exit 2; }
+if ! command -v slurmctld >/dev/null || ! command -v slurmdbd >/dev/null || ! command -v mariadbd >/dev/null; then
+  echo "[test-slurm] installing slurm-wlm, slurmdbd, munge, mariadb-server with apt ..."
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm slurmdbd munge mariadb-server >/dev/null
+fi
+
+T0=$(date +%s)
+CPUS=$(nproc)
+MEM_MB=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /run/mysqld
+chown munge:munge /run/munge 2>/dev/null || true
+chown mysql:mysql /run/mysqld 2>/dev/null || true
+
+# --- munge: authentication between the daemons and the commands
+[ -s /etc/munge/munge.key ] || { dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 status=none; chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key; }
+pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
+munge -n | unmunge >/dev/null
+
+# --- MariaDB and slurmdbd: the accounting database `sacct` reads
+if ! pgrep -x mariadbd >/dev/null; then
+  [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql >/dev/null
+  (mariadbd-safe --user=mysql >/dev/null 2>&1 &)
+  for _ in $(seq 60); do mariadb -e "select 1" >/dev/null 2>&1 && break; sleep 1; done
+fi
+mariadb -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurm'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+cat > /etc/slurm/slurmdbd.conf <<EOF
+AuthType=auth/munge
+DbdHost=localhost
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=slurm
+StorageLoc=slurm_acct_db
+PidFile=/run/slurmdbd.pid
+LogFile=/var/log/slurm/slurmdbd.log
+EOF
+chmod 600 /etc/slurm/slurmdbd.conf
+
+cat > /etc/slurm/slurm.conf <<EOF
+ClusterName=cosearch
+SlurmctldHost=$HOST
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ReturnToService=2
+MpiDefault=none
+SchedulerType=sched/backfill
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+JobCompType=jobcomp/none
+NodeName=$HOST CPUs=$CPUS RealMemory=$MEM_MB State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+
+stop
+slurmdbd
+for _ in $(seq 30); do sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 1; done
+sacctmgr -i add cluster cosearch >/dev/null 2>&1 || true
+slurmctld -c
+slurmd
+for _ in $(seq 60); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 1; done
+sinfo
+echo "[test-slurm] cluster up in $(( $(date +%s) - T0 )) s"
+
+# --- the grid: an array job, then the aggregation (afterok)
+export COSEARCH_RUNS="${COSEARCH_RUNS:-$(mktemp -d /tmp/cosearch-slurm-XXXX)}"
+cd "$ROOT"
+T1=$(date +%s)
+OUT=$("$BIN/cosearch" grid "$GRID" --profile "$PROFILE" --slurm)
+echo "$OUT"
+ARRAY=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['array_job'])")
+AGG=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['aggregate_job'])")
+while squeue -h -j "$ARRAY,$AGG" 2>/dev/null | grep -q .; do
+  if squeue -h -j "$AGG" -o %r 2>/dev/null | grep -q DependencyNeverSatisfied; then
+    echo "[test-slurm] a task failed, so the aggregation can never start: cancelled"; scancel "$AGG"; break
+  fi
+  if [ $(( $(date +%s) - T1 )) -gt "$TIMEOUT_S" ]; then echo "[test-slurm] timed out after $TIMEOUT_S s"; scancel "$ARRAY" "$AGG"; exit 1; fi
+  sleep 5
+done
+WALL=$(( $(date +%s) - T1 ))
+sleep 3  # slurmdbd receives the last records
+echo "[test-slurm] the array's tasks and the aggregation job, from sacct:"
+sacct -X -j "$ARRAY,$AGG" --format=JobID%-14,JobName%-28,State,ExitCode,Elapsed
+STATES=$(sacct -X -n -P -j "$ARRAY,$AGG" --format=State | sort | uniq -c)
+
+# --- what came back
+"$BIN/python" - "$GRID" "$PROFILE" "$ARRAY" "$AGG" <<'PY'
+import json, subprocess, sys
+from pathlib import Path
+from cosearch_lib.config import load_profile
+from cosearch_lib.records.grid import cell_dir, cell_status, load_grid, select_notebooks
+from cosearch_lib.paths import run_dir
+
+grid, profile, array, agg = load_grid(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+base = load_profile(profile)
+states = subprocess.run(["sacct", "-X", "-n", "-P", "-j", f"{array},{agg}", "--format=JobID,State"],
+                        capture_output=True, text=True, check=True).stdout.split()
+jobs = dict(line.split("|") for line in states)
+tasks = {k: v for k, v in jobs.items() if k.startswith(f"{array}_")}
+problems = []
+if len(tasks) != len(grid.cells) or set(tasks.values()) != {"COMPLETED"}:
+    problems.append(f"array tasks: {tasks} (want {len(grid.cells)} COMPLETED)")
+if jobs.get(agg) != "COMPLETED":
+    problems.append(f"aggregation job {agg}: {jobs.get(agg)}")
+for cell in grid.cells:
+    folder = cell_dir(base, grid, cell)
+    status = cell_status(base, grid, cell)
+    books = [folder / b.name for b in select_notebooks(list(grid.notebooks))]
+    if status != "done" or not all(b.exists() for b in books):
+        problems.append(f"cell {cell.name}: status {status}, notebooks {[b.name for b in books if b.exists()]}")
+    logs = sorted((run_dir(f"{base.profile}/{grid.name}") / "slurm").glob(f"cell-{grid.cells.index(cell)}-*.log"))
+    if not logs:
+        problems.append(f"cell {cell.name}: no task log")
+for book in select_notebooks(list(grid.aggregate)):
+    record = run_dir(base.profile) / f"{book.stem}.run.json"
+    if not record.exists() or json.loads(record.read_text()).get("status") != "ok":
+        problems.append(f"aggregation: no ok run record {record}")
+print("\n".join(problems) if problems else f"[test-slurm] all {len(grid.cells)} cells done, aggregation done")
+sys.exit(1 if problems else 0)
+PY
+echo "[test-slurm] states: $(echo $STATES); grid wall time ${WALL} s; total $(( $(date +%s) - T0 )) s; runs in $COSEARCH_RUNS"
