@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= demo
 
-.PHONY: help demo test test-fast test-slurm lint docs install bench clean-runs
+.PHONY: help demo test test-fast test-slurm check-gpu-extra lint docs install bench clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "make %-10s %s\n", $$1, $$2}'
@@ -35,6 +35,12 @@ test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) 
 
 test-slurm: $(STAMP)  ## a one-node SLURM cluster on this machine (root, apt): submit a grid as an array + afterok job, check sacct and the runs
 	tests/slurm/local_cluster.sh
+
+check-gpu-extra: $(STAMP)  ## resolve the gpu extra with pip's resolver (--dry-run: nothing installed), print what a CUDA node gets
+	$(BIN)/python -m pip install --dry-run --ignore-installed --quiet --report $(VENV)/gpu-extra.json -e ".[gpu]"
+	$(BIN)/python -c "import json; r = json.load(open('$(VENV)/gpu-extra.json'))['install']; \
+	v = {i['metadata']['name'].lower(): i['metadata']['version'] for i in r}; \
+	print(len(v), 'packages resolve;', ', '.join(f'{k} {v[k]}' for k in ('torch', 'vllm', 'unsloth', 'faiss-gpu-cu12', 'transformers', 'trl', 'peft') if k in v))"
 
 lint: $(STAMP)  ## ruff, then the layer contract (import-linter), then the generated docs are current
 	$(BIN)/ruff check cosearch_lib tests benchmarks notebooks
