@@ -39,6 +39,8 @@ from transformers import DynamicCache, StaticCache
 
 from cosearch_lib.config import BACKEND_KINDS, SamplingConfig
 from cosearch_lib.models.counter_rng import counter_uniforms, seed_halves
+from cosearch_lib.models.grouped_attention import use_grouped_attention
+from cosearch_lib.models.growing_cache import growing_cache
 from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
 from cosearch_lib.models.registry import ModelNotFoundError, convert_bundled_gguf, load_causal_lm, resolve_model
 from cosearch_lib.progress import tqdm
@@ -319,7 +321,7 @@ class TransformersBackend:
     def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 16, device: Any = None,
                  progress: bool = False, share_prefixes: bool = True, sync_every: int = 8,
                  min_shared_prefix: int = 16, prefix_cache_bytes: int = 4 << 30, static_cache: bool | None = None,
-                 merge_lora: bool = True) -> None:
+                 merge_lora: bool = True, grouped_attention: bool = True, growing_cache: bool = True) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         if sync_every < 1:
@@ -333,6 +335,10 @@ class TransformersBackend:
         self.min_shared_prefix = min_shared_prefix  # shorter common prefixes are not worth a separate pass
         self.prefix_cache_bytes = prefix_cache_bytes
         self.merge_lora = merge_lora  # sample with the adapter folded into the weights (merged_adapter)
+        # Masked attention without repeat_kv copies (models.grouped_attention): switches the model's
+        # attention function, for updates too (same maths; unmasked batches take the stock path).
+        self.grouped_attention = use_grouped_attention(model) if grouped_attention else False
+        self.grow_in_place = growing_cache  # append keys in place, no per-token cache copy (models.growing_cache)
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         if next(model.parameters()).device != self.device:
             model.to(self.device)
@@ -468,7 +474,9 @@ class TransformersBackend:
                         v[i, :, P - c:] = f.values[layer][:, :c]
                 prefix_keys.append((k, v))
         cache = self._static_cache(B, width, prefix_keys) if self.static_cache else None
-        if cache is None and prefix_keys:
+        if cache is None and self.grow_in_place:
+            cache = growing_cache(prefix_keys)
+        elif cache is None and prefix_keys:
             cache = DynamicCache(ddp_cache_data=prefix_keys)
         return input_ids.to(dev), attn.to(dev), position_ids.to(dev), cache
 
