@@ -98,3 +98,35 @@ def test_03_joint_grpo_training_runs_on_ci_profile(isolated_outputs):
     assert (figs / "validation_curves.png").stat().st_size > 10_000
     # one validation, no start: nothing to pair, and the results say so rather than inventing an interval
     assert metrics["validation_comparisons"] == {"agent": [], "ranker": []}
+
+
+@pytest.mark.slow
+def test_04_ablations_builds_tables_from_finished_cells_and_names_the_missing_ones(isolated_outputs):
+    import pandas as pd
+
+    runs, figs = isolated_outputs / "runs" / "ci", isolated_outputs / "figures" / "ci"
+    families = ["syn_nq", "syn_popqa", "syn_hotpotqa", "syn_musique"]
+
+    def finish(folder, policies):  # what notebook 03 leaves in a finished cell: an ok record, eval records
+        folder.mkdir(parents=True)
+        (folder / "03_joint_grpo_training.run.json").write_text(json.dumps({"status": "ok"}))
+        pd.DataFrame([{"method": p, "dataset": fam, "question_id": f"{fam}-{i}", "sample": 0, "f1": f1, "golds": ["x"],
+                       "prediction": None, "error": None}
+                      for p, f1 in policies.items() for fam in families for i in range(2)]).to_parquet(
+            folder / "03_eval_records.parquet")
+
+    finish(runs / "table3" / "full", {"cosearch: after GRPO": 1.0})
+    finish(runs / "table3" / "no-r-main", {"cosearch: after GRPO": 0.5})
+    finish(runs / "table4" / "k3", {"fixed_ranker: after GRPO": 0.25, "cosearch: after GRPO": 0.75})
+    nb_path = next(p for p in list_notebooks() if p.name.startswith("04_"))
+    nb = nbformat.read(run_notebook(nb_path, "ci", progress=False), as_version=4)
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    metrics = json.loads((runs / "04_ablations.metrics.json").read_text())
+    rows = {r["cell"]: r for r in metrics["table3"]}
+    assert rows["no-r-main"]["diff"] == -0.5 and rows["no-r-main"]["paper row"] == "w/o r_main"
+    assert [(r["K"], r["method"], r["avg"]) for r in metrics["table4"]] == [(3, "fixed_ranker", 0.25), (3, "cosearch", 0.75)]
+    assert "ndcg" in metrics["missing"]["table3"] and "k3" not in metrics["missing"]["table4"]
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
+    assert "run `cosearch grid table3 --profile ci --cells ndcg`" in text
+    for name in ("table3_ablations", "table4_topk"):
+        assert (figs / f"{name}.png").stat().st_size > 10_000 and (figs / f"{name}.csv").exists()

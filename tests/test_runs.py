@@ -140,6 +140,9 @@ def test_run_profile_sends_each_notebook_its_parameters_and_warm_starts_first(mo
     calls.clear()
     runner.run_profile("ci", ["01"])  # notebook 01 needs no warm start
     assert calls == [("01", {})]
+    calls.clear()
+    runner.run_profile("ci", ["04"])  # notebook 04 reads the grids' records: no warm start either
+    assert calls == [("04", {})]
 
 
 def test_profile_notebook_sections_are_validated(tmp_path, monkeypatch):

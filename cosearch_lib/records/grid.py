@@ -13,7 +13,8 @@ A grid is data, a YAML file under ``papermill_runs/params/grids/<name>.yaml``::
         training: {ranker_reward: {use_main: false}}
       k1:
         search: {topk: 1}
-        parameters: {methods: "search_r1,cosearch"}   # ... and notebook parameters of its own
+        parameters: {methods: "search_r1,cosearch"}   # ... notebook parameters of its own
+        paper: "w/o r_main"        # ... and the paper's row it reproduces (Table 3 names)
 
 Each cell becomes a profile file of its own, ``papermill_runs/<profile>/<grid>/<cell>/profile.yaml``
 (``extends`` the base profile, ``profile: <profile>/<grid>/<cell>``), so its executed notebooks,
@@ -57,6 +58,7 @@ class GridCell:
     name: str
     overrides: dict[str, Any] = field(default_factory=dict)  # profile sections this cell changes
     parameters: dict[str, Any] = field(default_factory=dict)  # notebook parameters of this cell
+    paper: str | None = None  # the paper's row this cell reproduces (records.ablations puts it beside ours)
 
 
 @dataclass(frozen=True)
@@ -136,12 +138,15 @@ def load_grid(name_or_path: str | Path) -> Grid:
             raise ConfigError(f"{path}: cell {cell_name!r}: expected a mapping of profile sections, got {settings!r}")
         settings = dict(settings)
         cell_params = settings.pop("parameters", None) or {}
+        paper = settings.pop("paper", None)
+        if paper is not None and not isinstance(paper, str):
+            raise ConfigError(f"{path}: cell {cell_name!r}: paper: expected the paper's row name, got {paper!r}")
         if not isinstance(cell_params, dict):
             raise ConfigError(f"{path}: cell {cell_name!r}: parameters: expected a mapping, got {cell_params!r}")
         for forbidden in ("profile", "extends"):
             if forbidden in settings:
                 raise ConfigError(f"{path}: cell {cell_name!r} may not set {forbidden!r}: the grid sets it")
-        cells.append(GridCell(cell_name, settings, cell_params))
+        cells.append(GridCell(cell_name, settings, cell_params, paper))
     return Grid(name=name, notebooks=_strings(data.get("notebooks", ["03"]), f"{path}: notebooks"),
                 cells=tuple(cells), aggregate=_strings(data.get("aggregate", []), f"{path}: aggregate"),
                 parameters=parameters, description=str(data.get("description", "")), source=str(path.resolve()))

@@ -188,6 +188,11 @@ def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = No
     return record
 
 
+#: The notebooks that use the warm-started policies: the warm start step runs before the first of them
+#: (04 and 05 only read records).
+POLICY_NOTEBOOKS = ("02", "03")
+
+
 def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters: dict[str, Any] | None = None,
                 warm_start_step: bool = True, **kwargs: Any) -> list[Path]:
     """Run the selected (default: all) notebooks in order; stop at the first failure.
@@ -208,7 +213,8 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
                 for b in books}
     for b, params in per_book.items():
         check_parameters(b, params, "-p")
-    warm_before = next((b for b in books if b.name[:2] >= "02"), None) if warm_start_step and cfg.warmstart.enabled else None
+    warm_before = next((b for b in books if b.name[:2] in POLICY_NOTEBOOKS), None) \
+        if warm_start_step and cfg.warmstart.enabled else None
     executed = []
     for nb in books:
         if nb == warm_before:  # after the retriever notebook, before the first one that uses the policies

@@ -238,3 +238,68 @@ def plot_warmstart_losses(losses: pd.DataFrame, *, title: str = ""):
     ax.legend(frameon=False)
     fig.tight_layout()
     return fig
+
+
+#: One colour per method in every figure that names methods (training ids and harness ids alike).
+METHOD_COLORS = {
+    "search_r1": "#7f7f7f", "agent_retrieval": "#7f7f7f",
+    "fixed_ranker": "#1f77b4", "agent_fixed_ranker": "#1f77b4",
+    "cosearch": "#d62728", "agent_trained_ranker": "#d62728",
+    "oracle": "#2ca02c", "agent_oracle": "#2ca02c",
+}
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey", wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def plot_ablations(table: pd.DataFrame, *, title: str = ""):
+    """Table 3 as bars: each ablation's avg F1 minus full CoSearch's, with its paired 95% interval,
+    and the paper's difference as a black diamond where the cell names a paper row.
+    ``table``: :func:`cosearch_lib.records.ablations.ablation_table`."""
+    rows = table[table["diff"].notna()] if "diff" in table else table.iloc[:0]
+    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.5 * max(len(rows), 2)))
+    if rows.empty:
+        _empty(ax, "no finished ablation cell next to a finished 'full' cell:\nrun the grid (notebook text)")
+    else:
+        y = np.arange(len(rows))
+        err = np.vstack([rows["diff"] - rows["ci_low"], rows["ci_high"] - rows["diff"]])
+        ax.barh(y, rows["diff"], xerr=np.nan_to_num(err), color=METHOD_COLORS["cosearch"], alpha=0.75, capsize=3,
+                label="ours, 95% paired interval")
+        if "paper diff" in rows:
+            ax.scatter(rows["paper diff"], y, marker="D", color="black", zorder=3, label="paper")
+        ax.axvline(0, color="black", lw=0.8)
+        ax.set_yticks(y, rows.index)
+        ax.invert_yaxis()
+        ax.set(xlabel="avg F1 minus full CoSearch")
+        ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_title(title or "Table 3: ablations against full CoSearch")
+    fig.tight_layout()
+    return fig
+
+
+def plot_topk(table: pd.DataFrame, *, title: str = ""):
+    """Table 4 as lines: avg F1 of each trained method against K with 95% intervals (solid), the
+    paper's numbers dashed. ``table``: :func:`cosearch_lib.records.ablations.topk_table`."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if table.empty:
+        _empty(ax, "no finished K cell: run the grid (notebook text)")
+    else:
+        for method, part in table.groupby("method", sort=False):
+            part = part.sort_values("K")
+            color = METHOD_COLORS.get(method)
+            err = np.vstack([part["avg"] - part["ci_low"], part["ci_high"] - part["avg"]])
+            ax.errorbar(part["K"], part["avg"], yerr=np.nan_to_num(err), marker="o", capsize=3, color=color, label=method)
+            if part["paper avg"].notna().any():
+                ax.plot(part["K"], part["paper avg"], ls="--", marker="x", color=color, alpha=0.6)
+        ks = sorted(table["K"].unique())
+        ax.set(xlabel="K (passages shown to the agent)", ylabel="avg F1 (test)", ylim=(-0.02, 1.02),
+               xlim=(min(ks) - 0.5, max(ks) + 0.5))
+        ax.set_xticks(ks)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, frameon=False, title="ours (solid) / paper (dashed)", title_fontsize=8)
+    ax.set_title(title or "Table 4: avg F1 against K")
+    fig.tight_layout()
+    return fig
