@@ -130,3 +130,12 @@ def test_04_ablations_builds_tables_from_finished_cells_and_names_the_missing_on
     assert "run `cosearch grid table3 --profile ci --cells ndcg`" in text
     for name in ("table3_ablations", "table4_topk"):
         assert (figs / f"{name}.png").stat().st_size > 10_000 and (figs / f"{name}.csv").exists()
+
+
+@pytest.mark.slow
+def test_05_figures_runs_without_records_and_says_what_to_run(isolated_outputs):
+    nb_path = next(p for p in list_notebooks() if p.name.startswith("05_"))
+    nb = nbformat.read(run_notebook(nb_path, "ci", progress=False), as_version=4)
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    report = (isolated_outputs / "figures" / "ci" / "REPORT.md").read_text()
+    assert report.count("*Missing:*") == 8 and "cosearch run --profile ci --notebooks 02" in report

@@ -303,3 +303,8 @@ def plot_topk(table: pd.DataFrame, *, title: str = ""):
     ax.set_title(title or "Table 4: avg F1 against K")
     fig.tight_layout()
     return fig
+
+
+def house_style() -> None:
+    """The one look of the report's figures (notebook 05): seaborn's white grid, notebook sizes."""
+    sns.set_theme(style="whitegrid", context="notebook", font_scale=0.85, rc={"figure.dpi": 110, "savefig.dpi": 150})

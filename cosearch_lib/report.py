@@ -1,0 +1,227 @@
+"""Every table and figure of the paper from one profile's run records, beside the paper's numbers.
+
+:func:`report_items` builds, from what notebooks 02-04 left under ``papermill_runs/<profile>/``:
+
+* Table 1, the oracle gap (02's records), with its paired interval;
+* Table 2, avg F1 per method and family (02), our avg beside the paper's 3B and 7B agents;
+* Tables 3 and 4, the ablations and the K sweep (the grids' cells, ``records.ablations``);
+* Table 7, search turns per question (02);
+* Fig. 2, training curves and validation with intervals (03's step and validation records);
+* Fig. 3, the ranker's reward dynamics before and after the semantic-group filter (03, CoSearch).
+
+An item whose runs are missing carries no figure but a sentence naming the missing run and the
+command that produces it; nothing raises. :func:`write_report` saves every figure as PNG and PDF and
+every table as CSV under ``figures/<profile>/``, then one Markdown page, ``REPORT.md``, showing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.patches import Patch
+
+from cosearch_lib.atomic_io import atomic_path, save_figure, write_table
+from cosearch_lib.config import ROLE_TABLE, load_profile
+from cosearch_lib.eval.paper_reference import PAPER_METHOD, oracle_gap_beside_paper, paper_table, turns_beside_paper
+from cosearch_lib.eval.tables import load_records, oracle_gap_intervals, oracle_gap_table, summary_table, turn_distribution
+from cosearch_lib.paths import figures_dir, project_relative, run_dir
+from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
+from cosearch_lib.records.grid import load_grid
+from cosearch_lib.records.training_runs import read_steps, read_validation, training_root, validation_curves
+from cosearch_lib.viz.plots import (
+    METHOD_COLORS,
+    plot_ablations,
+    plot_oracle_gap,
+    plot_ranker_dynamics,
+    plot_topk,
+    plot_training_curves,
+    plot_turn_distribution,
+    plot_validation_curves,
+)
+
+
+@dataclass
+class ReportItem:
+    key: str  # file stem under figures/<profile>/ (e.g. "table1_oracle_gap")
+    title: str
+    figure: Any = None  # a matplotlib figure, or None when its runs are missing
+    table: pd.DataFrame | None = None
+    missing: str | None = None  # what is missing and the command that produces it
+
+
+class MissingRun(FileNotFoundError):
+    """A record a report item needs is not there; the message says which and how to produce it."""
+
+
+def _eval_records(profile: str) -> pd.DataFrame:
+    path = run_dir(load_profile(profile).profile) / "02_eval_records.parquet"
+    if not path.exists():
+        raise MissingRun(f"no {project_relative(path)}: run `cosearch run --profile {profile} --notebooks 02`")
+    return load_records(path)
+
+
+def _table1(profile: str, seed: int) -> ReportItem:
+    records = _eval_records(profile)
+    for needed in ("agent_retrieval", "agent_oracle"):
+        if needed not in set(records["method"]):
+            raise MissingRun(f"notebook 02 ran without {needed}: run `cosearch run --profile {profile} --notebooks 02`")
+    label = f"ours ({profile})"
+    beside = oracle_gap_beside_paper(oracle_gap_table(records), label=label)
+    intervals = oracle_gap_intervals(records, seed=seed)
+    return ReportItem("table1_oracle_gap", "Table 1: the oracle gap", plot_oracle_gap(beside, intervals={label: intervals}),
+                      beside.reset_index())
+
+
+def table2_beside_paper(records: pd.DataFrame) -> pd.DataFrame:
+    """Our avg F1 per method and family (paper order) with the paper's avg for its 3B and 7B agents."""
+    ours = summary_table(records, "f1")
+    paper = paper_table("table2")
+    for agent in ("3B", "7B"):
+        avg = paper[paper["agent"] == agent].set_index("method")["avg"]
+        ours[f"paper {agent} avg"] = [float(avg[PAPER_METHOD[m]]) if PAPER_METHOD.get(m) in avg.index else None
+                                      for m in ours.index]
+    return ours
+
+
+def plot_table2(table: pd.DataFrame, *, title: str = ""):
+    """Table 2 as bars: our avg F1 per method beside the paper's 3B and 7B agents (hatched)."""
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    x = range(len(table))
+    colors = [METHOD_COLORS.get(m, "#9467bd") for m in table.index]
+    ax.bar([i - 0.27 for i in x], table["avg"], width=0.27, color=colors, label="ours")
+    for offset, agent, hatch in ((0.0, "3B", "//"), (0.27, "7B", "xx")):
+        ax.bar([i + offset for i in x], table[f"paper {agent} avg"].astype(float), width=0.27, color="white",
+               edgecolor=colors, hatch=hatch, label=f"paper {agent}")
+    ax.set_xticks(list(x), table.index, rotation=20, ha="right")
+    ax.set(ylabel="avg F1", ylim=(0, 1), title=title or "Table 2: avg F1 per method, ours and the paper's")
+    ax.legend(handles=[Patch(facecolor="grey", label="ours (colour: method)"),
+                       Patch(facecolor="white", edgecolor="grey", hatch="//", label="paper 3B"),
+                       Patch(facecolor="white", edgecolor="grey", hatch="xx", label="paper 7B")], fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def _table2(profile: str, seed: int) -> ReportItem:
+    table = table2_beside_paper(_eval_records(profile))
+    return ReportItem("table2_main", "Table 2: answer F1 per method and family", plot_table2(table), table.reset_index())
+
+
+def _grid_item(profile: str, seed: int, grid_name: str) -> ReportItem:
+    grid = load_grid(grid_name)
+    records = grid_records(profile, grid)
+    missing = missing_cells(profile, grid)
+    if grid_name == "table3":
+        table = ablation_table(records, grid, seed=seed)
+        item = ReportItem("table3_ablations", "Table 3: ablations", plot_ablations(table),
+                          table.reset_index() if len(table) else table)
+    else:
+        table = topk_table(records, cell_topk(profile, grid), seed=seed)
+        item = ReportItem("table4_topk", "Table 4: the number K of passages shown", plot_topk(table), table)
+    if len(missing):
+        item.missing = (f"{len(missing)} of {len(grid.cells)} cells have not finished ({', '.join(missing['cell'])}): "
+                        f"run `cosearch grid {grid_name} --profile {profile}`")
+    if table.empty:
+        plt.close(item.figure)
+        item.figure = None
+    return item
+
+
+def _table7(profile: str, seed: int) -> ReportItem:
+    records = _eval_records(profile)
+    agents = records[records["method"].str.startswith("agent_")]
+    if agents.empty:
+        raise MissingRun(f"notebook 02 ran no agent method: run `cosearch run --profile {profile} --notebooks 02`")
+    cfg = load_profile(profile)
+    table = turns_beside_paper(turn_distribution(agents, max_turns=cfg.search.max_searches), label=f"ours ({profile})")
+    return ReportItem("table7_search_turns", "Table 7: searches per question", plot_turn_distribution(table),
+                      table.reset_index())
+
+
+def _steps(profile: str) -> pd.DataFrame:
+    root = training_root(load_profile(profile).profile)
+    try:
+        return read_steps(root)
+    except FileNotFoundError as err:
+        raise MissingRun(f"no training run under {project_relative(root)}: run `cosearch run --profile {profile} "
+                         "--notebooks 03`") from err
+
+
+def _fig2(profile: str, seed: int) -> ReportItem:
+    steps = _steps(profile)
+    return ReportItem("fig2_training_curves", "Fig. 2: training curves", plot_training_curves(steps),
+                      steps[steps["step"] >= 0])
+
+
+def _fig2_validation(profile: str, seed: int) -> ReportItem:
+    validation = read_validation(training_root(load_profile(profile).profile))
+    if validation.empty:
+        raise MissingRun(f"no validation records under {project_relative(training_root(load_profile(profile).profile))}: "
+                         f"notebook 03 writes them when the profile validates (training.eval_every > 0, as in laptop): "
+                         f"run `cosearch run --profile {profile} --notebooks 03`")
+    curves = {"agent: validation avg F1": validation_curves(validation, kind="agent", seed=seed),
+              "ranker: Hit@1 on held-out sub-queries": validation_curves(validation, kind="ranker", seed=seed)}
+    table = pd.concat(curves, names=["panel"]).reset_index(level=0)
+    return ReportItem("fig2_validation", "Fig. 2 (validation, with 95% intervals)", plot_validation_curves(curves), table)
+
+
+def _fig3(profile: str, seed: int) -> ReportItem:
+    steps = _steps(profile)
+    trains_ranker = [m for m in dict.fromkeys(steps["method"]) if ROLE_TABLE[m][2]]
+    if not trains_ranker:
+        raise MissingRun(f"no run that trains the ranker: run `cosearch run --profile {profile} --notebooks 03 "
+                         "-p methods=cosearch`")
+    method = "cosearch" if "cosearch" in trains_ranker else trains_ranker[0]
+    part = steps[(steps["method"] == method) & (steps["step"] >= 0)]
+    return ReportItem("fig3_ranker_dynamics", f"Fig. 3: ranker dynamics ({method})", plot_ranker_dynamics(part), part)
+
+
+#: (key, title, builder) of every report item, in the paper's order.
+REPORT_ITEMS: tuple[tuple[str, str, Callable[[str, int], ReportItem]], ...] = (
+    ("table1_oracle_gap", "Table 1: the oracle gap", _table1),
+    ("table2_main", "Table 2: answer F1 per method and family", _table2),
+    ("table3_ablations", "Table 3: ablations", lambda p, s: _grid_item(p, s, "table3")),
+    ("table4_topk", "Table 4: the number K of passages shown", lambda p, s: _grid_item(p, s, "table4")),
+    ("table7_search_turns", "Table 7: searches per question", _table7),
+    ("fig2_training_curves", "Fig. 2: training curves", _fig2),
+    ("fig2_validation", "Fig. 2 (validation, with 95% intervals)", _fig2_validation),
+    ("fig3_ranker_dynamics", "Fig. 3: ranker dynamics", _fig3),
+)
+
+
+def report_items(profile: str, *, seed: int = 0) -> list[ReportItem]:
+    """Every item of :data:`REPORT_ITEMS`; one whose runs are missing says so (``missing``)."""
+    items = []
+    for key, title, build in REPORT_ITEMS:
+        try:
+            items.append(build(profile, seed))
+        except MissingRun as why:
+            items.append(ReportItem(key, title, missing=str(why)))
+    return items
+
+
+def write_report(items: list[ReportItem], profile: str) -> Path:
+    """PNG + PDF per figure, CSV per table under ``figures/<profile>/``, and ``REPORT.md`` showing them."""
+    out = figures_dir() / load_profile(profile).profile
+    lines = [f"# Report: profile `{profile}`", "",
+             "Every table and figure of the paper from this profile's run records, the paper's numbers beside "
+             "ours (generated by notebook 05; regenerate with `cosearch run --profile "
+             f"{profile} --notebooks 05`).", ""]
+    for item in items:
+        lines += [f"## {item.title}", ""]
+        if item.missing:
+            lines += [f"*Missing:* {item.missing}", ""]
+        if item.figure is not None:
+            save_figure(item.figure, item.key, out)
+            lines += [f"![{item.title}]({item.key}.png)", ""]
+        if item.table is not None and len(item.table):
+            write_table(item.table, out / f"{item.key}.csv")
+            lines += [f"Table: [{item.key}.csv]({item.key}.csv)", ""]
+    path = out / "REPORT.md"
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n".join(lines))
+    return path
