@@ -295,7 +295,7 @@ class RolloutConfig:
 # ================================================================================ rewards, grouping, GRPO, training
 
 _VARIANTS = ("paper", "released")
-_RELEVANCE = ("hit", "ndcg")
+_RELEVANCE = ("hit", "ndcg", "judge")
 _NDCG_IDEAL = ("pool", "shown")
 _FORMAT_FAIL = ("filter", "penalize")
 
@@ -333,7 +333,7 @@ class AgentRewardConfig:
 class RankerRewardConfig:
     variant: str = "paper"  # "paper" (Eq. 6) or "released" (authors' code: binarised r_main, >= rule, invalid penalty)
     gamma: float = 0.5  # paper: an easy call gets r_main added only when r_rel > gamma
-    relevance: str = "hit"  # r_rel: "hit" (mean Hit@k over hit_ks) or "ndcg" (nDCG@K of the shown list, K = len(order))
+    relevance: str = "hit"  # r_rel: "hit" (mean Hit@k over hit_ks), "ndcg" (nDCG@K of the shown list, K = len(order)) or "judge" (mean Hit@k over an LLM judge's labels of the shown passages: rl.judge)
     hit_ks: tuple[int, ...] = (1, 3, 5)  # Hit@k cutoffs averaged into r_rel when relevance="hit"
     ndcg_ideal: str = "pool"  # nDCG normaliser: "pool" (best of all N candidates, as the release) or "shown" (the K)
     use_main: bool = True  # False = ablation "w/o r_main": r_rank = r_rel

@@ -156,6 +156,8 @@ def script(prompt, key):
     """Turn 0 searches; turn 1 answers right for even samples and wrong for odd ones (so the rewards
     of a group differ); the ranker shows the three answer passages to even samples, none to odd ones."""
     role, *rest = key
+    if role == "judge":  # LLM-as-judge (rl.judge): the first shown passage is relevant, the others are not
+        return "Yes." if rest[2] == 0 else "no"
     if role == "ranker":
         sample = rest[2]
         return "<reason>r</reason><rerank>" + ("[2] > [1] > [3]" if sample % 2 == 0 else "[5] > [4] > [6]") + "</rerank>"

@@ -53,6 +53,8 @@ class RankerCall:
     i_ans: int = 0  # 1 if any of the N candidates contains an answer
     r_rel: float = 0.0  # mean Hit@{1,3,5} of the shown list (paper's relevance reward)
     hit_at: dict[int, float] = field(default_factory=dict)  # Hit@k of the shown list, k in {1, 3, 5}
+    shown_texts: list[str] = field(default_factory=list)  # contents of the shown passages, in order (the judge reads them)
+    judged: list[int] | None = None  # LLM-as-judge relevance of the shown passages (rl.judge); None: not judged
 
 
 @dataclass
@@ -127,7 +129,8 @@ def _ranker_call(traj: Trajectory, turn: int, req: RankRequest, ranking) -> Rank
         sub_query=req.sub_query, candidate_ids=[p.id for p in req.candidates], relevant=relevant,
         order=list(ranking.order), valid=ranking.valid, error=ranking.error, prompt_ids=ranking.prompt_ids,
         output_ids=ranking.output_ids, output_logprobs=ranking.output_logprobs, output_text=ranking.output_text,
-        i_ans=int(any(relevant)), r_rel=mean_hit(shown, (1, 3, 5)) if shown else 0.0, hit_at=hits)
+        i_ans=int(any(relevant)), r_rel=mean_hit(shown, (1, 3, 5)) if shown else 0.0, hit_at=hits,
+        shown_texts=[req.candidates[i].contents for i in ranking.order])
 
 
 class RolloutEngine:

@@ -82,7 +82,9 @@ class RankerReward:
 def relevance_reward(call, cfg: RankerRewardConfig | None = None) -> float:
     """``r_rel`` of one call, computed on the K passages the agent was shown (``call.order``).
 
-    ``relevance="hit"``: mean Hit@k over ``cfg.hit_ks`` (paper: {1, 3, 5}). ``relevance="ndcg"``:
+    ``relevance="hit"``: mean Hit@k over ``cfg.hit_ks`` (paper: {1, 3, 5}). ``relevance="judge"``:
+    the same over an LLM judge's labels of the shown passages (``call.judged``, set by
+    :func:`cosearch_lib.rl.judge.judge_calls`; the paper's LLM-as-judge ablation). ``relevance="ndcg"``:
     nDCG@K with binary gains, K = ``len(call.order)``, normalised against the best list that could
     be built from all N candidates (``ndcg_ideal="pool"``) or from the K shown ones (``"shown"``).
     An empty shown list scores 0. For an invalid output ``order`` is the retriever's top-K fallback.
@@ -96,6 +98,12 @@ def relevance_reward(call, cfg: RankerRewardConfig | None = None) -> float:
     shown = [call.relevant[i] for i in call.order]
     if not shown:
         return 0.0
+    if cfg.relevance == "judge":
+        judged = getattr(call, "judged", None)
+        if judged is None or len(judged) != len(shown):
+            raise ValueError(f"relevance='judge' needs the judge's labels of the {len(shown)} shown passages "
+                             f"(rl.judge.judge_calls before the rewards); call {getattr(call, 'traj_id', '?')} has {judged!r}")
+        return mean_hit(list(judged), cfg.hit_ks)
     if cfg.relevance == "hit":
         return mean_hit(shown, cfg.hit_ks)
     ideal = call.relevant if cfg.ndcg_ideal == "pool" else None
@@ -177,7 +185,7 @@ REWARD_GLOSSARY: dict[str, str] = {
     "agent_reward": "Eq. 4: max token F1 of the answer over the golds if every agent turn followed the protocol, "
                     "else -alpha.",
     "reward": "r_rank of one ranker call (Eq. 6 or its released / ablation form); nan for calls not kept.",
-    "r_rel": "relevance term: mean Hit@{1,3,5} (or nDCG@K) of the K passages the agent was shown "
+    "r_rel": "relevance term: mean Hit@{1,3,5} (or nDCG@K, or Hit over an LLM judge's labels) of the K passages the agent was shown "
              "(the retriever's top-K when the ranker output was invalid).",
     "r_main": "agent term as it enters the ranker reward: the trajectory's Eq. 4 reward (paper) or "
               "1[that reward >= 0.8] (released).",

@@ -67,6 +67,7 @@ from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages
+from cosearch_lib.rl.judge import judge_calls
 from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences
 from cosearch_lib.rl.ranker_validation import (
     RANKER_VALIDATION_KS,
@@ -256,6 +257,8 @@ class JointTrainer:
                                  torch.tensor([q_index[t.question_id] for t in trajs]),
                                  scale_std=cfg.grpo.scale_std, eps=cfg.grpo.std_eps).tolist()
         calls = [c for t in trajs for c in t.ranker_calls]
+        if cfg.ranker_reward.relevance == "judge":  # the LLM-as-judge ablation: the base model labels the shown passages
+            judge_calls(calls, self.backend, self.chat, adapter=None, seed=self.seed)
         r_rewards = ranker_rewards(trajs, cfg.ranker_reward, agent_cfg=cfg.agent_reward)
         grouping = group_ranker_calls(calls, r_rewards, cfg.grouping)
         gids = group_ids(grouping, len(calls))
