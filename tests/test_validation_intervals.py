@@ -78,7 +78,7 @@ def test_ranker_comparisons_use_the_plain_mean_and_missing_kinds_raise():
     table = validation_comparisons(frame(), ["cosearch"], kind="ranker")
     assert table.attrs["statistic"] == "mean" and table.attrs["metric"] == "hit@1"
     assert table.iloc[0]["diff"] == pytest.approx(1 - 1 / 6)
-    assert "mean hit@1" in verdicts(table)[0]
+    assert "mean hit@1" in verdicts(table)[0] and "6 sub-queries" in verdicts(table)[0]
     with pytest.raises(ValueError, match="no 'ranker' validation rows"):
         validation_comparisons(pd.DataFrame(agent_rows("cosearch", 1, START)), ["cosearch"], kind="ranker")
 
@@ -88,6 +88,8 @@ def test_validation_figure_draws_one_errorbar_line_per_method_and_says_when_empt
     fig = plot_validation_curves(curves)
     agent_ax, empty_ax = fig.axes
     assert [t.get_text() for t in agent_ax.get_legend().get_texts()] == ["cosearch", "search_r1", "fixed_ranker"]
+    colors = [line.get_color() for line in agent_ax.lines if line.get_marker() == "o"]
+    assert colors == ["#d62728", "#7f7f7f", "#1f77b4"]  # one colour per method (METHOD_COLORS), in legend order
     xs = [np.asarray(line.get_xdata(), dtype=float) for line in agent_ax.lines if len(line.get_xdata()) > 0
           and line.get_marker() == "o"]
     assert len(xs) == 3

@@ -249,13 +249,13 @@ def metric_label(metric: str, statistic: str = "macro") -> str:
 
 
 def verdict(row: Mapping[str, Any], *, a: str | None = None, b: str | None = None, metric: str = "f1",
-            statistic: str = "macro", level: float = LEVEL) -> str:
+            statistic: str = "macro", level: float = LEVEL, unit: str = "questions") -> str:
     """A plain-language reading of one comparison (keys diff, ci_low, ci_high, n_questions and, unless
     given, a and b; optional note), e.g. ``"agent_oracle - agent_retrieval = +0.071 avg F1 (95% CI
     +0.020 to +0.125, 140 questions): the interval excludes 0, agent_oracle scores higher"``."""
     a, b = a or row["a"], b or row["b"]
     head = f"{a} - {b} = {row['diff']:+.3f} {metric_label(metric, statistic)}"
-    n = f"{int(row['n_questions'])} questions"
+    n = f"{int(row['n_questions'])} {unit}"
     low, high = row["ci_low"], row["ci_high"]
     if pd.isna(low) or pd.isna(high):
         return f"{head} ({n}): no interval, {row.get('note') or 'none computed'}"
@@ -270,7 +270,7 @@ def verdicts(table: pd.DataFrame) -> list[str]:
     ``tables.oracle_gap_intervals``; metric, statistic and level from its ``attrs``), then one line
     per pair the table left out."""
     attrs = table.attrs
-    settings = {k: attrs[k] for k in ("metric", "statistic", "level") if k in attrs}
+    settings = {k: attrs[k] for k in ("metric", "statistic", "level", "unit") if k in attrs}
     lines = []
     for label, row in table.iterrows():
         if "a" in row:

@@ -130,7 +130,8 @@ def validation_comparisons(validation: pd.DataFrame, methods: Sequence[str], *, 
     table = comparison_table(labelled, pairs, metric, statistic=statistic, level=level, n_resamples=n_resamples,
                              seed=seed) if pairs else comparison_table(labelled.iloc[:0], [], metric)
     table.attrs["skipped"] = table.attrs.get("skipped", []) + skipped
-    table.attrs.update(statistic=statistic, metric=metric, level=level)
+    table.attrs.update(statistic=statistic, metric=metric, level=level,
+                       unit="questions" if kind == "agent" else "sub-queries")
     return table
 
 

@@ -147,7 +147,7 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
     ``steps``: :func:`cosearch_lib.records.training_runs.read_steps` (columns step, method and the panel metrics).
     Panels whose column is missing or all-NaN say so instead of drawing an empty axis."""
     methods = list(dict.fromkeys(steps["method"]))
-    palette = dict(zip(methods, sns.color_palette("tab10", len(methods))))
+    palette = method_palette(methods)
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
     for ax, (column, label) in zip(axes[0], panels):
         ax.set(xlabel="training steps completed", title=label)
@@ -173,7 +173,7 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
     interval as error bars; x = steps completed (0: before the first update). Methods are nudged
     apart on x so that overlapping intervals stay readable. An empty table says so."""
     methods = list(dict.fromkeys(m for c in curves.values() for m in c.get("method", [])))
-    palette = dict(zip(methods, sns.color_palette("tab10", max(len(methods), 1))))
+    palette = method_palette(methods)
     fig, axes = plt.subplots(1, max(len(curves), 1), figsize=(4.6 * max(len(curves), 1), 3.6), squeeze=False)
     for ax, (label, curve) in zip(axes[0], curves.items()):
         ax.set(xlabel="training steps completed", title=label)
@@ -247,6 +247,12 @@ METHOD_COLORS = {
     "cosearch": "#d62728", "agent_trained_ranker": "#d62728",
     "oracle": "#2ca02c", "agent_oracle": "#2ca02c",
 }
+
+
+def method_palette(methods) -> dict:
+    """A colour per method: :data:`METHOD_COLORS` where the method has one, else tab10 colours."""
+    spare = iter(sns.color_palette("tab10", 10)[4:])
+    return {m: METHOD_COLORS.get(m) or next(spare, "#7f7f7f") for m in methods}
 
 
 def _empty(ax, text: str) -> None:
