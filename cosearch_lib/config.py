@@ -725,6 +725,18 @@ def _merged(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
+    """A YAML file that must hold a mapping (profiles, grid files); ConfigError naming the file otherwise
+    (``what`` completes "<path>: ..." when the top level is not a mapping)."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: {what}, got {type(data).__name__}")
+    return data
+
+
 def profile_data(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """A profile file's mapping, with ``extends: <profile>`` resolved: the named profile's settings
     first, this file's on top (so a larger profile can reuse a smaller one's world, models and
@@ -734,12 +746,7 @@ def profile_data(name_or_path: str | Path, _seen: tuple[Path, ...] = ()) -> dict
         raise ConfigError(f"no profile file {path}; available profiles: {available_profiles()}")
     if path.resolve() in _seen:
         raise ConfigError(f"{path}: 'extends' loops back to itself ({' -> '.join(p.stem for p in _seen)})")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from err
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a profile is a mapping of settings, got {type(data).__name__}")
+    data = read_yaml_mapping(path, "a profile is a mapping of settings")
     base = data.pop("extends", None)
     if base is None:
         return data

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,12 @@ def _eval_records(profile: str) -> pd.DataFrame:
     path = run_dir(load_profile(profile).profile) / "02_eval_records.parquet"
     if not path.exists():
         raise MissingRun(f"no {project_relative(path)}: run `cosearch run --profile {profile} --notebooks 02`")
+    return _records(str(path), path.stat().st_mtime_ns).copy()
+
+
+@lru_cache(maxsize=2)
+def _records(path: str, mtime_ns: int) -> pd.DataFrame:
+    """Notebook 02's records, read once for the three items built from them (a rewrite reads again)."""
     return load_records(path)
 
 

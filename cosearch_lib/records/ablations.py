@@ -25,7 +25,6 @@ from cosearch_lib.config import load_profile
 from cosearch_lib.eval.intervals import method_interval
 from cosearch_lib.eval.paper_reference import paper_table
 from cosearch_lib.eval.tables import AVG_COLUMNS, comparison_table, load_records, summary_table
-from cosearch_lib.paths import project_relative
 from cosearch_lib.records.grid import Grid, cell_dir, cell_status, write_cell_profile
 
 #: The evaluation records notebook 03 writes into a run folder.
@@ -141,7 +140,3 @@ def cell_topk(base_profile: str | Path, grid: Grid) -> dict[str, int]:
 def describe_missing(missing: pd.DataFrame) -> list[str]:
     """One sentence per missing cell, with the command that produces it."""
     return [f"cell {row.cell} ({row.status}): run `{row.command}`" for row in missing.itertuples()]
-
-
-def relative_folder(base_profile: str | Path, grid: Grid) -> str:
-    return project_relative(cell_dir(load_profile(base_profile), grid, grid.cells[0]).parent)

@@ -26,6 +26,7 @@ cell) and a dependent aggregation job, and submits both.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -39,7 +40,7 @@ import pandas as pd
 import yaml
 
 from cosearch_lib.atomic_io import atomic_path, write_json
-from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, profile_path
+from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, profile_path, read_yaml_mapping
 from cosearch_lib.paths import params_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.papermill_runner import notebook_parameters, run_profile, select_notebooks
 
@@ -111,12 +112,7 @@ def load_grid(name_or_path: str | Path) -> Grid:
     path = grid_path(name_or_path)
     if not path.exists():
         raise ConfigError(f"no grid file {path}; available grids: {available_grids()}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from err
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a grid is a mapping with keys {list(GRID_KEYS)}")
+    data = read_yaml_mapping(path, f"a grid is a mapping with keys {list(GRID_KEYS)}")
     unknown = sorted(set(data) - set(GRID_KEYS))
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {unknown}; a grid has {list(GRID_KEYS)}")
@@ -190,7 +186,7 @@ def cell_status(base: ProfileConfig, grid: Grid, cell: GridCell) -> str:
     records = []
     for book in select_notebooks(list(grid.notebooks)):
         path = folder / f"{book.stem}.run.json"
-        records.append(yaml.safe_load(path.read_text()) if path.exists() else None)
+        records.append(json.loads(path.read_text()) if path.exists() else None)
     if records and all(r is not None and r.get("status") == "ok" for r in records):
         return "done"
     if any(r is not None and r.get("status") == "failed" for r in records):
