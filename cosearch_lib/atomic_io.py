@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,27 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temp folder beside ``path``; on success it replaces ``path`` (an older folder
+    there is removed only then), on error it is deleted and ``path`` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            path.rename(old)
+            tmp.rename(path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_json(obj: Any, path: str | os.PathLike) -> Path:

@@ -1,7 +1,8 @@
 """The ``cosearch`` command.
 
     cosearch run --profile demo [--notebooks 01 02] [-p name=value ...]
-                                                        execute notebooks with papermill
+                                                        execute notebooks with papermill (and the
+                                                        profile's reduced grid before notebook 04)
     cosearch warm-start --profile demo                  train (or load) the warm-start adapters
     cosearch build-world --profile demo                 generate the embedded world
     cosearch build-index --profile demo                 world/corpus -> store -> FAISS index
@@ -28,12 +29,13 @@ from cosearch_lib.config import available_profiles, load_profile
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from cosearch_lib.records.papermill_runner import parse_parameter, run_profile
+    from cosearch_lib.records.grid import run_workbook
+    from cosearch_lib.records.papermill_runner import parse_parameter
 
     params = dict(parse_parameter(p) for p in args.param or [])
     if args.seed is not None:
         params["seed"] = args.seed
-    run_profile(args.profile, args.notebooks, parameters=params, progress=not args.quiet)
+    run_workbook(args.profile, args.notebooks, parameters=params, progress=not args.quiet)
     return 0
 
 

@@ -441,6 +441,24 @@ ROLE_TABLE = {
 }
 
 
+#: What plays the ranker of the methods that rank with a model (ranking "llm" in ROLE_TABLE).
+RANKER_KINDS = ("llm", "cross_encoder")
+
+
+@dataclass
+class CrossEncoderConfig:
+    """The trainable cross-encoder of ``training.ranker_kind: cross_encoder`` (Table 3's ablation)."""
+
+    model: str = "all-minilm-l6-v2"  # the encoder it starts from (bundled name, local folder or hub id)
+    lr: float = 2e-5  # AdamW learning rate, warm start and GRPO
+    max_length: int = 192  # tokens of one (sub-query, passage) pair
+    warm_start_epochs: int = 2  # listwise passes over warmstart.n_ranker gold hops before GRPO (0: none)
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0 or self.max_length < 8 or self.warm_start_epochs < 0:
+            raise ValueError(f"cross_encoder: lr > 0, max_length >= 8 and warm_start_epochs >= 0, got {self!r}")
+
+
 #: Tracker kinds -> the pip package each needs.
 TRACKER_KINDS: dict[str, str] = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
@@ -469,6 +487,8 @@ class TrainConfig:
     gradient_checkpointing: bool = False  # recompute activations in the update's backward pass: trades recompute for activation memory; needed for 3B-7B shapes on one GPU
     max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
     shared_backbone: bool = False  # ablation: one adapter plays both roles
+    ranker_kind: str = "llm"  # "llm": the generative ranker (paper); "cross_encoder": a trainable cross-encoder (ablation)
+    cross_encoder: CrossEncoderConfig = field(default_factory=CrossEncoderConfig)  # used with ranker_kind cross_encoder
     eval_every: int = 20  # E: validation (agent F1, ranker Hit@k on held-out sub-queries) every E steps (and after the last); 0 = never
     validate_at_start: bool = False  # also validate before the first update: a step -1 row of the step records (the starting point of the curves)
     val_split: str = "dev"  # split of the validation questions
@@ -503,6 +523,11 @@ class TrainConfig:
             self.log_to = check_kinds(self.log_to)
         except ValueError as err:
             raise ValueError(f"TrainConfig.log_to: {err}") from None
+        if self.ranker_kind not in RANKER_KINDS:
+            raise ValueError(f"TrainConfig.ranker_kind must be one of {RANKER_KINDS}, got {self.ranker_kind!r}")
+        if self.ranker_kind == "cross_encoder" and self.shared_backbone:
+            raise ValueError("a shared backbone plays both roles with one LLM adapter; it cannot be combined with "
+                             "ranker_kind 'cross_encoder'")
         if not isinstance(self.wandb_project, str) or not self.wandb_project.strip():
             raise ValueError(f"TrainConfig.wandb_project must be a non-empty string, got {self.wandb_project!r}")
 
@@ -512,10 +537,15 @@ class TrainConfig:
 
     def roles(self) -> dict[str, str | None]:
         """role -> adapter name (None: the role is played by a rule, not a policy)."""
-        ranker = "ranker" if self.ranking == "llm" else None
+        ranker = "ranker" if self.ranking == "llm" and self.ranker_kind == "llm" else None
         if self.shared_backbone:
             return {"agent": "shared", "ranker": "shared" if ranker else None}
         return {"agent": "agent", "ranker": ranker}
+
+    @property
+    def uses_cross_encoder(self) -> bool:
+        """The method ranks with a model and that model is the cross-encoder (no ranker adapter)."""
+        return self.ranking == "llm" and self.ranker_kind == "cross_encoder"
 
     def trainable(self) -> set[str]:
         _, agent, ranker = ROLE_TABLE[self.method]
@@ -609,6 +639,28 @@ class SlurmConfig:
 
 
 @dataclass
+class GridsConfig:
+    """Grids of runs on this profile (``records.grid``, ``cosearch grid``).
+
+    ``run`` names the cells ``cosearch run`` (``make demo``) runs before the grids' aggregate notebooks
+    (04, 05): a reduced grid sized for the profile; the other cells stay for ``cosearch grid``.
+    ``parameters`` are notebook parameters every grid cell of this profile gets (the cell budget, e.g.
+    fewer GRPO steps), over the grid file's and under the cell's own; ``cosearch grid`` applies them too,
+    so every cell of one profile is run alike and comparable."""
+
+    run: dict[str, list[str]] = field(default_factory=dict)  # grid name -> cell names to run inside `cosearch run`
+    parameters: dict[str, Any] = field(default_factory=dict)  # notebook parameters of every grid cell on this profile
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.run, dict) or not all(
+                isinstance(k, str) and isinstance(v, list) and v and all(isinstance(c, str) for c in v)
+                for k, v in self.run.items()):
+            raise ValueError(f"run: expected a mapping of grid name -> non-empty list of cell names, got {self.run!r}")
+        if not isinstance(self.parameters, dict):
+            raise ValueError(f"parameters: expected a mapping of notebook parameter -> value, got {self.parameters!r}")
+
+
+@dataclass
 class EvaluationConfig:
     split: str = "test"  # which split the evaluation harness reads
     n_per_dataset: int | None = None  # questions per data source (None = all)
@@ -635,6 +687,7 @@ class ProfileConfig:
     training: TrainConfig = field(default_factory=TrainConfig)  # joint GRPO training
     notebooks: dict[str, dict[str, Any]] = field(default_factory=dict)  # notebook stem -> papermill parameters for it (checked against its parameters cell)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)  # resources of the jobs `cosearch grid --slurm` submits
+    grids: GridsConfig = field(default_factory=GridsConfig)  # the reduced grid `cosearch run` runs, and every cell's budget
 
     def __post_init__(self) -> None:
         # one SearchBudget object, shared by reference: the prompts, the rollout engine and the

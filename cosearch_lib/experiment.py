@@ -10,6 +10,7 @@ every layer below takes explicit settings objects and never reads a profile itse
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -19,16 +20,19 @@ from typing import Any
 import pandas as pd
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
-from cosearch_lib.config import TRAINING_METHODS, ProfileConfig, load_profile
+from cosearch_lib.config import TRAINING_METHODS, CrossEncoderConfig, ProfileConfig, load_profile
 from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
 from cosearch_lib.models.backends import GenerationBackend, make_backend
+from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
+from cosearch_lib.models.cross_encoder import CrossEncoderScorer
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
 from cosearch_lib.paths import cache_dir, path_text, run_dir
 from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_corpus, prepare_index
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
+from cosearch_lib.rl.cross_encoder_policy import relevance_lists, warm_start_cross_encoder
 from cosearch_lib.rl.trainer import EVAL_METHOD, JointTrainer, clear_run, latest_checkpoint
 from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, train_sft
 
@@ -83,9 +87,11 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     out_dir = Path(out_dir or run_dir(cfg.profile) / "training" / tcfg.method)
     if not resume:
         clear_run(out_dir)
+    scorer = CrossEncoderScorer.load(cross_encoder_start(cfg, retriever, tcfg.cross_encoder, progress=progress)) \
+        if tcfg.uses_cross_encoder else None
     trainer = JointTrainer(tcfg, policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
                            out_dir=out_dir, seed=cfg.seed, val_questions=val, batch_size=cfg.models.batch_size,
-                           progress=progress, backend=backend)
+                           progress=progress, backend=backend, cross_encoder=scorer)
     if resume and latest_checkpoint(out_dir) is not None:
         trainer.load_checkpoint()
     return trainer
@@ -131,6 +137,43 @@ def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Se
             model, tokenizer = load_causal_lm(names[role])
             train_sft(model, tokenizer, data[role], ws, cfg.lora, root / role, seed=cfg.seed, progress=progress)
     return {role: root / role for role in roles}
+
+
+def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, settings: CrossEncoderConfig | None = None, *,
+                        progress: bool = True) -> Path:
+    """The folder of the cross-encoder ranker GRPO starts from (``training.ranker_kind: cross_encoder``):
+    ``settings.model`` with its head at zero, then (``warm_start_epochs`` > 0 and the profile's warm
+    start enabled) trained listwise on the first ``warmstart.n_ranker`` gold hops of the warm start's
+    split (``rl.cross_encoder_policy``). Built on first use, then cached beside the profile's warm start."""
+    ce = settings or cfg.training.cross_encoder
+    key = hashlib.sha1(json.dumps(dataclasses.asdict(ce), sort_keys=True).encode()).hexdigest()[:12]
+    folder = warmstart_dir(cfg) / f"cross_encoder-{key}"
+    if (folder / CROSS_ENCODER_MARKER).exists():
+        return folder
+    scorer = CrossEncoderScorer.from_encoder(ce.model, max_length=ce.max_length)
+    stats: dict[str, Any] = {"trained": False}
+    if ce.warm_start_epochs and cfg.warmstart.enabled:
+        if retriever is None:
+            raise ValueError(f"the cross-encoder warm start of {cfg.profile!r} must be trained and needs a retriever")
+        qa_path = corpus_paths(cfg).qa.get(cfg.warmstart.split)
+        if qa_path is None:
+            raise ValueError(f"profile {cfg.profile!r} has no {cfg.warmstart.split!r} split for the warm start")
+        lists = relevance_lists(load_qa(qa_path), retriever, topn=cfg.search.topn, n=cfg.warmstart.n_ranker)
+        stats = {"trained": True, **warm_start_cross_encoder(scorer, lists, lr=ce.lr, epochs=ce.warm_start_epochs,
+                                                             seed=cfg.seed, progress=progress)}
+    scorer.save(folder)
+    (folder / "warm_start.json").write_text(json.dumps(stats, indent=2))
+    return folder
+
+
+def policy_starts(cfg: ProfileConfig, retriever: SearchBackend | None, *, progress: bool = True) -> dict[str, Path]:
+    """Where every policy of the profile starts: the warm-started adapters (:func:`warm_start`) and,
+    with ``training.ranker_kind: cross_encoder``, the cross-encoder (:func:`cross_encoder_start`).
+    What :func:`evaluate_before_after` evaluates as "before GRPO"."""
+    starts = dict(warm_start(cfg, retriever, progress=progress))
+    if cfg.training.ranker_kind == "cross_encoder":
+        starts["cross_encoder"] = cross_encoder_start(cfg, retriever, progress=progress)
+    return starts
 
 
 #: The policy sources notebooks can evaluate.
@@ -210,6 +253,8 @@ def trained_eval_settings(method: str, adapters: dict[str, str | Path], warm: di
     if agent is None and adapters:
         raise ValueError(f"no agent adapter among {sorted(adapters)}")
     fields: dict[str, Any] = {"methods": (EVAL_METHOD[method],), "agent_adapter": path_text(agent)}
+    if "cross_encoder" in adapters and method in ("cosearch", "fixed_ranker"):  # the cross-encoder ranks
+        return {**fields, "methods": ("agent_cross_encoder",), "cross_encoder_model": path_text(adapters["cross_encoder"])}
     if method == "cosearch":
         # no adapters at all (before GRPO, without a warm start): the base model ranks, prompted
         fields["trained_ranker_adapter"] = path_text(adapters.get("ranker", adapters.get("shared")))
@@ -226,14 +271,16 @@ BEFORE_AFTER_LABELS = ("warm start", "after GRPO")
 
 def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],
                           examples: Sequence[QAExample], ctx: HarnessContext, base_cfg: HarnessConfig, *, progress: bool = True,
-                          labels: tuple[str, str] = BEFORE_AFTER_LABELS) -> pd.DataFrame:
-    """The method's evaluation (``base_cfg``: a HarnessConfig) with the warm-started policies and with
-    the trained ones, on the same questions. The ``method`` column reads ``"<method>: <label>"``; the
-    harness's own method name stays in ``eval_method``."""
+                          labels: tuple[str, str] = BEFORE_AFTER_LABELS, before: bool = True) -> pd.DataFrame:
+    """The method's evaluation (``base_cfg``: a HarnessConfig) with the warm-started policies (unless
+    ``before`` is False: the cells of a grid share one warm start) and with the trained ones, on the
+    same questions. The ``method`` column reads ``"<method>: <label>"``; the harness's own method name
+    stays in ``eval_method``."""
 
     frames = []
-    warm_adapters = {role: warm[role] for role in ("agent", "ranker") if role in warm}
-    for label, chosen in zip(labels, (warm_adapters, adapters)):
+    warm_adapters = {role: warm[role] for role in ("agent", "ranker", "cross_encoder") if role in warm}
+    runs = list(zip(labels, (warm_adapters, adapters)))
+    for label, chosen in runs if before else runs[1:]:
         fields = trained_eval_settings(method, chosen, warm)
         ecfg = replace(base_cfg, **fields)
         records = run_evaluation(None, examples, ctx, ecfg, progress=progress)

@@ -167,7 +167,8 @@ def script(prompt, key):
     return answer_turn(GOLD[rest[1]] if sample % 2 == 0 else "Paris")
 
 
-def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, val_questions=(), eval_every=0, **kw):
+def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, val_questions=(), eval_every=0,
+            cross_encoder=None, **kw):
     cfg = TrainConfig(method=method, steps=steps, questions_per_step=2, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
                       micro_batch=1, eval_every=eval_every, shared_backbone=shared, **kw)
     cfg.grouping.k_min = 2
@@ -177,4 +178,4 @@ def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, va
     rollout = RolloutConfig(search=SearchBudget(max_searches=2, topn=6, topk=3), temperature=1.0, agent_max_new_tokens=64)
     return JointTrainer(cfg, policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
                         out_dir=out_dir, seed=0, progress=False, backend=ScriptedBackend(tok, script),
-                        val_questions=val_questions)
+                        val_questions=val_questions, cross_encoder=cross_encoder)

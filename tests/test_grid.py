@@ -197,6 +197,70 @@ def test_committed_grids_give_valid_profiles_on_the_committed_profiles(name, run
             assert cfg.profile == f"{profile}/{name}/{cell.name}" and cfg.search.topk <= cfg.search.topn
 
 
+@pytest.mark.parametrize("profile", ["ci", "demo", "laptop", "paper"])
+def test_the_committed_profiles_reduced_grids_name_real_cells_and_declared_parameters(profile):
+    from cosearch_lib.records import papermill_runner
+
+    cfg = load_profile(profile)
+    for name, cells in cfg.grids.run.items():
+        grid = load_grid(name)
+        assert all(grid.cell(c).name == c for c in cells)
+        params = grids.cell_parameters(cfg, grid, grid.cell(cells[0]))
+        declared = set().union(*(papermill_runner.notebook_parameters(b)
+                                 for b in papermill_runner.select_notebooks(list(grid.notebooks))))
+        assert set(params) <= declared, f"{profile}: grid {name} passes parameters its notebooks do not declare"
+
+
 def test_the_committed_grids_are_the_paper_tables():
     assert set(grids.available_grids()) >= {"table3", "table4"}
     assert {c.name for c in load_grid("table4").cells} == {"k1", "k3", "k5", "k10"}
+
+
+def test_a_profile_names_its_reduced_grid_and_the_budget_of_every_cell(tmp_path, runs):
+    profile = tmp_path / "small.yaml"
+    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "small",
+                                       "grids": {"run": {"table3": ["full", "no-r-main"]},
+                                                 "parameters": {"steps": 1, "methods": "fixed_ranker"}}}))
+    cfg = load_profile(profile)
+    assert cfg.grids.run == {"table3": ["full", "no-r-main"]}
+    grid = load_grid(grid_file(tmp_path, GRID))
+    # grid file < profile budget < the cell's own parameters
+    assert grids.cell_parameters(cfg, grid, grid.cell("full")) == {"methods": "fixed_ranker", "steps": 1}
+    assert grids.cell_parameters(cfg, grid, grid.cell("k1")) == {"methods": "search_r1,cosearch", "steps": 1}
+    for bad, message in [({"run": {"table3": []}}, "non-empty list"), ({"run": {"table3": "full"}}, "non-empty list"),
+                         ({"parameters": [1]}, "parameters: expected a mapping"), ({"cells": {}}, "unknown key")]:
+        profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "small", "grids": bad}))
+        with pytest.raises(ConfigError, match=message):
+            load_profile(profile)
+
+
+def test_cosearch_run_runs_the_profiles_reduced_grid_right_before_the_notebooks_that_aggregate_it(tmp_path, runs):
+    profile = tmp_path / "small.yaml"
+    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "small",
+                                       "grids": {"run": {"table3": ["no-r-main", "full"]}, "parameters": {"steps": 1}}}))
+    calls = []
+
+    def runner(profile, notebooks, *, parameters, progress):
+        calls.append((load_profile(profile).profile, list(notebooks), parameters))
+        if "/table3/" in load_profile(profile).profile:
+            record(runs / load_profile(profile).profile, "ok")
+        return []
+
+    grids.run_workbook(str(profile), parameters={"n_per_dataset": 3}, runner=runner, progress=False)
+    assert calls[0] == ("small", ["01", "02", "03"], {"n_per_dataset": 3})  # the -p value, where declared
+    assert [c[0] for c in calls[1:3]] == ["small/table3/no-r-main", "small/table3/full"]  # the profile's order
+    assert calls[1][1] == ["03"] and calls[1][2] == {"methods": "cosearch", "steps": 1}
+    assert calls[3] == ("small", ["04", "05"], {})  # 04 and 05 declare no n_per_dataset
+    calls.clear()
+    grids.run_workbook(str(profile), ["04"], runner=runner, progress=False)  # finished cells are skipped
+    assert calls == [("small", ["04"], {})]
+    calls.clear()
+    grids.run_workbook(str(profile), ["01"], runner=runner, progress=False)  # nothing aggregates: no grid
+    assert calls == [("small", ["01"], {})]
+    with pytest.raises(ConfigError, match="no selected notebook has such a parameter"):
+        grids.run_workbook(str(profile), ["01"], parameters={"n_per_dataset": 3}, runner=runner, progress=False)
+    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "small", "grids": {"run": {"table3": ["nope"]}}}))
+    calls.clear()
+    with pytest.raises(KeyError, match="no cell 'nope'"):
+        grids.run_workbook(str(profile), runner=runner, progress=False)
+    assert calls == []  # refused before anything ran

@@ -10,6 +10,9 @@ old log-probs, validity).
 * ``llm``: a generative ranker LLM writes ``[i] > [j] > ...``; an invalid output falls back to the
   retriever's top-K and the call is flagged invalid (the released code then gives it -0.2).
 * ``cross_encoder``: a pointwise cross-encoder scores each (sub-query, passage) pair (ablation).
+* ``cross_encoder_policy``: a trainable cross-encoder (``models.cross_encoder``) that samples its K
+  passages from the Plackett-Luce distribution of its scores (greedy: the K best), recording each
+  pick's log-probability so GRPO can train it like the generative ranker (Table 3's cross-encoder row).
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from cosearch_lib.agent.parsers import parse_ranking
 from cosearch_lib.agent.prompts import ranker_messages
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.metrics import has_answer
+from cosearch_lib.models.cross_encoder import CrossEncoderScorer, plackett_luce_logprobs, sample_ranking
 from cosearch_lib.models.registry import resolve_model
+from cosearch_lib.seeding import derive_seed
 
-RANKING_MODES = ("retrieval", "oracle", "llm", "cross_encoder")
+RANKING_MODES = ("retrieval", "oracle", "llm", "cross_encoder", "cross_encoder_policy")
 
 
 @dataclass
@@ -52,6 +57,7 @@ class Ranking:
     output_ids: list[int] = field(default_factory=list)  # LLM ranker: generated ids
     output_logprobs: list[float] = field(default_factory=list)  # LLM ranker: old-policy log-probs
     output_text: str = ""  # LLM ranker: generated text
+    candidate_texts: list[str] = field(default_factory=list)  # cross-encoder policy: what it scored (its update re-scores them)
 
     def shown(self, candidates: list[Passage]) -> list[Passage]:
         return [candidates[i] for i in self.order]
@@ -161,9 +167,42 @@ class CrossEncoderRanker:
         return result
 
 
+class CrossEncoderPolicyRanker:
+    """A cross-encoder as a stochastic ranking policy: scores the N candidates of each request, then
+    samples K of them without replacement from the Plackett-Luce distribution at ``temperature``
+    (greedy top-K at 0). The picks are the output "tokens": ``output_ids`` is the order,
+    ``output_logprobs`` each pick's log-probability, and the sampling noise depends only on ``seed``
+    and the request's row key (as the LLM ranker's does)."""
+
+    mode = "cross_encoder_policy"
+
+    def __init__(self, scorer: CrossEncoderScorer, *, temperature: float, seed: int = 0) -> None:
+        self.scorer, self.temperature, self.seed = scorer, temperature, seed
+
+    def rank(self, requests: list[RankRequest]) -> list[Ranking]:
+        out = []
+        was_training = self.scorer.training
+        self.scorer.eval()
+        try:
+            with torch.inference_mode():
+                for r in requests:
+                    texts = [p.contents for p in r.candidates]
+                    scores = self.scorer.scores(r.sub_query, texts)
+                    gen = torch.Generator().manual_seed(derive_seed(self.seed, "ranker", *r.row_key))
+                    order = sample_ranking(scores, r.k, self.temperature, gen)
+                    logprobs = plackett_luce_logprobs(scores, order, self.temperature).tolist() \
+                        if self.temperature > 0 else [0.0] * len(order)
+                    out.append(Ranking(order=order, output_ids=list(order), output_logprobs=logprobs,
+                                       output_text=" > ".join(f"[{i + 1}]" for i in order), candidate_texts=texts))
+        finally:
+            self.scorer.train(was_training)
+        return out
+
+
 def make_ranker(mode: str, **kw) -> Ranker:
     """``retrieval`` / ``oracle`` need nothing; ``llm`` needs backend, chat, protocol_cfg, sampling
-    (and adapter); ``cross_encoder`` needs model_name or model + tokenizer."""
+    (and adapter); ``cross_encoder`` needs model_name or model + tokenizer; ``cross_encoder_policy`` a
+    scorer and a temperature."""
     if mode == "retrieval":
         return RetrievalOnlyRanker()
     if mode == "oracle":
@@ -172,4 +211,6 @@ def make_ranker(mode: str, **kw) -> Ranker:
         return LLMRanker(**kw)
     if mode == "cross_encoder":
         return CrossEncoderRanker.from_pretrained(kw.pop("model_name"), **kw) if "model_name" in kw else CrossEncoderRanker(**kw)
+    if mode == "cross_encoder_policy":
+        return CrossEncoderPolicyRanker(**kw)
     raise ValueError(f"ranking mode must be one of {RANKING_MODES}, got {mode!r}")

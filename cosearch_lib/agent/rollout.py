@@ -55,6 +55,7 @@ class RankerCall:
     hit_at: dict[int, float] = field(default_factory=dict)  # Hit@k of the shown list, k in {1, 3, 5}
     shown_texts: list[str] = field(default_factory=list)  # contents of the shown passages, in order (the judge reads them)
     judged: list[int] | None = None  # LLM-as-judge relevance of the shown passages (rl.judge); None: not judged
+    candidate_texts: list[str] = field(default_factory=list)  # cross-encoder policy only: the N texts it scored
 
 
 @dataclass
@@ -130,7 +131,7 @@ def _ranker_call(traj: Trajectory, turn: int, req: RankRequest, ranking) -> Rank
         order=list(ranking.order), valid=ranking.valid, error=ranking.error, prompt_ids=ranking.prompt_ids,
         output_ids=ranking.output_ids, output_logprobs=ranking.output_logprobs, output_text=ranking.output_text,
         i_ans=int(any(relevant)), r_rel=mean_hit(shown, (1, 3, 5)) if shown else 0.0, hit_at=hits,
-        shown_texts=[req.candidates[i].contents for i in ranking.order])
+        shown_texts=[req.candidates[i].contents for i in ranking.order], candidate_texts=list(ranking.candidate_texts))
 
 
 class RolloutEngine:

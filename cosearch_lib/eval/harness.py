@@ -40,13 +40,21 @@ from peft import PeftModel
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.parsers import parse_answer_only
 from cosearch_lib.agent.prompts import cot_messages, direct_messages, rag_messages
-from cosearch_lib.agent.rankers import LLMRanker, OracleRanker, Ranker, RetrievalOnlyRanker, make_ranker
+from cosearch_lib.agent.rankers import (
+    CrossEncoderPolicyRanker,
+    LLMRanker,
+    OracleRanker,
+    Ranker,
+    RetrievalOnlyRanker,
+    make_ranker,
+)
 from cosearch_lib.agent.rollout import RolloutEngine, Trajectory
 from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, SearchBudget
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.metrics import exact_match, has_answer, hit_at_k, max_token_f1
 from cosearch_lib.models.backends import GenerationBackend
+from cosearch_lib.models.cross_encoder import CrossEncoderScorer, is_cross_encoder_folder
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 
@@ -106,7 +114,7 @@ class HarnessConfig:
     agent_adapter: str | None = None  # agent LoRA of agent_* methods: loaded name or checkpoint folder; None = base
     fixed_ranker_adapter: str | None = None  # ranker LoRA of agent_fixed_ranker; None = the base model, prompted
     trained_ranker_adapter: str | None = None  # ranker LoRA of agent_trained_ranker (name or folder); None = skip it
-    cross_encoder_model: str | None = None  # cross-encoder when HarnessContext.cross_encoder is None; None = skip
+    cross_encoder_model: str | None = None  # cross-encoder (HF model name, or a folder saved by models.cross_encoder) when HarnessContext.cross_encoder is None; None = skip
     search: SearchBudget = field(default_factory=SearchBudget)  # N, K and the search cap (the profile's ``search``, by reference)
     agent_max_new_tokens: int = 256  # tokens per agent turn, and for the CoT reply
     ranker_max_new_tokens: int = 160  # tokens per LLM ranker call
@@ -312,6 +320,8 @@ def _cross_encoder(ctx: HarnessContext, cfg: HarnessConfig) -> Ranker:
     if cfg.cross_encoder_model is None:
         raise _Skip("no cross-encoder configured (HarnessContext.cross_encoder and HarnessConfig.cross_encoder_model "
                     "are both None); give one, e.g. cross-encoder/ms-marco-MiniLM-L-6-v2")
+    if is_cross_encoder_folder(cfg.cross_encoder_model):  # a trained cross-encoder policy (rl.cross_encoder_policy): greedy top-K
+        return CrossEncoderPolicyRanker(CrossEncoderScorer.load(cfg.cross_encoder_model), temperature=0.0, seed=cfg.seed)
     return make_ranker("cross_encoder", model_name=cfg.cross_encoder_model)
 
 

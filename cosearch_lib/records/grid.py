@@ -222,7 +222,7 @@ def run_grid(base_profile: str | Path, grid: Grid, cells: Sequence[str | int] | 
                 print(f"[cosearch grid] {grid.name}/{cell.name}: done, skipped", flush=True)
             continue
         profile_file = write_cell_profile(base_profile, grid, cell)
-        params = {**grid.parameters, **cell.parameters}
+        params = cell_parameters(base, grid, cell)
         if before in ("partial", "failed"):
             params.setdefault("resume", True)
         params = _declared(params, grid.notebooks)
@@ -240,6 +240,47 @@ def run_grid(base_profile: str | Path, grid: Grid, cells: Sequence[str | int] | 
     write_json({"grid": grid.name, "profile": base.profile, "cells": table.to_dict(orient="records")},
                run_dir(f"{base.profile}/{grid.name}") / "grid.run.json")
     return table
+
+
+def cell_parameters(base: ProfileConfig, grid: Grid, cell: GridCell) -> dict[str, Any]:
+    """The notebook parameters a cell runs with: the grid file's, then the profile's cell budget
+    (``grids.parameters``), then the cell's own; each later one wins."""
+    return {**grid.parameters, **base.grids.parameters, **cell.parameters}
+
+
+def run_workbook(profile: str | Path, notebooks: Sequence[str] | None = None, *, parameters: Mapping[str, Any] | None = None,
+                 progress: bool = True, runner: Callable[..., Any] = run_profile) -> list[Path]:
+    """``cosearch run``: the selected notebooks (default: all) in order, and, right before the first
+    of them that aggregates a grid the profile names in ``grids.run`` (notebook 04), the cells it
+    names (finished ones skipped, :func:`run_grid`). A failed cell does not stop the notebooks: the
+    aggregate notebooks list it as missing, with the command that runs it."""
+    cfg = load_profile(profile)
+    books = select_notebooks(list(notebooks) if notebooks else None)
+    stray = sorted(set(parameters or {}) - set(_known(parameters, books)))
+    if stray:
+        raise ConfigError(f"-p {stray}: no selected notebook has such a parameter")
+    grids = [load_grid(name) for name in cfg.grids.run]
+    for grid in grids:
+        for name in cfg.grids.run[grid.name]:
+            grid.cell(name)  # an unknown cell name fails before anything runs
+    aggregating = {book for grid in grids for book in select_notebooks(list(grid.aggregate))} if grids else set()
+    at = next((i for i, b in enumerate(books) if b in aggregating), None)
+    if at is None:
+        return runner(profile, [b.name[:2] for b in books], parameters=dict(parameters or {}), progress=progress)
+    executed = runner(profile, [b.name[:2] for b in books[:at]], parameters=_known(parameters, books[:at]),
+                      progress=progress) if at else []
+    for grid in grids:
+        if progress:
+            print(f"[cosearch run] grid {grid.name!r}, cells {cfg.grids.run[grid.name]} (profile grids.run) ...", flush=True)
+        run_grid(profile, grid, cfg.grids.run[grid.name], runner=runner, progress=progress)
+    return executed + runner(profile, [b.name[:2] for b in books[at:]], parameters=_known(parameters, books[at:]),
+                             progress=progress)
+
+
+def _known(params: Mapping[str, Any] | None, books: Sequence[Path]) -> dict[str, Any]:
+    """``params`` a part of the notebooks declares (``-p`` names are checked against all of them first)."""
+    declared = set().union(*(notebook_parameters(b) for b in books)) if books else set()
+    return {k: v for k, v in (params or {}).items() if k in declared}
 
 
 def _declared(params: Mapping[str, Any], notebooks: Sequence[str]) -> dict[str, Any]:

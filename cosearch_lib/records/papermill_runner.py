@@ -213,18 +213,19 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
                 for b in books}
     for b, params in per_book.items():
         check_parameters(b, params, "-p")
+    label = repr(project_relative(profile) if str(profile).endswith((".yaml", ".yml")) else profile)
     warm_before = next((b for b in books if b.name[:2] in POLICY_NOTEBOOKS), None) \
         if warm_start_step and cfg.warmstart.enabled else None
     executed = []
     for nb in books:
         if nb == warm_before:  # after the retriever notebook, before the first one that uses the policies
-            print(f"[cosearch run] warm start on profile {profile!r} ...", flush=True)
+            print(f"[cosearch run] warm start on profile {label} ...", flush=True)
             rec = run_warm_start(cfg, out_dir=kwargs.get("out_dir"), progress=kwargs.get("progress", True))
             print(f"[cosearch run] warm start {'loaded from cache' if rec['cached'] else 'trained'} in {rec['wall_s']:.1f} s "
                   f"-> {project_relative(warmstart_dir(cfg))}", flush=True)
         t0 = time.perf_counter()
         extra = f" with {per_book[nb]}" if per_book[nb] else ""
-        print(f"[cosearch run] {nb.name} on profile {profile!r}{extra} ...", flush=True)
+        print(f"[cosearch run] {nb.name} on profile {label}{extra} ...", flush=True)
         executed.append(run_notebook(nb, profile, parameters=per_book[nb], **kwargs))
         print(f"[cosearch run] {nb.name} done in {time.perf_counter() - t0:.1f} s -> {project_relative(executed[-1])}", flush=True)
     return executed

@@ -55,10 +55,10 @@ import pandas as pd
 import torch
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
-from cosearch_lib.agent.rankers import LLMRanker, OracleRanker, Ranker, RetrievalOnlyRanker
+from cosearch_lib.agent.rankers import CrossEncoderPolicyRanker, LLMRanker, OracleRanker, Ranker, RetrievalOnlyRanker
 from cosearch_lib.agent.rollout import RolloutEngine
 from cosearch_lib.atomic_io import write_table
-from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
+from cosearch_lib.config import ROLE_TABLE, ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
 from cosearch_lib.eval.tables import summary_table
@@ -66,6 +66,7 @@ from cosearch_lib.models.backends import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
+from cosearch_lib.rl.cross_encoder_policy import cross_encoder_update, load_scorer_state, make_optimizer, scorer_state
 from cosearch_lib.rl.grpo_loss import group_advantages
 from cosearch_lib.rl.judge import judge_calls
 from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences
@@ -86,7 +87,8 @@ EVAL_METHOD = {"search_r1": "agent_retrieval", "fixed_ranker": "agent_fixed_rank
 
 
 #: Every column of the per-step records (``steps.csv``), for the README glossary. ``<role>`` is
-#: agent or ranker (the policy updated), ``<adapter>`` agent, ranker or shared.
+#: agent or ranker (the policy updated), ``<adapter>`` agent, ranker, shared or cross_encoder (the
+#: cross-encoder ranker of ``training.ranker_kind: cross_encoder``, whose stats read ``ranker_*``).
 STEP_GLOSSARY: dict[str, str] = {
     "step": "0-based training step; -1: the validation before the first update (TrainConfig.validate_at_start), "
             "a row with only step, method and the val_* columns",
@@ -162,10 +164,11 @@ def describe_step_metric(name: str) -> str:
         return STEP_GLOSSARY[name]
     if name.startswith("grouping_"):
         return STEP_GLOSSARY["grouping_<stat>"]
-    head, _, tail = name.partition("_")
-    for pattern in (f"<role>_{tail}", f"<adapter>_{tail}"):
-        if head in ("agent", "ranker", "shared") and pattern in STEP_GLOSSARY:
-            return STEP_GLOSSARY[pattern]
+    for head in ("agent", "ranker", "shared", "cross_encoder"):
+        tail = name[len(head) + 1:] if name.startswith(f"{head}_") else None
+        for pattern in ((f"<role>_{tail}", f"<adapter>_{tail}") if tail else ()):
+            if pattern in STEP_GLOSSARY:
+                return STEP_GLOSSARY[pattern]
     raise KeyError(f"step metric {name!r} has no glossary entry")
 
 
@@ -194,7 +197,7 @@ class JointTrainer:
                  questions: Sequence[QAExample], rollout_cfg: RolloutConfig, protocol: ProtocolConfig, *,
                  out_dir: str | Path, seed: int = 0, val_questions: Sequence[QAExample] = (),
                  batch_size: int = 8, progress: bool = True, chat: ChatTokens | None = None,
-                 backend: Any = None, tracker: StepTracker | None = None) -> None:
+                 backend: Any = None, tracker: StepTracker | None = None, cross_encoder: Any = None) -> None:
         if rollout_cfg.temperature <= 0:
             raise ValueError("GRPO needs sampled rollouts: rollout temperature must be > 0")
         self.cfg, self.policies, self.tokenizer, self.retriever = cfg, policies, tokenizer, retriever
@@ -207,6 +210,14 @@ class JointTrainer:
         self.backend = backend if backend is not None else TransformersBackend(policies.model, tokenizer,
                                                                                batch_size=batch_size)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        # The cross-encoder ranker (training.ranker_kind: cross_encoder) lives beside the LoRA policies,
+        # with its own optimizer when the method trains its ranker.
+        if cfg.uses_cross_encoder and cross_encoder is None:
+            raise ValueError(f"training.ranker_kind 'cross_encoder' with method {cfg.method!r} needs a cross_encoder scorer")
+        self.cross_encoder = cross_encoder if cfg.uses_cross_encoder else None
+        self.cross_encoder_trained = self.cross_encoder is not None and ROLE_TABLE[cfg.method][2]
+        self.cross_encoder_optimizer = make_optimizer(self.cross_encoder, cfg.cross_encoder.lr) \
+            if self.cross_encoder_trained else None
         self.step = 0  # steps completed
         self.records: list[dict] = []
         self.call_records: list[dict] = []
@@ -235,6 +246,8 @@ class JointTrainer:
         rule = {"retrieval": RetrievalOnlyRanker, "oracle": OracleRanker}.get(self.cfg.ranking)
         if rule is not None:
             return rule()
+        if self.cross_encoder is not None:
+            return CrossEncoderPolicyRanker(self.cross_encoder, temperature=sampling.temperature, seed=self.seed)
         return LLMRanker(self.backend, self.chat, self.protocol, sampling, adapter=self.policies.adapter("ranker"))
 
     # -- one step
@@ -282,6 +295,13 @@ class JointTrainer:
             jobs.setdefault(self.policies.adapter("ranker"), []).append(
                 UpdateJob("ranker", ranker_sequences(calls), r_adv, ranker_t))
         update_stats, update_time = {}, {}
+        if self.cross_encoder_trained and calls:
+            u0 = time.perf_counter()
+            ranker_t = ro.temperature if ro.ranker_temperature is None else ro.ranker_temperature
+            update_stats["cross_encoder"] = cross_encoder_update(
+                self.cross_encoder, self.cross_encoder_optimizer, calls, r_adv, cfg.grpo, temperature=ranker_t,
+                max_grad_norm=cfg.max_grad_norm)
+            update_time["cross_encoder"] = time.perf_counter() - u0
         for adapter, adapter_jobs in jobs.items():
             u0 = time.perf_counter()
             update_stats[adapter] = grpo_update(self.policies, adapter, adapter_jobs, cfg.grpo,
@@ -366,12 +386,12 @@ class JointTrainer:
             self.val_records.extend({**base, "kind": "agent", "question_id": r.question_id, "dataset": r.dataset,
                                      "f1": float(r.f1)} for r in agent.itertuples())
             self.val_records.extend({**base, "kind": "ranker", **row} for row in ranker_rows)
-        f1 = float(summary_table(agent).loc[EVAL_METHOD[self.cfg.method], "avg"]) if len(agent) else float("nan")
+        f1 = float(summary_table(agent)["avg"].iloc[0]) if len(agent) else float("nan")
         return {"val_f1": f1, **summarize_items(ranker_rows)}
 
     def _agent_records(self) -> pd.DataFrame:
         """The harness records (one per validation question) of the agent loop, greedy, with the method's ranking."""
-        method = EVAL_METHOD[self.cfg.method]
+        method = "agent_cross_encoder" if self.cross_encoder is not None else EVAL_METHOD[self.cfg.method]
         ranker = self.policies.adapter("ranker")
         ecfg = HarnessConfig(methods=(method,), split=self.cfg.val_split, n_per_dataset=self.cfg.val_per_dataset,
                           seed=self.seed, temperature=0.0, agent_adapter=self.policies.adapter("agent"),
@@ -379,7 +399,8 @@ class JointTrainer:
                           search=self.rollout_cfg.search, agent_max_new_tokens=self.rollout_cfg.agent_max_new_tokens,
                           ranker_max_new_tokens=self.rollout_cfg.ranker_max_new_tokens,
                           max_context_tokens=self.rollout_cfg.max_context_tokens)
-        ctx = HarnessContext(agent_backend=self.backend, chat=self.chat, retriever=self.retriever, protocol=self.protocol)
+        ctx = HarnessContext(agent_backend=self.backend, chat=self.chat, retriever=self.retriever, protocol=self.protocol,
+                             cross_encoder=self.val_ranker if self.cross_encoder is not None else None)
         return evaluate(method, self.val_questions, ctx, ecfg, progress=False)
 
     # -- running, checkpoints
@@ -429,8 +450,13 @@ class JointTrainer:
         state = {"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
                  "call_records": self.call_records, "val_records": self.val_records, "config": asdict(self.cfg), "seed": self.seed,
                  "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
+        if self.cross_encoder is not None:
+            state["cross_encoder"] = scorer_state(self.cross_encoder, self.cross_encoder_optimizer) \
+                if self.cross_encoder_trained else {"model": self.cross_encoder.state_dict()}
         torch.save(state, tmp / "state.pt")
         self.policies.save_adapters(tmp / "adapters")
+        if self.cross_encoder is not None:  # a folder the evaluation harness loads (HarnessConfig.cross_encoder_model)
+            self.cross_encoder.save(tmp / "adapters" / "cross_encoder")
         (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
         if final.exists():
             shutil.rmtree(final)
@@ -457,6 +483,13 @@ class JointTrainer:
         if state["config"]["method"] != self.cfg.method:
             raise ValueError(f"checkpoint {path} is of method {state['config']['method']!r}, not {self.cfg.method!r}")
         self.policies.load_state_dict(state["policies"])
+        if self.cross_encoder is not None:
+            if "cross_encoder" not in state:
+                raise ValueError(f"checkpoint {path} holds no cross-encoder, but this run ranks with one")
+            if self.cross_encoder_trained:
+                load_scorer_state(self.cross_encoder, self.cross_encoder_optimizer, state["cross_encoder"])
+            else:
+                self.cross_encoder.load_state_dict(state["cross_encoder"]["model"])
         self.step, self.records, self.call_records = state["step"], state["records"], state["call_records"]
         self.val_records = state.get("val_records", [])  # checkpoints older than validation.csv have none
         random.setstate(state["rng"]["python"])

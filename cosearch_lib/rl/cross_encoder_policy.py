@@ -1,0 +1,152 @@
+"""Training the cross-encoder ranker of Table 3's ablation: a supervised warm start, then GRPO.
+
+The cross-encoder (``models.cross_encoder``) ranks by sampling K of the N candidates from the
+Plackett-Luce distribution of its scores (``agent.rankers.CrossEncoderPolicyRanker``). That makes
+it a policy with a log-probability per pick, so it trains with the same rewards, the same semantic
+groups and the same clipped surrogate as the generative ranker; the K picks play the part of the
+generated tokens (:func:`cross_encoder_update`). What differs from the LLM ranker: it reads the
+sub-query and one passage at a time (not q0, not the other candidates), writes no reasoning, and
+cannot break the output protocol, so every call is valid. It has no KL term (no reference model
+is kept for it).
+
+Warm start (:func:`warm_start_cross_encoder`): the same gold data the LLM ranker's warm start uses,
+the world's gold sub-queries with the retriever's N candidates, labelled by whether a candidate
+contains the hop's answer; a listwise loss (softmax cross-entropy of the scores against the
+answer-bearing candidates) for ``epochs`` passes. Hops whose candidates hold no answer teach it
+nothing and are skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cosearch_lib.config import GRPOConfig
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.metrics import has_answer
+from cosearch_lib.models.cross_encoder import CrossEncoderScorer, plackett_luce_logprobs
+from cosearch_lib.progress import tqdm
+from cosearch_lib.retrieval.retriever import SearchBackend
+from cosearch_lib.rl.grpo_loss import policy_loss
+from cosearch_lib.rl.warm_start import gold_chain
+
+
+@dataclass
+class RelevanceList:
+    """One gold sub-query, its N candidates (texts) and which of them contain the hop's answer."""
+
+    query: str
+    texts: list[str]
+    relevant: list[int]
+
+
+def relevance_lists(examples: Sequence[QAExample], retriever: SearchBackend, *, topn: int, n: int) -> list[RelevanceList]:
+    """Up to ``n`` gold hops of ``examples`` (in order) with their top-N candidates and labels."""
+    hops = [(hop["sub_query"], hop["answer"]) for ex in examples for hop in (gold_chain(ex) or [])][:n]
+    results = retriever.search([q for q, _ in hops], topn) if hops else []
+    return [RelevanceList(q, [p.contents for p in cands], [int(has_answer(p.contents, [a])) for p in cands])
+            for (q, a), cands in zip(hops, results)]
+
+
+def listwise_loss(scores: torch.Tensor, relevant: Sequence[int]) -> torch.Tensor:
+    """Softmax cross-entropy of ``scores`` against the uniform distribution over relevant candidates."""
+    target = torch.tensor(relevant, dtype=scores.dtype, device=scores.device)
+    return -(target / target.sum() * torch.log_softmax(scores, dim=0)).sum()
+
+
+def warm_start_cross_encoder(scorer: CrossEncoderScorer, lists: Sequence[RelevanceList], *, lr: float, epochs: int,
+                             seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Train ``scorer`` in place on the lists with an answer-bearing candidate; returns the loss per
+    epoch and counts. One list per optimizer step, a seeded order per epoch."""
+    usable = [x for x in lists if any(x.relevant) and not all(x.relevant)]
+    optimizer = torch.optim.AdamW([p for p in scorer.parameters() if p.requires_grad], lr=lr)
+    order = random.Random(seed)
+    losses = []
+    scorer.train()
+    bar = tqdm(total=epochs * len(usable), desc="cross-encoder warm start", disable=not progress)
+    for _ in range(epochs):
+        idx = list(range(len(usable)))
+        order.shuffle(idx)
+        total = 0.0
+        for i in idx:
+            loss = listwise_loss(scorer.scores(usable[i].query, usable[i].texts), usable[i].relevant)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach())
+            bar.update(1)
+        losses.append(total / max(len(usable), 1))
+    bar.close()
+    scorer.eval()
+    return {"lists": len(lists), "trained_lists": len(usable), "epochs": epochs, "losses": losses}
+
+
+def make_optimizer(scorer: CrossEncoderScorer, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW([p for p in scorer.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+
+
+def cross_encoder_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Optimizer, calls: Sequence[Any],
+                         advantages: Sequence[float], cfg: GRPOConfig, *, temperature: float,
+                         max_grad_norm: float) -> dict[str, float]:
+    """One GRPO step of the cross-encoder on its calls (``RankerCall`` with ``candidate_texts``): each
+    call's picks are re-scored, their Plackett-Luce log-probs compared with the recorded ones, and
+    the clipped surrogate aggregated over all picks of the calls (token-mean, calls with advantage 0
+    counted in the denominator as in :func:`rl.policy_update.grpo_update`). Returns ``ranker_*`` stats
+    named like the LLM ranker's: loss, clip_frac, ratio_mean, first_abs_log_ratio, n_forwarded,
+    n_tokens, and grad_norm."""
+    if len(calls) != len(advantages):
+        raise ValueError(f"{len(calls)} calls but {len(advantages)} advantages")
+    missing = [i for i, c in enumerate(calls) if len(c.candidate_texts) == 0 and c.order]
+    if missing:
+        raise ValueError(f"calls {missing[:5]} carry no candidate_texts: they were not ranked by a cross-encoder policy")
+    denom = float(sum(len(c.order) for c in calls)) or 1.0
+    active = [i for i, a in enumerate(advantages) if a != 0.0 and calls[i].order]
+    scorer.eval()  # no dropout: the ratio must be 1 where the weights are those that sampled
+    optimizer.zero_grad(set_to_none=True)
+    sums: dict[str, float] = {}
+    weight, drift = 0.0, float("nan")
+    for i in active:
+        c = calls[i]
+        lp = plackett_luce_logprobs(scorer.scores(c.sub_query, c.candidate_texts), c.order, temperature).unsqueeze(0)
+        old = torch.tensor([c.output_logprobs], dtype=lp.dtype)
+        if math.isnan(drift):
+            drift = float((lp.detach() - old).abs().mean())
+        mask = torch.ones_like(lp)
+        loss, stats = policy_loss(lp, old, torch.tensor([advantages[i]]), mask, cfg)
+        (loss * (len(c.order) / denom)).backward()
+        w = stats.pop("n_tokens")
+        weight += w
+        for k, v in stats.items():
+            if not math.isnan(v):
+                sums[k] = sums.get(k, 0.0) + v * w
+    grad_norm = 0.0
+    params = [p for p in scorer.parameters() if p.requires_grad]
+    if any(p.grad is not None for p in params):
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf))
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    out = {f"ranker_{k}": v / weight for k, v in sums.items()} if weight else {}
+    out.update(ranker_n_forwarded=len(active), ranker_n_tokens=weight, grad_norm=grad_norm)
+    if not math.isnan(drift):
+        out["ranker_first_abs_log_ratio"] = drift
+    return out
+
+
+def scorer_state(scorer: CrossEncoderScorer, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """What a checkpoint keeps of the cross-encoder (weights and optimizer moments)."""
+    return {"model": {k: v.detach().clone() for k, v in scorer.state_dict().items()},
+            "optimizer": optimizer.state_dict()}
+
+
+def load_scorer_state(scorer: CrossEncoderScorer, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    scorer.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+
+
+__all__ = ["RelevanceList", "cross_encoder_update", "listwise_loss", "load_scorer_state", "make_optimizer",
+           "relevance_lists", "scorer_state", "warm_start_cross_encoder"]
