@@ -262,24 +262,32 @@ def _empty(ax, text: str) -> None:
 
 
 def plot_ablations(table: pd.DataFrame, *, title: str = ""):
-    """Table 3 as bars: each ablation's avg F1 minus full CoSearch's, with its paired 95% interval,
-    and the paper's difference as a black diamond where the cell names a paper row.
-    ``table``: :func:`cosearch_lib.records.ablations.ablation_table`."""
+    """Table 3 as a forest plot: each ablation's avg F1 minus full CoSearch's (a dot) with its paired
+    95% interval (a line; a dot alone when every resample agrees), and the paper's difference as a
+    black diamond where the cell names a paper row. The x axis is centred on 0 and wide enough for
+    both. ``table``: :func:`cosearch_lib.records.ablations.ablation_table`."""
     rows = table[table["diff"].notna()] if "diff" in table else table.iloc[:0]
-    fig, ax = plt.subplots(figsize=(7, 0.6 + 0.5 * max(len(rows), 2)))
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.45 * max(len(rows), 2)))
     if rows.empty:
         _empty(ax, "no finished ablation cell next to a finished 'full' cell:\nrun the grid (notebook text)")
     else:
         y = np.arange(len(rows))
         err = np.vstack([rows["diff"] - rows["ci_low"], rows["ci_high"] - rows["diff"]])
-        ax.barh(y, rows["diff"], xerr=np.nan_to_num(err), color=METHOD_COLORS["cosearch"], alpha=0.75, capsize=3,
-                label="ours, 95% paired interval")
-        if "paper diff" in rows:
+        ax.errorbar(rows["diff"], y, xerr=np.nan_to_num(err), fmt="o", color=METHOD_COLORS["cosearch"], capsize=3,
+                    label="ours, 95% paired interval")
+        reach = [rows["ci_low"].abs().max(), rows["ci_high"].abs().max(), rows["diff"].abs().max()]
+        if "paper diff" in rows and rows["paper diff"].notna().any():
             ax.scatter(rows["paper diff"], y, marker="D", color="black", zorder=3, label="paper")
+            reach.append(rows["paper diff"].abs().max())
+        half = max([0.05, *[float(r) for r in reach if pd.notna(r)]]) * 1.15
+        ax.set_xlim(-half, half)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(7, symmetric=True))
         ax.axvline(0, color="black", lw=0.8)
-        ax.set_yticks(y, rows.index)
-        ax.invert_yaxis()
-        ax.set(xlabel="avg F1 minus full CoSearch")
+        paper = rows["paper row"] if "paper row" in rows else pd.Series(index=rows.index, dtype=object)
+        ax.set_yticks(y, [f"{cell} ({row})" if isinstance(row, str) else str(cell) for cell, row in paper.items()])
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set(xlabel="avg F1 minus full CoSearch (test questions)")
         ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(title or "Table 3: ablations against full CoSearch")
     fig.tight_layout()
