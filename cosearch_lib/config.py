@@ -450,13 +450,14 @@ class CrossEncoderConfig:
     """The trainable cross-encoder of ``training.ranker_kind: cross_encoder`` (Table 3's ablation)."""
 
     model: str = "all-minilm-l6-v2"  # the encoder it starts from (bundled name, local folder or hub id)
-    lr: float = 2e-5  # AdamW learning rate, warm start and GRPO
+    lr: float = 2e-5  # AdamW learning rate of the encoder, warm start and GRPO
+    head_lr: float = 1e-3  # of the scoring head (it starts at zero; at the encoder's rate it barely moves: measured, docs/LOG.md)
     max_length: int = 192  # tokens of one (sub-query, passage) pair
     warm_start_epochs: int = 2  # listwise passes over warmstart.n_ranker gold hops before GRPO (0: none)
 
     def __post_init__(self) -> None:
-        if not self.lr > 0 or self.max_length < 8 or self.warm_start_epochs < 0:
-            raise ValueError(f"cross_encoder: lr > 0, max_length >= 8 and warm_start_epochs >= 0, got {self!r}")
+        if not (self.lr > 0 and self.head_lr > 0) or self.max_length < 8 or self.warm_start_epochs < 0:
+            raise ValueError(f"cross_encoder: lr and head_lr > 0, max_length >= 8 and warm_start_epochs >= 0, got {self!r}")
 
 
 #: Tracker kinds -> the pip package each needs.

@@ -159,7 +159,7 @@ def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, set
         if qa_path is None:
             raise ValueError(f"profile {cfg.profile!r} has no {cfg.warmstart.split!r} split for the warm start")
         lists = relevance_lists(load_qa(qa_path), retriever, topn=cfg.search.topn, n=cfg.warmstart.n_ranker)
-        stats = {"trained": True, **warm_start_cross_encoder(scorer, lists, lr=ce.lr, epochs=ce.warm_start_epochs,
+        stats = {"trained": True, **warm_start_cross_encoder(scorer, lists, lr=ce.lr, head_lr=ce.head_lr, epochs=ce.warm_start_epochs,
                                                              seed=cfg.seed, progress=progress)}
     scorer.save(folder)
     (folder / "warm_start.json").write_text(json.dumps(stats, indent=2))

@@ -19,6 +19,8 @@ from tqdm.std import tqdm as _text_tqdm
 
 #: Environment variables that switch widgets off (any value but "", "0", "false", "no").
 NO_WIDGET_ENV_VARS = ("COSEARCH_NO_WIDGETS", "PAPERMILL_EXECUTION")
+#: Seconds between redraws of a headless (plain-text) bar.
+HEADLESS_MININTERVAL = 15.0
 
 
 def _truthy(value: str | None) -> bool:
@@ -31,5 +33,10 @@ def headless() -> bool:
 
 
 def tqdm(*args: Any, **kwargs: Any):
-    """A progress bar: ``tqdm.auto`` interactively, plain-text ``tqdm.std`` when :func:`headless`."""
-    return (_text_tqdm if headless() else _auto_tqdm)(*args, **kwargs)
+    """A progress bar: ``tqdm.auto`` interactively, plain-text ``tqdm.std`` when :func:`headless`.
+    Headless bars redraw at most every :data:`HEADLESS_MININTERVAL` seconds: each redraw becomes a
+    line of the executed notebook's output, so a bar prints its start, a few updates and its end."""
+    if headless():
+        kwargs.setdefault("mininterval", HEADLESS_MININTERVAL)
+        return _text_tqdm(*args, **kwargs)
+    return _auto_tqdm(*args, **kwargs)

@@ -201,13 +201,17 @@ REPORT_ITEMS: tuple[tuple[str, str, Callable[[str, int], ReportItem]], ...] = (
 
 
 def report_items(profile: str, *, seed: int = 0) -> list[ReportItem]:
-    """Every item of :data:`REPORT_ITEMS`; one whose runs are missing says so (``missing``)."""
+    """Every item of :data:`REPORT_ITEMS`; one whose runs are missing says so (``missing``). The
+    figures are closed (pyplot forgets them), so a notebook shows each one where it displays it, not
+    all of them again at the end of the cell that built them."""
     items = []
     for key, title, build in REPORT_ITEMS:
         try:
             items.append(build(profile, seed))
         except MissingRun as why:
             items.append(ReportItem(key, title, missing=str(why)))
+        if items[-1].figure is not None:
+            plt.close(items[-1].figure)
     return items
 
 

@@ -142,7 +142,7 @@ def test_the_listwise_warm_start_teaches_the_scorer_which_passages_hold_answers(
             return sum(float(listwise_loss(scorer.scores(x.query, x.texts), x.relevant)) for x in lists[:6]) / 6
 
     start = loss()
-    stats = warm_start_cross_encoder(scorer, lists, lr=3e-3, epochs=4, seed=0, progress=False)
+    stats = warm_start_cross_encoder(scorer, lists, lr=3e-3, head_lr=3e-3, epochs=4, seed=0, progress=False)
     assert stats["lists"] == 7 and stats["trained_lists"] == 6 and len(stats["losses"]) == 4
     assert loss() < 0.5 * start
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import nbformat
 import pytest
@@ -60,6 +61,7 @@ def test_02_oracle_gap_study_runs_on_ci_profile(isolated_outputs):
     assert metrics["n_records"] == len(records)
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert "showing" in text and "question:" in text  # the trajectory browser's printed fallback
+    assert re.search(r"=== agent_\w+: test_", text)  # each printed trajectory names its method
 
 
 @pytest.mark.slow

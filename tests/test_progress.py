@@ -41,3 +41,13 @@ def test_headless_runs_get_plain_text_chosen_per_bar(interactive, monkeypatch, n
     monkeypatch.setenv(name, "0")  # "0" means not headless: decided again at the next bar
     progress.tqdm(total=1, file=io.StringIO()).close()
     assert interactive == ["widget"]
+
+
+def test_headless_bars_redraw_rarely_so_an_executed_notebook_keeps_a_few_lines_per_bar(interactive, monkeypatch):
+    monkeypatch.setenv("PAPERMILL_EXECUTION", "1")
+    out = io.StringIO()
+    with progress.tqdm(range(500), desc="rollout", file=out) as bar:
+        for _ in bar:
+            pass
+    assert bar.mininterval == progress.HEADLESS_MININTERVAL >= 10
+    assert out.getvalue().count("rollout") <= 3  # start, end (and at most one redraw between)

@@ -3,6 +3,7 @@ paper beside ours, missing runs named with their commands, and the files it writ
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
@@ -56,9 +57,11 @@ def test_items_with_records_draw_the_paper_beside_ours_and_are_written(outputs):
     eval_records().to_parquet(runs / "02_eval_records.parquet")
     (runs / "training" / "cosearch").mkdir(parents=True)
     steps().to_csv(runs / "training" / "cosearch" / "steps.csv", index=False)
+    open_before = set(plt.get_fignums())
     items = {i.key: i for i in report_items("ci")}
     for key in ("table1_oracle_gap", "table2_main", "table7_search_turns", "fig2_training_curves", "fig3_ranker_dynamics"):
         assert items[key].figure is not None and items[key].missing is None, key
+    assert set(plt.get_fignums()) <= open_before  # closed: a notebook shows each figure once, where it displays it
     assert items["table3_ablations"].missing and items["fig2_validation"].missing
     gap = items["table1_oracle_gap"].table.set_index(["source", "row"])
     assert gap.loc[("ours (ci)", "oracle"), "avg"] == pytest.approx(0.75 + 0.25 / 3)

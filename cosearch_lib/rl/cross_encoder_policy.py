@@ -59,12 +59,13 @@ def listwise_loss(scores: torch.Tensor, relevant: Sequence[int]) -> torch.Tensor
     return -(target / target.sum() * torch.log_softmax(scores, dim=0)).sum()
 
 
-def warm_start_cross_encoder(scorer: CrossEncoderScorer, lists: Sequence[RelevanceList], *, lr: float, epochs: int,
-                             seed: int = 0, progress: bool = True) -> dict[str, Any]:
-    """Train ``scorer`` in place on the lists with an answer-bearing candidate; returns the loss per
-    epoch and counts. One list per optimizer step, a seeded order per epoch."""
+def warm_start_cross_encoder(scorer: CrossEncoderScorer, lists: Sequence[RelevanceList], *, lr: float, head_lr: float,
+                             epochs: int, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Train ``scorer`` in place on the lists with an answer-bearing candidate (and a candidate
+    without); returns the loss per epoch and counts. One list per optimizer step, a seeded order per
+    epoch, ``lr`` for the encoder and ``head_lr`` for the scoring head."""
     usable = [x for x in lists if any(x.relevant) and not all(x.relevant)]
-    optimizer = torch.optim.AdamW([p for p in scorer.parameters() if p.requires_grad], lr=lr)
+    optimizer = make_optimizer(scorer, lr, head_lr)
     order = random.Random(seed)
     losses = []
     scorer.train()
@@ -86,8 +87,11 @@ def warm_start_cross_encoder(scorer: CrossEncoderScorer, lists: Sequence[Relevan
     return {"lists": len(lists), "trained_lists": len(usable), "epochs": epochs, "losses": losses}
 
 
-def make_optimizer(scorer: CrossEncoderScorer, lr: float) -> torch.optim.Optimizer:
-    return torch.optim.AdamW([p for p in scorer.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+def make_optimizer(scorer: CrossEncoderScorer, lr: float, head_lr: float) -> torch.optim.Optimizer:
+    """AdamW, no weight decay: ``lr`` for the encoder, ``head_lr`` for the head."""
+    head = [p for p in scorer.head.parameters() if p.requires_grad]
+    encoder = [p for p in scorer.encoder.parameters() if p.requires_grad]
+    return torch.optim.AdamW([{"params": encoder, "lr": lr}, {"params": head, "lr": head_lr}], weight_decay=0.0)
 
 
 def cross_encoder_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Optimizer, calls: Sequence[Any],

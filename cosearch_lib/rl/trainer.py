@@ -216,7 +216,7 @@ class JointTrainer:
             raise ValueError(f"training.ranker_kind 'cross_encoder' with method {cfg.method!r} needs a cross_encoder scorer")
         self.cross_encoder = cross_encoder if cfg.uses_cross_encoder else None
         self.cross_encoder_trained = self.cross_encoder is not None and ROLE_TABLE[cfg.method][2]
-        self.cross_encoder_optimizer = make_optimizer(self.cross_encoder, cfg.cross_encoder.lr) \
+        self.cross_encoder_optimizer = make_optimizer(self.cross_encoder, cfg.cross_encoder.lr, cfg.cross_encoder.head_lr) \
             if self.cross_encoder_trained else None
         self.step = 0  # steps completed
         self.records: list[dict] = []
