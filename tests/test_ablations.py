@@ -78,3 +78,18 @@ def test_table4_reads_k_from_each_cell_and_pairs_cosearch_with_the_fixed_ranker(
     assert cos["avg"] == 1.0 and cos["paper avg"] == pytest.approx(0.538)
     assert cos["vs fixed ranker"] == 1.0 and cos["vs fixed ci_low"] == 1.0
     assert table.loc[table["method"] == "oracle", "paper avg"].iloc[0] == pytest.approx(0.612)
+
+
+def test_results_page_shows_tables_3_and_4_of_a_profile_and_the_cells_it_did_not_run(tmp_path):
+    import json
+
+    from cosearch_lib.records.docs import render_results_page
+
+    metrics = {"table3": [{"cell": "full", "avg": 0.5}, {"cell": "no-r-main", "paper row": "w/o r_main", "avg": 0.4,
+                                                         "diff": -0.1, "ci_low": -0.2, "ci_high": 0.05}],
+               "table4": [], "missing": {"table3": ["ndcg"], "table4": ["k1", "k3"]}}
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "04_ablations.metrics.json").write_text(json.dumps(metrics))
+    page = render_results_page(tmp_path)
+    assert "| no-r-main | w/o r_main |  |  | 0.400 | -0.100 | -0.200 | 0.050 |" in page
+    assert "No finished Table 4 cell." in page and "table3: ndcg; table4: k1, k3" in page

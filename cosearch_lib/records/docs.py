@@ -138,6 +138,26 @@ def _section_03(m: dict) -> list[str]:
     return out + _comparisons(m) + _validation_comparisons(m)
 
 
+#: Columns of Tables 3 and 4 RESULTS.md shows (records.ablations.ablation_table, topk_table).
+TABLE3_SHOWN = ("cell", "paper row", "single-hop avg", "multi-hop avg", "avg", "diff", "ci_low", "ci_high", "n_questions",
+                "paper avg", "paper diff")
+TABLE4_SHOWN = ("K", "method", "avg", "ci_low", "ci_high", "n_questions", "paper avg", "vs fixed ranker",
+                "vs fixed ci_low", "vs fixed ci_high")
+
+
+def _section_04(m: dict) -> list[str]:
+    missing = {grid: cells for grid, cells in (m.get("missing") or {}).items() if cells}
+    out = ["Table 3, the trained CoSearch policy of each finished ablation cell; `diff` is avg F1 minus the "
+           "full cell's, paired over the same test questions (95% bootstrap interval):", "",
+           markdown_table(m["table3"], TABLE3_SHOWN) if m.get("table3") else "No finished Table 3 cell.",
+           "", "Table 4, each trained method at each finished K (one cell per K):", "",
+           markdown_table(m["table4"], TABLE4_SHOWN) if m.get("table4") else "No finished Table 4 cell."]
+    if missing:
+        out += ["", "Cells not run on this profile: " + "; ".join(f"{g}: {', '.join(c)}" for g, c in missing.items())
+                + " (`cosearch grid <grid> --profile <profile>`)."]
+    return out
+
+
 #: Columns of the paired comparisons RESULTS.md shows (eval.tables.comparison_table).
 COMPARISON_SHOWN = ("a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_le_0", "n_questions", "note")
 
@@ -171,7 +191,8 @@ STEP_COLUMNS = ("step", "agent_reward", "agent_f1", "agent_format_ok", "searches
 
 RESULT_SECTIONS = {"01_retriever_setup": ("Retriever (notebook 01)", _section_01),
             "02_oracle_gap_study": ("Oracle-gap study (notebook 02)", _section_02),
-            "03_joint_grpo_training": ("Joint GRPO training (notebook 03)", _section_03)}
+            "03_joint_grpo_training": ("Joint GRPO training (notebook 03)", _section_03),
+            "04_ablations": ("Ablations and the K sweep (notebook 04, grid cells)", _section_04)}
 
 
 def render_results_page(results_root: Path | None = None) -> str:

@@ -301,13 +301,16 @@ def plot_topk(table: pd.DataFrame, *, title: str = ""):
     if table.empty:
         _empty(ax, "no finished K cell: run the grid (notebook text)")
     else:
-        for method, part in table.groupby("method", sort=False):
+        groups = list(table.groupby("method", sort=False))
+        # each method a little to the side of K, so equal values (common on small runs) stay visible
+        dodge = np.linspace(-0.12, 0.12, len(groups)) if len(groups) > 1 else [0.0]
+        for (method, part), dx in zip(groups, dodge):
             part = part.sort_values("K")
             color = METHOD_COLORS.get(method)
             err = np.vstack([part["avg"] - part["ci_low"], part["ci_high"] - part["avg"]])
-            ax.errorbar(part["K"], part["avg"], yerr=np.nan_to_num(err), marker="o", capsize=3, color=color, label=method)
+            ax.errorbar(part["K"] + dx, part["avg"], yerr=np.nan_to_num(err), marker="o", capsize=3, color=color, label=method)
             if part["paper avg"].notna().any():
-                ax.plot(part["K"], part["paper avg"], ls="--", marker="x", color=color, alpha=0.6)
+                ax.plot(part["K"] + dx, part["paper avg"], ls="--", marker="x", color=color, alpha=0.6)
         ks = sorted(table["K"].unique())
         ax.set(xlabel="K (passages shown to the agent)", ylabel="avg F1 (test)", ylim=(-0.02, 1.02),
                xlim=(min(ks) - 0.5, max(ks) + 0.5))
