@@ -11,7 +11,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from cosearch_lib.atomic_io import atomic_path, write_json, write_table
+from cosearch_lib.atomic_io import atomic_dir, atomic_path, write_json, write_table
 from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.paths import describe_saved, project_root
 from cosearch_lib.records.docs import copy_run_records
@@ -204,3 +204,19 @@ def test_the_kernel_of_a_headless_run_gets_text_progress_and_the_environment_is_
     papermill_runner.run_notebook(list_notebooks()[0], "ci", out_dir=tmp_path, progress=False)
     assert seen == {"PAPERMILL_EXECUTION": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
     assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "0" and "PAPERMILL_EXECUTION" not in os.environ
+
+
+def test_atomic_dir_replaces_a_folder_only_when_the_new_one_is_complete(tmp_path):
+    target = tmp_path / "model"
+    with atomic_dir(target) as tmp:
+        (tmp / "weights.bin").write_text("v1")
+    assert (target / "weights.bin").read_text() == "v1"
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target) as tmp:
+            (tmp / "weights.bin").write_text("half")
+            raise RuntimeError("killed mid-write")
+    assert (target / "weights.bin").read_text() == "v1"  # the old folder, untouched
+    with atomic_dir(target) as tmp:
+        (tmp / "other.bin").write_text("v2")
+    assert sorted(p.name for p in target.iterdir()) == ["other.bin"]  # replaced whole, not merged
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary or old folders left
