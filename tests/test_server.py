@@ -274,7 +274,7 @@ def test_concurrent_clients_are_batched():
     assert all(ok)
     assert stats["requests"] == n_threads * per_thread
     assert stats["backend_calls"] < stats["requests"] / 2, stats
-    assert stats["max_batch_requests_seen"] > 1 and stats["mean_batch_queries"] > 2
+    assert stats["max_batch_requests_seen"] > 1 and stats["mean_batch_queries"] > 2 and stats["batch_windows"] > 0
     # the reference answers above also called backend.search; count only the server's calls
     from_server = [c for c in server_calls if c[0] > 1]
     assert from_server and max(n for n, _ in server_calls) <= 64
@@ -340,3 +340,15 @@ def test_backend_returning_wrong_shapes_is_a_json_500():
             bad = httpx.post(f"{url}/retrieve", json={"queries": [query]})
             assert bad.status_code == 500 and bad.json()["error"]["code"] == "backend_error"
         assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_an_idle_server_answers_a_lone_request_without_waiting_for_a_batch_window():
+    backend = FakeBackend()
+    cfg = _cfg(batch_wait_ms=2_000.0)  # a window no test could miss: every request would take >= 2 s
+    with ServerThread(backend, cfg) as srv:
+        with HttpRetriever(srv.url) as client:
+            for i in range(3):  # one client, one request at a time
+                assert client.search([TOPICS[i]], 2) == backend.search([TOPICS[i]], 2)
+        stats = srv.stats.snapshot()
+    assert stats["requests"] == 3 and stats["backend_calls"] == 3
+    assert stats["batch_windows"] == 0  # no request was held back for company

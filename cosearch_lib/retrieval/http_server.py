@@ -18,7 +18,9 @@ Batching: concurrent requests are queued; one background task gathers them for u
 ``topk`` among them, and truncates each request's lists to its own ``topk``. The backend (encoder +
 FAISS, CPU heavy) runs in a single worker thread, so calls are serial (the backend need not be
 thread safe) and the event loop keeps accepting connections; requests arriving during a call
-form the next, larger batch.
+form the next, larger batch. The window is waited only under concurrent load (the previous call
+merged several requests, or several are already queued): an idle server answers a lone request
+at once instead of holding it for ``batch_wait_ms``.
 
 Errors are JSON ``{"error": {"code", "message", "field"}}``: 400 malformed JSON, 413 body too
 large, 422 invalid fields, 404/405 unknown path/method, 500 backend failure, 503 overloaded or
@@ -65,6 +67,7 @@ class ServerStats:
     rejected: int = 0  # requests answered with a 4xx
     backend_errors: int = 0  # backend calls that raised or returned a malformed result
     backend_seconds: float = 0.0  # wall time spent inside backend.search
+    batch_windows: int = 0  # batches that waited batch_wait_ms for more requests (only under concurrent load)
 
     def snapshot(self) -> dict[str, Any]:
         out: dict[str, Any] = asdict(self)
@@ -196,6 +199,7 @@ class Batcher:
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._last_batch_jobs = 0  # requests merged into the previous backend call: >1 means concurrent load
 
     def start(self) -> None:
         """Start the batching task on the running loop (idempotent)."""
@@ -254,11 +258,16 @@ class Batcher:
                     _fail(job, BackendFailure(f"batcher error: {exc!r}"))
 
     async def _collect(self) -> list[_Job]:
-        """Wait for a first job, then up to batch_wait_ms for more, then pop what fits."""
+        """Wait for a first job; under concurrent load (the previous call merged several requests, or
+        several are queued) wait up to batch_wait_ms for more; then pop what fits."""
         assert self._wakeup is not None
         while not self._pending:
             self._wakeup.clear()
             await self._wakeup.wait()
+        await asyncio.sleep(0)  # let requests that have already arrived enqueue themselves
+        if self._last_batch_jobs <= 1 and len(self._pending) <= 1:
+            return self._pop_batch()  # idle server: no window for a lone request
+        self.stats.batch_windows += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.batch_wait_ms / 1e3
         while self._pending_queries < self.cfg.max_batch_queries:
@@ -286,6 +295,7 @@ class Batcher:
         return batch
 
     async def _execute(self, batch: list[_Job]) -> None:
+        self._last_batch_jobs = len(batch)
         if not batch:
             return
         queries = [q for job in batch for q in job.queries]
