@@ -352,3 +352,17 @@ def test_an_idle_server_answers_a_lone_request_without_waiting_for_a_batch_windo
         stats = srv.stats.snapshot()
     assert stats["requests"] == 3 and stats["backend_calls"] == 3
     assert stats["batch_windows"] == 0  # no request was held back for company
+
+
+def test_a_huge_body_gets_a_413_that_a_plain_urllib_client_can_read(backend):
+    import json
+    import urllib.error
+    import urllib.request
+
+    huge = b'{"queries": ["' + b"y" * 10_000_000 + b'"]}'  # 10 MB against a 1 MB limit
+    with serve_in_background(backend, _cfg()) as url:
+        request = urllib.request.Request(f"{url}/retrieve", data=huge, headers={"content-type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as err:  # not a URLError: connection reset by peer
+            urllib.request.urlopen(request, timeout=30)
+        assert err.value.code == 413 and json.loads(err.value.read())["error"]["code"] == "body_too_large"
+        assert httpx.post(f"{url}/retrieve", json={"queries": ["castle"], "topk": 1}).status_code == 200  # still serving

@@ -385,19 +385,39 @@ def _backend_name(backend: Any) -> str:
     return name if isinstance(name, str) else type(backend).__name__
 
 
+#: A refused body is read and thrown away up to this many bytes before the 413 is sent, so a client
+#: that writes its whole body before reading (Python's urllib, requests) gets the answer instead of a
+#: connection reset; a larger one is cut off without reading it.
+DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
-    """Read at most ``limit`` bytes, refusing early on a large Content-Length (413)."""
+    """Read at most ``limit`` bytes; a larger body (declared or counted) is drained up to
+    :data:`DRAIN_LIMIT_BYTES` and refused with 413."""
     too_large = RequestError(413, "body_too_large", f"request body exceeds {limit} bytes")
     declared = request.headers.get("content-length")
+    stream = request.stream()
     if declared is not None and declared.isdigit() and int(declared) > limit:
+        if int(declared) <= DRAIN_LIMIT_BYTES:
+            await _drain(stream, 0)
         raise too_large
     chunks, size = [], 0
-    async for chunk in request.stream():
+    async for chunk in stream:
         size += len(chunk)
         if size > limit:
+            await _drain(stream, size)
             raise too_large
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _drain(stream: Any, already: int) -> None:
+    """Read and discard the rest of ``stream`` (a request's body), at most :data:`DRAIN_LIMIT_BYTES` in all."""
+    size = already
+    async for chunk in stream:
+        size += len(chunk)
+        if size > DRAIN_LIMIT_BYTES:
+            return
 
 
 def create_app(backend: SearchBackend, cfg: ServerConfig | None = None) -> FastAPI:
