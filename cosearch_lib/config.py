@@ -170,6 +170,8 @@ class ServerConfig:
     max_body_bytes: int = 1_000_000  # largest request body accepted (bytes)
     max_pending_queries: int = 8_192  # queued queries beyond which new requests get 503
     request_timeout_s: float = 120.0  # a request waiting longer than this gets 504
+    body_timeout_s: float = 10.0  # a client that takes longer than this to send its body gets 408 (a stalled sender)
+    retry_after_s: int = 1  # Retry-After of a 503 (queue full): when an overloaded client should try again
     log_level: str = "warning"  # uvicorn log level
 
     def __post_init__(self) -> None:
@@ -184,8 +186,9 @@ class ServerConfig:
         if self.default_topk > self.max_topk:
             raise ValueError(f"ServerConfig.default_topk={self.default_topk} exceeds "
                              f"max_topk={self.max_topk}")
-        if self.batch_wait_ms < 0 or self.request_timeout_s <= 0:
-            raise ValueError("ServerConfig.batch_wait_ms must be >= 0 and request_timeout_s > 0")
+        if self.batch_wait_ms < 0 or self.request_timeout_s <= 0 or self.body_timeout_s <= 0 or self.retry_after_s < 0:
+            raise ValueError("ServerConfig: batch_wait_ms and retry_after_s must be >= 0, request_timeout_s and "
+                             "body_timeout_s > 0")
 
 
 # ================================================================================ models and generation

@@ -366,3 +366,54 @@ def test_a_huge_body_gets_a_413_that_a_plain_urllib_client_can_read(backend):
             urllib.request.urlopen(request, timeout=30)
         assert err.value.code == 413 and json.loads(err.value.read())["error"]["code"] == "body_too_large"
         assert httpx.post(f"{url}/retrieve", json={"queries": ["castle"], "topk": 1}).status_code == 200  # still serving
+
+
+# ---------------------------------------------------------------------- faults a long run meets
+
+
+def _raw(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def test_a_flood_beyond_the_queue_gets_503_with_retry_after_and_the_queue_stays_bounded():
+    backend = FakeBackend(delay_s=0.3)  # slow: requests pile up behind the one in the backend
+    cfg = _cfg(max_pending_queries=3, max_batch_queries=1, retry_after_s=2)
+    with ServerThread(backend, cfg) as srv:
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(lambda i: httpx.post(f"{srv.url}/retrieve", json={"queries": [TOPICS[i % 10]]},
+                                                         timeout=30), range(16)))
+        after = httpx.post(f"{srv.url}/retrieve", json={"queries": ["castle"], "topk": 1}, timeout=30)
+        stats = srv.stats.snapshot()
+    refused = [a for a in answers if a.status_code == 503]
+    assert refused and all(a.headers["retry-after"] == "2" and a.json()["error"]["code"] == "overloaded" for a in refused)
+    assert all(a.status_code in (200, 503) for a in answers) and len(refused) < 16
+    assert stats["max_batch_queries_seen"] == 1 and after.status_code == 200
+    assert stats["backend_calls"] <= 16 - len(refused) + 1  # refused requests never reached the backend
+
+
+def test_a_client_that_stalls_while_sending_its_body_gets_408_and_frees_the_server(backend):
+    with serve_in_background(backend, _cfg(body_timeout_s=0.5)) as url:
+        with _raw(url) as sock:
+            sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"queries\": [")  # 13 of 100 bytes, then silence
+            reply = sock.recv(65536).decode()
+        assert reply.startswith("HTTP/1.1 408") and "body_timeout" in reply
+        assert httpx.post(f"{url}/retrieve", json={"queries": ["castle"], "topk": 1}).status_code == 200
+
+
+def test_clients_that_disconnect_mid_request_leave_the_server_serving():
+    backend = FakeBackend(delay_s=0.2)
+    with ServerThread(backend, _cfg()) as srv:
+        body = b'{"queries": ["castle walls"], "topk": 2}'
+        for _ in range(5):  # the whole request, then gone before the answer
+            with _raw(srv.url) as sock:
+                sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        with _raw(srv.url) as sock:  # and one gone halfway through its body
+            sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"que")
+        time.sleep(0.5)
+        ok = httpx.post(f"{srv.url}/retrieve", json={"queries": ["castle"], "topk": 1}, timeout=30)
+        stats = srv.stats.snapshot()
+    assert ok.status_code == 200 and len(ok.json()["result"][0]) == 1
+    assert stats["backend_errors"] == 0

@@ -23,7 +23,8 @@ merged several requests, or several are already queued): an idle server answers 
 at once instead of holding it for ``batch_wait_ms``.
 
 Errors are JSON ``{"error": {"code", "message", "field"}}``: 400 malformed JSON, 413 body too
-large, 422 invalid fields, 404/405 unknown path/method, 500 backend failure, 503 overloaded or
+large, 408 body not sent within ``body_timeout_s``, 422 invalid fields, 404/405 unknown path/method,
+500 backend failure, 503 (with ``Retry-After``) overloaded or
 shutting down, 504 timed out. Bad input never produces a 500.
 """
 
@@ -461,14 +462,19 @@ def create_app(backend: SearchBackend, cfg: ServerConfig | None = None) -> FastA
     @app.post("/retrieve")
     async def retrieve(request: Request) -> JSONResponse:
         try:
-            body = parse_body(await _read_body(request, cfg.max_body_bytes))
+            try:
+                raw = await asyncio.wait_for(_read_body(request, cfg.max_body_bytes), cfg.body_timeout_s)
+            except asyncio.TimeoutError:
+                raise RequestError(408, "body_timeout", f"request body not received within {cfg.body_timeout_s} s") from None
+            body = parse_body(raw)
             req = validate_request(body, cfg, corpus_size)
             stats.requests += 1
             stats.queries += len(req.queries)
             ranked = await batcher.submit(req.queries, req.topk)
             body = _format_or_fail(ranked, req.return_scores)
         except RequestError as err:
-            return error_response(err)
+            retry = {"Retry-After": str(cfg.retry_after_s)} if err.status == 503 else None
+            return error_response(err, headers=retry)
         except BackendFailure as exc:
             return error_response(RequestError(500, "backend_error", f"retrieval backend "
                                                f"failed: {exc}"))
