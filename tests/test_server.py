@@ -376,6 +376,22 @@ def _raw(url: str) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=10)
 
 
+def _read_response(sock: socket.socket) -> str:
+    """One HTTP response off a raw socket: headers, then as many body bytes as Content-Length says
+    (they may come in several segments)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode()
+
+
 def test_a_flood_beyond_the_queue_gets_503_with_retry_after_and_the_queue_stays_bounded():
     backend = FakeBackend(delay_s=0.3)  # slow: requests pile up behind the one in the backend
     cfg = _cfg(max_pending_queries=3, max_batch_queries=1, retry_after_s=2)
@@ -397,7 +413,7 @@ def test_a_client_that_stalls_while_sending_its_body_gets_408_and_frees_the_serv
         with _raw(url) as sock:
             sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 100\r\n\r\n{\"queries\": [")  # 13 of 100 bytes, then silence
-            reply = sock.recv(65536).decode()
+            reply = _read_response(sock)
         assert reply.startswith("HTTP/1.1 408") and "body_timeout" in reply
         assert httpx.post(f"{url}/retrieve", json={"queries": ["castle"], "topk": 1}).status_code == 200
 
