@@ -120,6 +120,7 @@ class BenchRow:
     p99_ms: float  # 99th-percentile request latency
     backend_calls: int | None  # backend.search calls during the phase (from /stats), if known
     mean_batch_queries: float | None  # queries per backend call during the phase, if known
+    errors: int = 0  # requests that failed (any exception or non-200), counted, not raised: a soak reports them
 
 
 def make_queries(backend: Any, n: int, seed: int = 0) -> list[str]:
@@ -144,11 +145,13 @@ def _server_stats(client: HttpRetriever) -> dict[str, Any] | None:
 
 
 def _run_clients(url: str, queries: list[str], n_requests: int, concurrency: int,
-                 per_request: int, topk: int) -> tuple[float, list[float]]:
-    """``n_requests`` requests shared by ``concurrency`` threads; returns (wall s, latencies)."""
+                 per_request: int, topk: int) -> tuple[float, list[float], int]:
+    """``n_requests`` requests shared by ``concurrency`` threads; returns (wall s, latencies of the
+    answered ones, failed requests)."""
     counter = iter(range(n_requests))
     lock = threading.Lock()
     latencies: list[float] = []
+    errors = [0]
 
     def worker(_: int) -> None:
         with HttpRetriever(url, retries=0, max_queries_per_request=per_request) as client:
@@ -159,26 +162,31 @@ def _run_clients(url: str, queries: list[str], n_requests: int, concurrency: int
                     return
                 batch = [queries[(i * per_request + j) % len(queries)] for j in range(per_request)]
                 t0 = time.perf_counter()
-                client.search(batch, topk)
+                try:
+                    client.search(batch, topk)
+                except Exception:  # noqa: BLE001 - a soak counts failures instead of stopping
+                    with lock:
+                        errors[0] += 1
+                    continue
                 with lock:
                     latencies.append(time.perf_counter() - t0)
 
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(worker, range(concurrency)))
-    return time.perf_counter() - start, latencies
+    return time.perf_counter() - start, latencies, errors[0]
 
 
 def bench_http(url: str, queries: list[str], n_requests: int, concurrency: int,
                per_request: int, topk: int, warmup: int, pool: ProcessPoolExecutor) -> BenchRow:
     """Client threads run in ``pool``'s process so they do not share the server's GIL."""
-    def clients(n: int, conc: int) -> tuple[float, list[float]]:
+    def clients(n: int, conc: int) -> tuple[float, list[float], int]:
         return pool.submit(_run_clients, url, queries, n, conc, per_request, topk).result()
 
     clients(warmup, min(concurrency, max(warmup, 1)))
     with HttpRetriever(url, retries=0) as probe:
         before = _server_stats(probe)
-        seconds, lat = clients(n_requests, concurrency)
+        seconds, lat, errors = clients(n_requests, concurrency)
         after = _server_stats(probe)
     calls = mean_batch = None
     if before and after:
@@ -187,7 +195,7 @@ def bench_http(url: str, queries: list[str], n_requests: int, concurrency: int,
         mean_batch = sent / calls if calls else None
     return BenchRow("http", concurrency, n_requests, per_request, topk, seconds,
                     n_requests * per_request / seconds, _percentile_ms(lat, 50),
-                    _percentile_ms(lat, 99), calls, mean_batch)
+                    _percentile_ms(lat, 99), calls, mean_batch, errors)
 
 
 def bench_in_process(backend: Any, queries: list[str], n_requests: int, per_request: int,
@@ -227,7 +235,7 @@ def bench_encoder(backend: Any, n_passages: int, batch: int = 64) -> float | Non
 def print_table(rows: list[BenchRow], encoder_pps: float | None, label: str) -> None:
     print(f"\nretrieval server benchmark ({label})")
     head = f"{'mode':<11}{'conc':>5}{'reqs':>6}{'q/req':>6}{'topk':>5}{'queries/s':>11}" \
-           f"{'p50 ms':>9}{'p99 ms':>9}{'calls':>7}{'q/call':>8}"
+           f"{'p50 ms':>9}{'p99 ms':>9}{'calls':>7}{'q/call':>8}{'errors':>8}"
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -235,7 +243,7 @@ def print_table(rows: list[BenchRow], encoder_pps: float | None, label: str) -> 
         per_call = "-" if r.mean_batch_queries is None else f"{r.mean_batch_queries:.1f}"
         print(f"{r.mode:<11}{r.concurrency:>5}{r.requests:>6}{r.queries_per_request:>6}"
               f"{r.topk:>5}{r.queries_per_s:>11.1f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}"
-              f"{calls:>7}{per_call:>8}")
+              f"{calls:>7}{per_call:>8}{r.errors:>8}")
     enc = "n/a (remote server)" if encoder_pps is None else f"{encoder_pps:.1f}"
     print(f"encoder passages/s: {enc}")
 
