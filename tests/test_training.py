@@ -340,3 +340,29 @@ def test_resume_after_kill_gives_the_records_of_an_uninterrupted_run(tok, tmp_pa
     assert (tmp_path / "killed" / "checkpoints" / "step_000003" / "adapters" / "ranker" / "adapter_config.json").exists()
     with pytest.raises(ValueError, match="method"):
         trainer(tok, tiny_model(tok), tmp_path / "killed", method="oracle").load_checkpoint()
+
+
+def test_a_truncated_or_corrupted_checkpoint_is_named_and_skipped_for_the_one_before_it(tok, tmp_path):
+    from cosearch_lib.rl.trainer import checkpoint_problem
+
+    full = trainer(tok, tiny_model(tok), tmp_path / "full", steps=3)
+    full.run()
+    run = trainer(tok, tiny_model(tok), tmp_path / "run", steps=3)
+    run.run(steps=2)  # step_000001 and step_000002 kept
+    ckpts = tmp_path / "run" / "checkpoints"
+    assert checkpoint_problem(ckpts / "step_000002") is None and (ckpts / "step_000002" / "MANIFEST.json").exists()
+    state = ckpts / "step_000002" / "state.pt"
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # killed mid-write, or a full disk
+    assert "truncated" in checkpoint_problem(ckpts / "step_000002")
+    with pytest.warns(RuntimeWarning, match=r"step_000002 skipped: state\.pt has .* bytes"):
+        assert latest_checkpoint(tmp_path / "run").name == "step_000001"
+    resumed = trainer(tok, tiny_model(tok), tmp_path / "run", steps=3)
+    with pytest.warns(RuntimeWarning):
+        assert resumed.load_checkpoint() == 1  # from the last good one: steps 2 and 3 run again
+    resumed.run()
+    assert _comparable(resumed.records) == _comparable(full.records)
+    adapter = ckpts / "step_000003" / "adapters" / "agent" / "adapter_model.safetensors"
+    data = bytearray(adapter.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte flipped
+    adapter.write_bytes(bytes(data))
+    assert "SHA-256" in checkpoint_problem(ckpts / "step_000003")

@@ -40,11 +40,13 @@ KL term, weight 0.001, is left out); one optimizer step per training step unless
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
 import shutil
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -458,6 +460,7 @@ class JointTrainer:
         if self.cross_encoder is not None:  # a folder the evaluation harness loads (HarnessConfig.cross_encoder_model)
             self.cross_encoder.save(tmp / "adapters" / "cross_encoder")
         (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
+        write_checkpoint_manifest(tmp)  # last: sizes and hashes of everything above
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
@@ -501,10 +504,62 @@ class JointTrainer:
         return self.step
 
 
+#: The file a checkpoint folder lists its files in (size and SHA-256 each), written last.
+CHECKPOINT_MANIFEST = "MANIFEST.json"
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checkpoint_manifest(folder: Path) -> Path:
+    """List every file of a checkpoint folder with its size and SHA-256 (``MANIFEST.json``)."""
+    files = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _file_digest(p)}
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != CHECKPOINT_MANIFEST}
+    path = folder / CHECKPOINT_MANIFEST
+    path.write_text(json.dumps(files, indent=1))
+    return path
+
+
+def checkpoint_problem(folder: str | Path) -> str | None:
+    """None when the checkpoint is whole, else what is wrong with it: no ``state.pt``, or a file
+    missing, truncated or changed against its manifest. Checkpoints written before manifests existed
+    are checked for ``state.pt`` only."""
+    folder = Path(folder)
+    if not (folder / "state.pt").exists():
+        return "no state.pt"
+    manifest = folder / CHECKPOINT_MANIFEST
+    if not manifest.exists():
+        return None
+    try:
+        files = json.loads(manifest.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return f"{CHECKPOINT_MANIFEST} unreadable"
+    for name, want in files.items():
+        path = folder / name
+        if not path.exists():
+            return f"{name} missing"
+        if path.stat().st_size != want["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, the manifest says {want['bytes']} (truncated?)"
+        if _file_digest(path) != want["sha256"]:
+            return f"{name} does not match its SHA-256 in the manifest (corrupted)"
+    return None
+
+
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    done = sorted(p for p in (Path(out_dir) / "checkpoints").glob("step_*")
-                  if not p.name.endswith(".tmp") and (p / "state.pt").exists())
-    return done[-1] if done else None
+    """The newest whole checkpoint of ``out_dir``. A newer one that is damaged
+    (:func:`checkpoint_problem`) is skipped with a warning naming it and what is wrong."""
+    done = sorted(p for p in (Path(out_dir) / "checkpoints").glob("step_*") if not p.name.endswith(".tmp"))
+    for path in reversed(done):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        warnings.warn(f"checkpoint {path} skipped: {problem}; trying the one before it", RuntimeWarning, stacklevel=2)
+    return None
 
 
 def _mean(values: Sequence[float]) -> float:
