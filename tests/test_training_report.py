@@ -51,7 +51,8 @@ def test_checkpoint_adapters_takes_the_newest_complete_checkpoint(tmp_path):
             (ckpt / "adapters" / name / "adapter_config.json").write_text("{}")
         if complete:
             (ckpt / "state.pt").write_bytes(b"x")
-    found = checkpoint_adapters(tmp_path, "cosearch")
+    with pytest.warns(RuntimeWarning, match="step_000003 skipped: no state.pt"):  # said, not silently passed over
+        found = checkpoint_adapters(tmp_path, "cosearch")
     assert set(found) == {"agent", "ranker"} and all("step_000002" in str(p) for p in found.values())
     with pytest.raises(FileNotFoundError, match="oracle"):
         checkpoint_adapters(tmp_path, "oracle")
