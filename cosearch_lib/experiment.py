@@ -92,8 +92,9 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     trainer = JointTrainer(tcfg, policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
                            out_dir=out_dir, seed=cfg.seed, val_questions=val, batch_size=cfg.models.batch_size,
                            progress=progress, backend=backend, cross_encoder=scorer)
-    if resume and latest_checkpoint(out_dir) is not None:
-        trainer.load_checkpoint()
+    newest = latest_checkpoint(out_dir) if resume else None  # checked (hashed) once
+    if newest is not None:
+        trainer.load_checkpoint(newest)
     return trainer
 
 
@@ -161,8 +162,7 @@ def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, set
         lists = relevance_lists(load_qa(qa_path), retriever, topn=cfg.search.topn, n=cfg.warmstart.n_ranker)
         stats = {"trained": True, **warm_start_cross_encoder(scorer, lists, lr=ce.lr, head_lr=ce.head_lr, epochs=ce.warm_start_epochs,
                                                              seed=cfg.seed, progress=progress)}
-    scorer.save(folder)
-    (folder / "warm_start.json").write_text(json.dumps(stats, indent=2))
+    scorer.save(folder, notes={"warm_start": stats})
     return folder
 
 

@@ -4,6 +4,7 @@ listwise warm start, and the trainer running CoSearch with it in place of the ge
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from dataclasses import replace
 
@@ -92,7 +93,8 @@ def test_the_cross_encoder_policy_samples_by_row_key_and_records_what_its_update
 def test_a_saved_scorer_loads_with_the_same_scores_and_a_folder_without_one_is_refused(bert_tok, tmp_path):
     scorer = tiny_scorer(bert_tok)
     texts = ["a harbour town", "a mill"]
-    scorer.save(tmp_path / "ce")
+    scorer.save(tmp_path / "ce", notes={"warm_start": {"trained": False}})
+    assert json.loads((tmp_path / "ce" / "cross_encoder.json").read_text())["warm_start"] == {"trained": False}
     loaded = CrossEncoderScorer.load(tmp_path / "ce").eval()
     with torch.no_grad():
         assert torch.allclose(scorer.scores("harbour", texts), loaded.scores("harbour", texts), atol=1e-6)

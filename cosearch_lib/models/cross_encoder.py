@@ -59,13 +59,15 @@ class CrossEncoderScorer(torch.nn.Module):
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         return self.head(pooled).squeeze(-1).float()
 
-    def save(self, folder: str | Path) -> Path:
-        """Write the scorer to ``folder`` atomically (a temporary folder, then renamed)."""
+    def save(self, folder: str | Path, *, notes: dict | None = None) -> Path:
+        """Write the scorer to ``folder`` atomically (a temporary folder, then renamed); ``notes`` (e.g.
+        how it was warm-started) go into its ``cross_encoder.json``."""
         with atomic_dir(Path(folder)) as tmp:
             self.encoder.save_pretrained(tmp / "encoder")
             self.tokenizer.save_pretrained(tmp / "encoder")
             torch.save(self.head.state_dict(), tmp / "head.pt")
-            (tmp / MARKER).write_text(json.dumps({"max_length": self.max_length, "source": self.source}, indent=2))
+            meta = {"max_length": self.max_length, "source": self.source, **(notes or {})}
+            (tmp / MARKER).write_text(json.dumps(meta, indent=2))
         return Path(folder)
 
     @classmethod

@@ -279,14 +279,19 @@ def run_workbook(profile: str | Path, notebooks: Sequence[str] | None = None, *,
 
 def _known(params: Mapping[str, Any] | None, books: Sequence[Path]) -> dict[str, Any]:
     """``params`` a part of the notebooks declares (``-p`` names are checked against all of them first)."""
-    declared = set().union(*(notebook_parameters(b) for b in books)) if books else set()
+    declared = _parameter_names(books)
     return {k: v for k, v in (params or {}).items() if k in declared}
 
 
 def _declared(params: Mapping[str, Any], notebooks: Sequence[str]) -> dict[str, Any]:
     """``params`` without ``resume`` when no notebook of the grid declares it (run_profile refuses unknown names)."""
-    declared = set().union(*(notebook_parameters(b) for b in select_notebooks(list(notebooks))))
+    declared = _parameter_names(select_notebooks(list(notebooks)))
     return {k: v for k, v in params.items() if k != "resume" or k in declared}
+
+
+def _parameter_names(books: Sequence[Path]) -> set[str]:
+    """The parameters any of ``books`` declares in its parameters cell."""
+    return set().union(*(notebook_parameters(b) for b in books))
 
 
 # --------------------------------------------------------------------------- SLURM

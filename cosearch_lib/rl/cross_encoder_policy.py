@@ -22,13 +22,14 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import torch
 
 from cosearch_lib.config import GRPOConfig
 from cosearch_lib.data.qa_formats import QAExample
-from cosearch_lib.metrics import has_answer
+from cosearch_lib.metrics import relevance_labels
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer, plackett_luce_logprobs
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
@@ -47,10 +48,10 @@ class RelevanceList:
 
 def relevance_lists(examples: Sequence[QAExample], retriever: SearchBackend, *, topn: int, n: int) -> list[RelevanceList]:
     """Up to ``n`` gold hops of ``examples`` (in order) with their top-N candidates and labels."""
-    hops = [(hop["sub_query"], hop["answer"]) for ex in examples for hop in (gold_chain(ex) or [])][:n]
+    hops = list(islice(((hop["sub_query"], hop["answer"]) for ex in examples for hop in (gold_chain(ex) or [])), n))
     results = retriever.search([q for q, _ in hops], topn) if hops else []
-    return [RelevanceList(q, [p.contents for p in cands], [int(has_answer(p.contents, [a])) for p in cands])
-            for (q, a), cands in zip(hops, results)]
+    return [RelevanceList(q, texts, relevance_labels(texts, [a]))
+            for (q, a), texts in ((h, [p.contents for p in cands]) for h, cands in zip(hops, results))]
 
 
 def listwise_loss(scores: torch.Tensor, relevant: Sequence[int]) -> torch.Tensor:
