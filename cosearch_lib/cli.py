@@ -225,8 +225,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (FileNotFoundError, ValueError, LookupError, HubUnavailableError, SlurmSubmitError)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+#: Commands that run notebooks (training inside papermill's kernel): a stop signal is passed on to the
+#: kernel and makes the command exit with stop_signals.EXIT_STOPPED (docs/REPRODUCING.md, "Preemption").
+STOPPABLE_COMMANDS = ("run", "grid")
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return args.fn(args)
     except KeyboardInterrupt:
@@ -234,6 +238,28 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as err:
         print(f"cosearch {args.command}: error: {err}", file=sys.stderr)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command not in STOPPABLE_COMMANDS:
+        return _dispatch(args)
+    from cosearch_lib.stop_signals import EXIT_STOPPED, forward_stop_signals
+
+    with forward_stop_signals() as stop:
+        try:
+            code = _dispatch(args)
+        except BaseException:
+            if stop.received is None:
+                raise
+            code = 1
+    if stop.received is not None and code != 0:  # stopped on request and not finished: resumable
+        again = "the same command resumes" if args.command == "grid" else \
+            "run it again with -p resume=true to continue training from the checkpoint"
+        print(f"cosearch {args.command}: stopped on {stop.received}; {again} (exit {EXIT_STOPPED})",
+              file=sys.stderr, flush=True)
+        return EXIT_STOPPED
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

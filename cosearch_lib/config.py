@@ -275,6 +275,61 @@ class ProtocolConfig:
 AGENT_STOPS = ("</tool_call>", "</answer>")
 
 
+# --------------------------------------------------------------------------- rule sets: the paper's or the release's
+
+
+#: Where the paper's equations and the authors' released code differ, one named option each
+#: (docs/METHOD.md, "Rule sets", has an example input per option). The profile's top-level
+#: ``rules:`` picks one of :data:`RULE_SETS`; every stage reads the same object.
+RULE_OPTIONS: dict[str, tuple[str, str]] = {
+    "f1_arithmetic": ("overlap", "precision_recall"),
+    "trivial_golds": ("drop_each", "drop_if_all"),
+    "ranker_output": ("strict", "released"),
+    "agent_format": ("strict", "released"),
+    "dedupe_key": ("ranking", "rerank_text"),
+    "zero_variance": ("tolerance", "exact"),
+    "empty_subqueries": ("apart", "together"),
+    "reward_dtype": ("float64", "float32"),
+}
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """One value per :data:`RULE_OPTIONS` entry; the first value of each is the paper's (the default)."""
+
+    name: str = "paper"  # "paper" or "released", or "custom" for a mix
+    f1_arithmetic: str = "overlap"  # token F1 as 2*overlap/(|pred|+|gold|) (exact at 0.8), or P, R then 2PR/(P+R) in floats (release)
+    trivial_golds: str = "drop_each"  # pseudo-relevance: drop every gold normalising to yes/no/true/false, or none unless all are trivial by lower+strip (release)
+    ranker_output: str = "strict"  # ranker validity: the strict tag protocol, or the release's (one reason block; only what follows the last </reason> is checked)
+    agent_format: str = "strict"  # Eq. 4's format verdict: the strict protocol, or the release's tag counts and order (no check of extra text, JSON or tool name)
+    dedupe_key: str = "ranking"  # duplicate ranker outputs (dedupe on): same prompt and parsed ranking, or same prompt and raw <rerank> text (release)
+    zero_variance: str = "tolerance"  # a group is flat when its rewards differ by <= 1e-9, or when they are equal floats (release)
+    empty_subqueries: str = "apart"  # exact-match grouping: empty sub-queries each alone, or all in one group (release)
+    reward_dtype: str = "float64"  # rewards enter the advantages as float64, or rounded to float32 first (release stores scores as float32)
+
+    def __post_init__(self) -> None:
+        for option, allowed in RULE_OPTIONS.items():
+            if getattr(self, option) not in allowed:
+                raise ValueError(f"rules.{option} must be one of {allowed}, got {getattr(self, option)!r}")
+
+    @property
+    def released(self) -> bool:
+        return self.name == "released"
+
+
+RULE_SETS: dict[str, RuleSet] = {
+    "paper": RuleSet(),
+    "released": RuleSet("released", **{option: allowed[1] for option, allowed in RULE_OPTIONS.items()}),
+}
+
+
+def rule_set(name: str) -> RuleSet:
+    """The rule set called ``name`` ("paper" or "released")."""
+    if name not in RULE_SETS:
+        raise ValueError(f"rules must be one of {sorted(RULE_SETS)}, got {name!r}")
+    return RULE_SETS[name]
+
+
 @dataclass
 class RolloutConfig:
     agent_max_new_tokens: int = 256  # generated tokens per agent turn
@@ -285,6 +340,7 @@ class RolloutConfig:
     max_context_tokens: int = 8192  # a trajectory longer than this is cut (finish "max_tokens")
     stop_on_invalid: bool = True  # retire a trajectory at its first protocol violation (else: corrective note, go on)
     search: SearchBudget = field(default_factory=SearchBudget, metadata=_SHARED)  # N, K and the cap: the profile's ``search``
+    rules: RuleSet = field(default_factory=RuleSet, metadata=_SHARED)  # ranker validity, agent format, pseudo-relevance: the profile's ``rules``
 
     def agent_sampling(self, seed: int) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.agent_max_new_tokens,
@@ -319,14 +375,20 @@ def _choice(name: str, value: object, allowed: tuple) -> None:
 @dataclass
 class AgentRewardConfig:
     alpha: float = 0.2  # format penalty: a trajectory with any protocol violation gets -alpha
-    yes_no_rule: bool = True  # HotpotQA yes/no rule inside token F1 (False = plain F1 of Search-R1 and the release)
+    yes_no_rule: bool | None = None  # HotpotQA yes/no rule inside the reward's token F1; None = the rule set's (paper: yes, released: no)
+    rules: RuleSet = field(default_factory=RuleSet, metadata=_SHARED)  # F1 arithmetic: the profile's ``rules``
 
     def __post_init__(self) -> None:
         _finite("alpha", self.alpha)
         if self.alpha < 0:
             raise ValueError(f"alpha is a penalty size and must be >= 0, got {self.alpha}")
-        if not isinstance(self.yes_no_rule, bool):
-            raise ValueError(f"yes_no_rule must be a bool, got {self.yes_no_rule!r}")
+        if self.yes_no_rule is not None and not isinstance(self.yes_no_rule, bool):
+            raise ValueError(f"yes_no_rule must be a bool or null, got {self.yes_no_rule!r}")
+
+    @property
+    def uses_yes_no_rule(self) -> bool:
+        """``yes_no_rule`` with None resolved: on under the paper rule set, off under the released one."""
+        return (not self.rules.released) if self.yes_no_rule is None else self.yes_no_rule
 
 
 # --------------------------------------------------------------------------- ranker reward (Eq. 6)
@@ -334,7 +396,7 @@ class AgentRewardConfig:
 
 @dataclass
 class RankerRewardConfig:
-    variant: str = "paper"  # "paper" (Eq. 6) or "released" (authors' code: binarised r_main, >= rule, invalid penalty)
+    variant: str | None = None  # "paper" (Eq. 6) or "released" (authors' code: binarised r_main, >= rule, invalid penalty); None = the rule set's
     gamma: float = 0.5  # paper: an easy call gets r_main added only when r_rel > gamma
     relevance: str = "hit"  # r_rel: "hit" (mean Hit@k over hit_ks), "ndcg" (nDCG@K of the shown list, K = len(order)) or "judge" (mean Hit@k over an LLM judge's labels of the shown passages: rl.judge)
     hit_ks: tuple[int, ...] = (1, 3, 5)  # Hit@k cutoffs averaged into r_rel when relevance="hit"
@@ -346,9 +408,10 @@ class RankerRewardConfig:
     invalid_ranker_penalty: float = -0.2  # reward of an invalid ranker output, when invalid outputs are penalised
     penalize_invalid_ranker: bool | None = None  # None = variant's rule (paper: no, score the fallback; released: yes)
     agent_format_fail: str | None = None  # format-failed trajectories' calls: "filter" | "penalize"; None = variant's
+    rules: RuleSet = field(default_factory=RuleSet, metadata=_SHARED)  # the profile's ``rules`` (decides ``variant`` when it is None)
 
     def __post_init__(self) -> None:
-        _choice("variant", self.variant, _VARIANTS)
+        _choice("variant", self.variant, (None, *_VARIANTS))
         _choice("relevance", self.relevance, _RELEVANCE)
         _choice("ndcg_ideal", self.ndcg_ideal, _NDCG_IDEAL)
         _choice("agent_format_fail", self.agent_format_fail, (None, *_FORMAT_FAIL))
@@ -369,18 +432,23 @@ class RankerRewardConfig:
         self.hit_ks = ks  # a YAML list becomes the tuple the annotation promises
 
     @property
+    def form(self) -> str:
+        """``variant`` with None resolved: the rule set's name."""
+        return self.variant if self.variant is not None else self.rules.name
+
+    @property
     def format_fail_policy(self) -> str:
         """``agent_format_fail`` with ``None`` resolved: paper -> "filter", released -> "penalize"."""
         if self.agent_format_fail is not None:
             return self.agent_format_fail
-        return "filter" if self.variant == "paper" else "penalize"
+        return "filter" if self.form == "paper" else "penalize"
 
     @property
     def invalid_penalized(self) -> bool:
         """``penalize_invalid_ranker`` with ``None`` resolved: paper -> False, released -> True."""
         if self.penalize_invalid_ranker is not None:
             return self.penalize_invalid_ranker
-        return self.variant == "released"
+        return self.form == "released"
 
 _MODES = ("semantic", "exact", "none")
 
@@ -389,20 +457,32 @@ _MODES = ("semantic", "exact", "none")
 class GroupingConfig:
     mode: str = "semantic"  # "semantic" (Alg. 2), "exact" (identical normalised sub-query) or "none" (one group per q0)
     delta: float = 0.8  # semantic: token-F1 threshold (>=) between a sub-query and a cluster's representative
-    k_min: int = 3  # discard clusters with fewer members than this (paper: 3; release drops size <= 3, i.e. 4)
+    k_min: int | None = None  # discard clusters with fewer members than this; None = the rule set's (paper: 3; release drops size <= 3, i.e. 4)
     drop_zero_variance: bool = True  # drop groups whose rewards are all equal (they carry no GRPO gradient)
-    dedupe_identical: bool = False  # release: average the rewards of calls with the same prompt and ranking
+    dedupe_identical: bool | None = None  # average the rewards of identical calls (same prompt and ranking); None = the rule set's (paper: no, released: yes)
+    rules: RuleSet = field(default_factory=RuleSet, metadata=_SHARED)  # similarity arithmetic, dedupe key, flatness test: the profile's ``rules``
 
     def __post_init__(self) -> None:
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(map(repr, _MODES))}; got {self.mode!r}")
         if isinstance(self.delta, bool) or not isinstance(self.delta, (int, float)) or not 0 < self.delta <= 1:
             raise ValueError(f"delta must be a number in (0, 1] (a token-F1 threshold), got {self.delta!r}")
-        if isinstance(self.k_min, bool) or not isinstance(self.k_min, int) or self.k_min < 1:
-            raise ValueError(f"k_min must be an integer >= 1, got {self.k_min!r}")
-        for name in ("drop_zero_variance", "dedupe_identical"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.k_min is not None and (isinstance(self.k_min, bool) or not isinstance(self.k_min, int) or self.k_min < 1):
+            raise ValueError(f"k_min must be an integer >= 1 or null, got {self.k_min!r}")
+        if not isinstance(self.drop_zero_variance, bool):
+            raise ValueError(f"drop_zero_variance must be a bool, got {self.drop_zero_variance!r}")
+        if self.dedupe_identical is not None and not isinstance(self.dedupe_identical, bool):
+            raise ValueError(f"dedupe_identical must be a bool or null, got {self.dedupe_identical!r}")
+
+    @property
+    def min_size(self) -> int:
+        """``k_min`` with None resolved: 3 (paper), 4 (released)."""
+        return (4 if self.rules.released else 3) if self.k_min is None else self.k_min
+
+    @property
+    def dedupe(self) -> bool:
+        """``dedupe_identical`` with None resolved: off (paper), on (released)."""
+        return self.rules.released if self.dedupe_identical is None else self.dedupe_identical
 
 #: Ways to turn per-token values into one scalar; see :func:`masked_aggregate`.
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -630,9 +710,15 @@ class SlurmConfig:
     aggregate_time: str = "02:00:00"  # the aggregation job (notebooks 04 and 05)
     max_parallel: int = 0  # array throttle "%M" (0: no limit)
     extra: tuple[str, ...] = ()  # further #SBATCH options, e.g. "--constraint=a100"
+    signal_lead_s: int = 600  # array tasks get SIGUSR1 this long before their time limit, checkpoint and requeue (0: no warning); make it longer than one training step
+    requeue: bool = True  # --requeue: a preempted or failed-node task goes back to the queue (and resumes from its checkpoint)
 
     def __post_init__(self) -> None:
         self.extra = tuple(self.extra)
+        if isinstance(self.signal_lead_s, bool) or not isinstance(self.signal_lead_s, int) or self.signal_lead_s < 0:
+            raise ValueError(f"signal_lead_s must be an integer >= 0 (seconds), got {self.signal_lead_s!r}")
+        if not isinstance(self.requeue, bool):
+            raise ValueError(f"requeue must be a bool, got {self.requeue!r}")
         for name in ("cpus_per_task", "max_parallel"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_parallel" else 1):
@@ -664,6 +750,10 @@ class GridsConfig:
             raise ValueError(f"parameters: expected a mapping of notebook parameter -> value, got {self.parameters!r}")
 
 
+#: The answer F1 the evaluation tables report (EvaluationConfig.f1; metrics.answer_f1).
+EVAL_F1_METRICS = ("plain", "yes_no")
+
+
 @dataclass
 class EvaluationConfig:
     split: str = "test"  # which split the evaluation harness reads
@@ -671,12 +761,17 @@ class EvaluationConfig:
     n_samples: int = 1  # rollouts per question at evaluation
     temperature: float = 0.0  # evaluation sampling temperature (0 = greedy)
     answer_max_new_tokens: int = 64  # tokens of the direct / RAG replies (CoT and agent turns: rollout.agent_max_new_tokens)
+    f1: str = "plain"  # answer F1 of the tables: "plain" (SQuAD token F1 as the paper's code computes it) or "yes_no" (HotpotQA's yes/no rule)
+
+    def __post_init__(self) -> None:
+        _choice("evaluation.f1", self.f1, EVAL_F1_METRICS)
 
 
 @dataclass
 class ProfileConfig:
     profile: str = "demo"  # profile name; executed notebooks land in papermill_runs/<profile>/
     seed: int = 0  # the one seed every random choice derives from
+    rules: str = "paper"  # rule set: "paper" (the paper's equations, strict protocol) or "released" (the authors' code); docs/METHOD.md
     search: SearchBudget = field(default_factory=SearchBudget)  # N, K and the search cap, shared by reference with protocol and rollout
     world: WorldConfig = field(default_factory=WorldConfig)  # the embedded world (used when data.corpus_path is None)
     data: DataConfig = field(default_factory=DataConfig)  # real corpora / QA files for cluster runs
@@ -698,6 +793,11 @@ class ProfileConfig:
         # harness built from this profile can never disagree on N, K or the cap
         self.protocol.search = self.search
         self.rollout.search = self.search
+        rules = rule_set(self.rules)  # and one rule set, read by every stage
+        self.rollout.rules = rules
+        self.training.agent_reward.rules = rules
+        self.training.ranker_reward.rules = rules
+        self.training.grouping.rules = rules
         if not isinstance(self.notebooks, dict) or not all(isinstance(v, dict) for v in self.notebooks.values()):
             raise ConfigError(f"notebooks: expected a mapping of notebook -> {{parameter: value}}, got {self.notebooks!r}")
 

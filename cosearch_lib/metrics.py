@@ -24,6 +24,9 @@ Conventions worth knowing (each is also stated on the function):
   ``yes_no_rule=False`` for the plain token F1 of Search-R1 and the CoSearch release.
 * :func:`has_answer` never counts trivial answers (yes/no/true/false) as contained, and
   never counts answers that have no tokens at all.
+* Where the authors' released code computes differently, a keyword picks its rule: F1
+  ``arithmetic="precision_recall"``, pseudo-relevance ``trivial="drop_if_all"`` (config.RuleSet).
+  :func:`answer_f1` is the evaluation tables' F1 ("plain" by default: the paper's metric).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ __all__ = [
     "exact_match",
     "token_f1",
     "max_token_f1",
+    "answer_f1",
     "normalize_query",
     "query_token_f1",
     "simple_tokenize",
@@ -127,16 +131,30 @@ def _check_labels(labels: Sequence[int] | Sequence[bool] | np.ndarray, name: str
     return out
 
 
-def _f1_from_tokens(pred_tokens: Sequence[str], gold_tokens: Sequence[str]) -> float:
-    """Harmonic mean of precision and recall of the multiset overlap of two token lists (0.0 if either is empty)."""
+#: How a token F1 is computed from the overlap (config.RULE_OPTIONS["f1_arithmetic"]).
+F1_ARITHMETICS = ("overlap", "precision_recall")
+
+
+def _f1_from_tokens(pred_tokens: Sequence[str], gold_tokens: Sequence[str], arithmetic: str = "overlap") -> float:
+    """Harmonic mean of precision and recall of the multiset overlap of two token lists (0.0 if either is empty).
+
+    ``arithmetic="overlap"``: 2PR / (P + R) with P = o/|pred| and R = o/|gold| is 2o / (|pred| + |gold|),
+    one correctly rounded division, so 4 shared tokens out of 5 + 5 is exactly the float 0.8 and a
+    ">= 0.8" threshold behaves as on paper. ``"precision_recall"``: P and R first, then 2PR / (P + R),
+    in floats, as the authors' released code computes it; it can land one unit in the last place
+    below the exact value (6 shared out of 7 + 8: 0.7999999999999999, not 0.8).
+    """
+    if arithmetic not in F1_ARITHMETICS:
+        raise ValueError(f"arithmetic must be one of {F1_ARITHMETICS}, got {arithmetic!r}")
     if not pred_tokens or not gold_tokens:
         return 0.0
     overlap = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
     if overlap == 0:
         return 0.0
-    # 2PR / (P + R) with P = o/|pred| and R = o/|gold| simplifies to 2o / (|pred| + |gold|).
-    # One integer division is correctly rounded, so e.g. 4 shared tokens out of 5 + 5 gives
-    # exactly the float 0.8 and a ">= 0.8" grouping threshold behaves as on paper.
+    if arithmetic == "precision_recall":
+        precision = 1.0 * overlap / len(pred_tokens)
+        recall = 1.0 * overlap / len(gold_tokens)
+        return (2 * precision * recall) / (precision + recall)
     return 2.0 * overlap / (len(pred_tokens) + len(gold_tokens))
 
 
@@ -173,7 +191,7 @@ def exact_match(prediction: str | None, golds: Golds) -> float:
     return 1.0 if any(pred == normalize_answer(g) for g in _as_str_list(golds, "golds")) else 0.0
 
 
-def token_f1(prediction: str | None, gold: str, *, yes_no_rule: bool = True) -> float:
+def token_f1(prediction: str | None, gold: str, *, yes_no_rule: bool = True, arithmetic: str = "overlap") -> float:
     """SQuAD-style token F1 between a prediction and one gold answer.
 
     Both sides go through :func:`normalize_answer` and are split on whitespace. Precision =
@@ -189,6 +207,9 @@ def token_f1(prediction: str | None, gold: str, *, yes_no_rule: bool = True) -> 
       Search-R1-style code and the CoSearch release.
     * An empty normalised prediction (or ``None``) gives 0.0, as does an empty normalised gold,
       even when both are empty.
+
+    ``arithmetic`` is how the ratio is computed (:func:`_f1_from_tokens`): ``"overlap"`` (exact at
+    thresholds) or ``"precision_recall"`` (the release's floats).
     """
     if prediction is None:
         return 0.0
@@ -198,16 +219,35 @@ def token_f1(prediction: str | None, gold: str, *, yes_no_rule: bool = True) -> 
     gold_norm = normalize_answer(gold)
     if yes_no_rule and pred_norm != gold_norm and (pred_norm in YES_NO_ANSWERS or gold_norm in YES_NO_ANSWERS):
         return 0.0
-    return _f1_from_tokens(pred_norm.split(), gold_norm.split())
+    return _f1_from_tokens(pred_norm.split(), gold_norm.split(), arithmetic)
 
 
-def max_token_f1(prediction: str | None, golds: Golds, *, yes_no_rule: bool = True) -> float:
+def max_token_f1(prediction: str | None, golds: Golds, *, yes_no_rule: bool = True, arithmetic: str = "overlap") -> float:
     """Maximum of :func:`token_f1` over the gold answers (the agent's ``r_main`` before format).
 
     ``golds`` may be one string or a list/tuple/NumPy array of strings; no golds gives 0.0.
     """
     gold_list = _as_str_list(golds, "golds")
-    return max((token_f1(prediction, g, yes_no_rule=yes_no_rule) for g in gold_list), default=0.0)
+    return max((token_f1(prediction, g, yes_no_rule=yes_no_rule, arithmetic=arithmetic) for g in gold_list), default=0.0)
+
+
+#: Answer F1 metrics of the evaluation tables (config.EvaluationConfig.f1).
+ANSWER_F1_METRICS = ("plain", "yes_no")
+
+
+def answer_f1(prediction: str | None, golds: Golds, metric: str = "plain") -> float:
+    """The answer F1 an evaluation table reports, maximised over the golds.
+
+    ``"plain"``: SQuAD token F1 exactly as the paper's code computes it (no yes/no rule; P and R,
+    then 2PR/(P+R) in floats), so tables sit beside the paper's numbers like for like.
+    ``"yes_no"``: HotpotQA's convention: no partial credit when either side is yes/no/noanswer
+    ("yes it is" against "yes": 0.0, where "plain" gives 0.5).
+    """
+    if metric == "plain":
+        return max_token_f1(prediction, golds, yes_no_rule=False, arithmetic="precision_recall")
+    if metric == "yes_no":
+        return max_token_f1(prediction, golds, yes_no_rule=True)
+    raise ValueError(f"metric must be one of {ANSWER_F1_METRICS}, got {metric!r}")
 
 
 # --------------------------------------------------------------------------- sub-query similarity
@@ -228,14 +268,14 @@ def normalize_query(q: str) -> str:
     return " ".join(text.split())
 
 
-def query_token_f1(q1: str, q2: str) -> float:
+def query_token_f1(q1: str, q2: str, *, arithmetic: str = "overlap") -> float:
     """Token-level F1 (ROUGE-1 F1) between two sub-queries after :func:`normalize_query`.
 
-    Symmetric in its arguments. Multiset overlap as in :func:`token_f1`, but without the yes/no
-    rule. If either normalised query is empty the score is 0.0 (so empty queries never join a
-    cluster), matching the authors' grouping code.
+    Symmetric in its arguments (under both arithmetics: IEEE sums and products commute). Multiset
+    overlap as in :func:`token_f1`, but without the yes/no rule. If either normalised query is empty
+    the score is 0.0 (so empty queries never join a cluster), matching the authors' grouping code.
     """
-    return _f1_from_tokens(normalize_query(q1).split(), normalize_query(q2).split())
+    return _f1_from_tokens(normalize_query(q1).split(), normalize_query(q2).split(), arithmetic)
 
 
 # --------------------------------------------------------------------------- pseudo-relevance
@@ -265,16 +305,20 @@ def is_trivial_answer(answer: str) -> bool:
     return normalize_answer(answer) in TRIVIAL_ANSWERS
 
 
-def _answer_sequences(answers: Golds) -> list[list[str]]:
-    """Token sequences of the answers that can count as contained (non-trivial, non-empty)."""
-    sequences = []
-    for answer in _as_str_list(answers, "answers"):
-        if is_trivial_answer(answer):
-            continue
-        tokens = _containment_tokens(answer)
-        if tokens:
-            sequences.append(tokens)
-    return sequences
+#: Which gold answers pseudo-relevance ignores (config.RULE_OPTIONS["trivial_golds"]).
+TRIVIAL_GOLD_RULES = ("drop_each", "drop_if_all")
+
+
+def _answer_sequences(answers: Golds, trivial: str = "drop_each") -> list[list[str]]:
+    """Token sequences of the answers that can count as contained (see :func:`has_answer`)."""
+    answer_list = _as_str_list(answers, "answers")
+    if trivial == "drop_each":
+        kept = [a for a in answer_list if not is_trivial_answer(a)]
+    elif trivial == "drop_if_all":  # the release: lower-case and strip only; all golds stay unless every one is trivial
+        kept = [] if all(a.lower().strip() in TRIVIAL_ANSWERS for a in answer_list) else answer_list
+    else:
+        raise ValueError(f"trivial must be one of {TRIVIAL_GOLD_RULES}, got {trivial!r}")
+    return [tokens for tokens in map(_containment_tokens, kept) if tokens]
 
 
 def _contains_any(text_tokens: Sequence[str], sequences: Sequence[Sequence[str]]) -> bool:
@@ -289,7 +333,7 @@ def _contains_any(text_tokens: Sequence[str], sequences: Sequence[Sequence[str]]
     return False
 
 
-def has_answer(text: str, answers: Golds) -> bool:
+def has_answer(text: str, answers: Golds, *, trivial: str = "drop_each") -> bool:
     """DPR-style pseudo-relevance: does ``text`` contain any gold answer as a token sequence?
 
     Text and answers are Unicode NFD-normalised (so composed and decomposed forms of "Zoë" or
@@ -300,22 +344,27 @@ def has_answer(text: str, answers: Golds) -> bool:
 
     Trivial answers (:func:`is_trivial_answer`: yes/no/true/false) never count as contained,
     and neither do answers with no tokens (DPR's own loop would match those everywhere). So if
-    every answer is trivial (or there are none) the result is always ``False``.
+    every answer is trivial (or there are none) the result is always ``False``. That is
+    ``trivial="drop_each"``; ``"drop_if_all"`` is the authors' released rule: a gold is trivial
+    when its lower-cased, stripped form is one of those words ("Yes." is not), and trivial golds
+    are dropped only when every gold is trivial; otherwise all of them, trivial ones included,
+    are looked for (so ["yes", "Paris"] is found in a passage saying "yes").
     """
-    sequences = _answer_sequences(answers)
+    sequences = _answer_sequences(answers, trivial)
     if not sequences:
         return False
     return _contains_any(_containment_tokens(text), sequences)
 
 
-def relevance_labels(passages_texts: Sequence[str] | Iterable[str], answers: Golds) -> list[int]:
-    """Binary relevance label (1 = :func:`has_answer`) for each passage, in the given order.
+def relevance_labels(passages_texts: Sequence[str] | Iterable[str], answers: Golds, *,
+                     trivial: str = "drop_each") -> list[int]:
+    """Binary relevance label (1 = :func:`has_answer`, same ``trivial`` rule) for each passage, in order.
 
     The answers are tokenised once for all passages. Passages are plain strings (pass the
     title-plus-text form you want judged).
     """
     texts = _as_str_list(passages_texts, "passages_texts")
-    sequences = _answer_sequences(answers)
+    sequences = _answer_sequences(answers, trivial)
     if not sequences:
         return [0] * len(texts)
     return [int(_contains_any(_containment_tokens(t), sequences)) for t in texts]

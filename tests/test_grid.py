@@ -124,9 +124,13 @@ def test_slurm_scripts_carry_the_profile_resources_and_one_cell_per_array_task(t
                  "#SBATCH --time=12:00:00", "#SBATCH --cpus-per-task=2", "#SBATCH --constraint=a100"):
         assert line in array
     assert any(line.startswith("#SBATCH --output=") and line.endswith("slurm/cell-%a-%A.log") for line in array)
-    assert array[-1].startswith("cosearch grid --profile ") and '--cell "$SLURM_ARRAY_TASK_ID"' in array[-1]
+    command = array[-1]
+    assert command.startswith('run_stoppable "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" cosearch grid')
+    assert '--cell "$SLURM_ARRAY_TASK_ID"' in command and any(line.startswith("source papermill_runs/slurm/stoppable.sh")
+                                                               for line in array)
+    assert "#SBATCH --requeue" in array and "#SBATCH --signal=B:USR1@600" in array
     assert "#SBATCH --time=00:30:00" in aggregate and aggregate[-1].endswith("--notebooks 02 --quiet")
-    assert f"cosearch grid --profile {base} {grid.source} --cell" in array[-1]  # the file it came from, by path
+    assert f"cosearch grid --profile {base} {grid.source} --cell" in command  # the file it came from, by path
     with pytest.raises(ConfigError, match="not read from a file"):
         slurm_scripts("ci", Grid("g", ("03",), (GridCell("a"),)))
     header = [n for n, line in enumerate(array) if line.startswith("#SBATCH")]
@@ -135,6 +139,50 @@ def test_slurm_scripts_carry_the_profile_resources_and_one_cell_per_array_task(t
     bad.write_text(yaml.safe_dump({"extends": "ci", "slurm": {"extra": ["constraint=a100"]}}))
     with pytest.raises(ValueError, match="extra: each entry is one sbatch option"):
         load_profile(bad)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+CHILD = """import signal, sys, time
+got = []
+signal.signal(signal.SIGUSR1, lambda *a: got.append("USR1"))
+signal.signal(signal.SIGTERM, lambda *a: got.append("TERM"))
+print("started", flush=True)
+t0 = time.time()
+while not got and time.time() - t0 < 30:
+    time.sleep(0.02)
+time.sleep(0.5)  # the step under way finishes, the checkpoint is written
+print("child got", got, flush=True)
+sys.exit(75 if got else 0)
+"""
+
+
+@pytest.mark.parametrize("sig, requeued", [("USR1", True), ("TERM", False)])
+def test_the_array_task_passes_a_stop_signal_on_and_requeues_only_before_the_time_limit(tmp_path, sig, requeued):
+    """The job script's own logic, in bash: the stop signal reaches the command running in the
+    background, the script waits for its real exit status (75) and, after SIGUSR1 (--signal before
+    the time limit), requeues its own array task; after SIGTERM (preemption, scancel) it does not."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cosearch_lib.records.grid import STOPPABLE_SH
+
+    (tmp_path / "child.py").write_text(CHILD)
+    job = tmp_path / "job.sh"
+    job.write_text("set -euo pipefail\n"
+                   'scontrol() { echo "scontrol $*"; }\n'  # what the task would ask SLURM
+                   f"source {ROOT / STOPPABLE_SH}\n"
+                   f'run_stoppable 41_2 {sys.executable} {tmp_path / "child.py"}\n'
+                   'echo "not reached: set -e ends the job with the command\'s status"\n')
+    proc = subprocess.Popen(["bash", str(job)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(0.2)
+    proc.send_signal(getattr(signal, f"SIG{sig}"))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 75
+    assert f"child got ['{sig}']" in out
+    assert ("scontrol requeue 41_2" in out) is requeued and "not reached" not in out
 
 
 def test_submit_slurm_submits_the_array_then_the_aggregation_after_it(tmp_path, runs):

@@ -1,9 +1,13 @@
-"""Strict parsers of the tag protocol (docs/METHOD.md, "Tag protocol").
+"""Parsers of the tag protocol (docs/METHOD.md, "Tag protocol").
 
 ``parse_agent_turn`` and ``parse_ranking`` return the parsed action and a format flag with a short
-machine-readable error code. They forgive whitespace but never a wrong protocol, because the
-format flag *is* the reward's f (paper Eq. 4): a lenient parser would pay the policy for malformed
-turns. ``parse_answer_only`` reads the one-generation baselines (direct, CoT, RAG).
+machine-readable error code. By default (``protocol="strict"``, the paper rule set) they forgive
+whitespace but never a wrong protocol, because the format flag *is* the reward's f (paper Eq. 4):
+a lenient parser would pay the policy for malformed turns. ``protocol="released"`` applies the
+authors' released checks instead (the ``released`` rule set, config.RuleSet): the ranker's output
+needs exactly one reason block, and only what follows the last ``</reason>`` is checked; an agent
+turn's format is the count and order of its tags, and its action is whatever one valid search call
+or answer block it holds. ``parse_answer_only`` reads the one-generation baselines (direct, CoT, RAG).
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+#: The two protocols (config.RULE_OPTIONS "agent_format" and "ranker_output").
+PROTOCOLS = ("strict", "released")
 
 #: End-of-turn strings a caller may leave on generated text; the parsers ignore one trailing copy.
 DEFAULT_END_MARKERS: tuple[str, ...] = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "</s>")
@@ -103,8 +110,16 @@ class AgentAction:
 _AGENT_TAGS = ("reason", "tool_call", "answer", "information")
 
 
-def parse_agent_turn(text: str, strip_suffixes: Sequence[str] = DEFAULT_END_MARKERS) -> AgentAction:
+def _check_protocol(protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+
+
+def parse_agent_turn(text: str, strip_suffixes: Sequence[str] = DEFAULT_END_MARKERS, *,
+                     protocol: str = "strict") -> AgentAction:
     """Parse one agent turn: ``<reason>..</reason>`` then one ``<tool_call>`` or one ``<answer>``.
+
+    ``protocol="released"``: :func:`parse_agent_turn_released`. Otherwise:
 
     Whitespace around and between tags, and inside the JSON, is fine; anything else is an invalid
     turn with an error code: no_tags, nested_tags, mismatched_tag, stray_close_tag, unclosed_tag,
@@ -112,6 +127,9 @@ def parse_agent_turn(text: str, strip_suffixes: Sequence[str] = DEFAULT_END_MARK
     multiple_reasons, wrong_order, empty_reason, no_action, multiple_actions, bad_json, wrong_tool,
     extra_arguments, bad_arguments, missing_query, empty_answer.
     """
+    _check_protocol(protocol)
+    if protocol == "released":
+        return parse_agent_turn_released(text, strip_suffixes)
     body = _strip_end_marker(text, strip_suffixes)
     blocks, outside, error = _scan(body, _AGENT_TAGS)
     if error is None and not blocks:
@@ -167,6 +185,62 @@ def _parse_tool_call(payload: str) -> tuple[str | None, str | None]:
     return query.strip(), None
 
 
+_TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
+
+
+def _released_tags_error(body: str, action: str) -> str | None:
+    """The release's format check of one turn: ``<reason>``, ``</reason>``, ``<action>``, ``</action>``
+    each exactly once, in that order, with non-empty (stripped) reason and action contents."""
+    tags = ("<reason>", "</reason>", f"<{action}>", f"</{action}>")
+    for tag in tags:
+        if body.count(tag) != 1:
+            return "tag_count"
+    at = [body.index(tag) for tag in tags]
+    if at != sorted(at):
+        return "tag_order"
+    if not body[at[0] + len(tags[0]) : at[1]].strip():
+        return "empty_reason"
+    if not body[at[2] + len(tags[2]) : at[3]].strip():
+        return "empty_answer" if action == "answer" else "missing_query"
+    return None
+
+
+def released_answer(texts: Sequence[str]) -> str | None:
+    """The release's answer of a trajectory: the last ``<answer>`` block anywhere in its turns, stripped."""
+    found = [m for text in texts for m in _ANSWER_BLOCK.findall(text)]
+    return found[-1].strip() if found else None
+
+
+def parse_agent_turn_released(text: str, strip_suffixes: Sequence[str] = DEFAULT_END_MARKERS) -> AgentAction:
+    """An agent turn as the authors' released loop and reward read it.
+
+    Action: the turn searches when exactly one ``<tool_call>`` block holds valid JSON naming the
+    ``search`` tool with a non-empty string query; otherwise the episode ends, and it is an answer
+    when an ``<answer>`` block is there (the last one). Format (Eq. 4's f): a searching turn needs
+    ``<reason>``, ``</reason>``, ``<tool_call>``, ``</tool_call>`` once each, in that order, with
+    non-empty contents; an ending turn the same with ``<answer>``. Text outside the tags, the
+    call's JSON and its tool name are not part of the verdict (a bad call simply is not run).
+    Error codes: tag_count, tag_order, empty_reason, missing_query, empty_answer, no_action.
+    """
+    body = _strip_end_marker(text, strip_suffixes)
+    reason_match = re.search(r"<reason>(.*?)</reason>", body, re.S)
+    reason = reason_match.group(1).strip() if reason_match else None
+    queries = []
+    for payload in _TOOL_CALL_BLOCK.findall(body):
+        query, error = _parse_tool_call(payload)
+        if error is None:
+            queries.append(query)
+    if len(queries) == 1:
+        error = _released_tags_error(body, "tool_call")
+        return AgentAction("search", reason=reason, query=queries[0], format_ok=error is None, error=error)
+    answers = _ANSWER_BLOCK.findall(body)
+    if not answers:
+        return AgentAction("invalid", reason=reason, error="no_action")
+    error = _released_tags_error(body, "answer")
+    return AgentAction("answer", reason=reason, answer=answers[-1].strip(), format_ok=error is None, error=error)
+
+
 # --------------------------------------------------------------------------- ranker output
 
 @dataclass(frozen=True)
@@ -185,16 +259,22 @@ _INDEX = re.compile(r"\[\s*(\d+)\s*\]")
 
 
 def parse_ranking(
-    text: str, n_candidates: int, k: int, strip_suffixes: Sequence[str] = DEFAULT_END_MARKERS
+    text: str, n_candidates: int, k: int, strip_suffixes: Sequence[str] = DEFAULT_END_MARKERS, *,
+    protocol: str = "strict",
 ) -> RankerOutput:
     """Parse ``<reason>..</reason><rerank>[i1] > ... > [ik]</rerank>`` against N candidates.
+
+    ``protocol="released"``: :func:`parse_ranking_released`. Otherwise:
 
     Error codes: no_tags, nested_tags, mismatched_tag, stray_close_tag, unclosed_tag, extra_text,
     missing_reason, multiple_reasons, wrong_order, empty_reason, missing_rerank, multiple_rerank,
     bad_syntax, out_of_range, duplicate_index, too_few, too_many (checked in that order).
     """
+    _check_protocol(protocol)
     if not 1 <= k <= n_candidates:
         raise ValueError(f"need 1 <= k <= n_candidates, got k={k}, n_candidates={n_candidates}")
+    if protocol == "released":
+        return parse_ranking_released(text, n_candidates, k, strip_suffixes)
     body = _strip_end_marker(text, strip_suffixes)
     blocks, outside, error = _scan(body, _RANK_TAGS)
     reason = next((b.content.strip() for b in blocks if b.tag == "reason"), None)
@@ -229,6 +309,49 @@ def _parse_chain(chain: str, n: int, k: int) -> tuple[list[int], str | None]:
     if len(picks) != k:
         return [], "too_few" if len(picks) < k else "too_many"
     return [i - 1 for i in picks], None
+
+
+_REASON_BLOCK = re.compile(r"<reason>(.*?)</reason>", re.S)
+_RELEASED_TAIL = re.compile(r"^\s*<rerank>(?P<rank>.*?)</rerank>\s*$", re.S)
+_RELEASED_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def parse_ranking_released(text: str, n_candidates: int, k: int,
+                           strip_suffixes: Sequence[str] = DEFAULT_END_MARKERS) -> RankerOutput:
+    """A ranking as the authors' released validator reads it.
+
+    Valid when: the text holds exactly one ``<reason>...</reason>`` match (non-greedy, so a nested
+    ``<reason>`` inside it counts once; its content may be empty; text before it is fine); what
+    follows the last ``</reason>`` is, after stripping, one ``<rerank>...</rerank>`` block and
+    nothing else; the block's stripped content is ``[i]`` then exactly k-1 ``> [j]``, brackets
+    tight around the digits (``[ 1 ]`` is refused, ``[1]>[2]`` is fine); the k indices are in
+    1..N and distinct. Error codes: missing_reason, multiple_reasons, bad_tail, bad_syntax,
+    too_few, too_many, out_of_range, duplicate_index.
+    """
+    if not 1 <= k <= n_candidates:
+        raise ValueError(f"need 1 <= k <= n_candidates, got k={k}, n_candidates={n_candidates}")
+    body = _strip_end_marker(text, strip_suffixes)
+    reasons = _REASON_BLOCK.findall(body)
+    reason = reasons[0].strip() if reasons else None
+    error = None if len(reasons) == 1 else ("missing_reason" if not reasons else "multiple_reasons")
+    last = body.rfind("</reason>")
+    tail = (body[last + len("</reason>"):] if last != -1 else body).strip()
+    match = _RELEASED_TAIL.match(tail)
+    if match is None:
+        return RankerOutput([], reason=reason, error=error or "bad_tail")
+    chain = match.group("rank").strip()
+    picks = [int(i) for i in _RELEASED_INDEX.findall(chain)]
+    if error is None and not re.match(r"^\s*\[\d+\](\s*>\s*\[\d+\]){" + str(k - 1) + r"}\s*$", chain):
+        error = "bad_syntax"
+    if error is None and len(picks) != k:
+        error = "too_few" if len(picks) < k else "too_many"
+    if error is None and not all(1 <= i <= n_candidates for i in picks):
+        error = "out_of_range"
+    if error is None and len(set(picks)) != len(picks):
+        error = "duplicate_index"
+    if error is not None:
+        return RankerOutput([], reason=reason, error=error)
+    return RankerOutput([i - 1 for i in picks], reason=reason, valid=True)
 
 
 @dataclass(frozen=True)

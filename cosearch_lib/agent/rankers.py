@@ -75,10 +75,11 @@ def top_k_order(n_candidates: int, k: int) -> list[int]:
     return list(range(min(k, n_candidates)))
 
 
-def oracle_order(candidates: list[Passage], golds: list[str], k: int) -> list[int]:
+def oracle_order(candidates: list[Passage], golds: list[str], k: int, trivial: str = "drop_each") -> list[int]:
     """Paper Eq. 7: the answer-containing candidates D+ in retriever order, then the best-ranked
-    non-relevant ones, K in total; when D+ is empty, the retriever's top-K unchanged."""
-    relevant = [i for i, p in enumerate(candidates) if has_answer(p.contents, golds)]
+    non-relevant ones, K in total; when D+ is empty, the retriever's top-K unchanged. ``trivial``:
+    the rule set's treatment of yes/no golds (``metrics.has_answer``)."""
+    relevant = [i for i, p in enumerate(candidates) if has_answer(p.contents, golds, trivial=trivial)]
     if not relevant:
         return top_k_order(len(candidates), k)
     chosen = set(relevant)
@@ -100,8 +101,11 @@ class OracleRanker:
 
     mode = "oracle"
 
+    def __init__(self, trivial: str = "drop_each"):
+        self.trivial = trivial  # the rule set's trivial_golds
+
     def rank(self, requests: list[RankRequest]) -> list[Ranking]:
-        return [Ranking(order=oracle_order(r.candidates, r.golds, r.k)) for r in requests]
+        return [Ranking(order=oracle_order(r.candidates, r.golds, r.k, self.trivial)) for r in requests]
 
 
 class LLMRanker:
@@ -109,9 +113,11 @@ class LLMRanker:
 
     mode = "llm"
 
-    def __init__(self, backend, chat, protocol_cfg, sampling, *, adapter: str | None = None):
+    def __init__(self, backend, chat, protocol_cfg, sampling, *, adapter: str | None = None,
+                 output_protocol: str = "strict"):
         self.backend, self.chat, self.protocol_cfg = backend, chat, protocol_cfg
         self.sampling, self.adapter = sampling, adapter
+        self.output_protocol = output_protocol  # the rule set's ranker_output: "strict" or "released" (agent.parsers)
 
     def rank(self, requests: list[RankRequest]) -> list[Ranking]:
         if not requests:
@@ -122,7 +128,7 @@ class LLMRanker:
                                      row_keys=[("ranker", *r.row_key) for r in requests])
         out = []
         for r, prompt, gen in zip(requests, prompts, gens):
-            parsed = parse_ranking(gen.text, len(r.candidates), min(r.k, len(r.candidates)))
+            parsed = parse_ranking(gen.text, len(r.candidates), min(r.k, len(r.candidates)), protocol=self.output_protocol)
             order = parsed.order if parsed.valid else top_k_order(len(r.candidates), r.k)
             out.append(Ranking(order=order, valid=parsed.valid, error=parsed.error, prompt_ids=prompt,
                                output_ids=list(gen.token_ids), output_logprobs=list(gen.logprobs), output_text=gen.text))
@@ -206,7 +212,7 @@ def make_ranker(mode: str, **kw) -> Ranker:
     if mode == "retrieval":
         return RetrievalOnlyRanker()
     if mode == "oracle":
-        return OracleRanker()
+        return OracleRanker(**kw)
     if mode == "llm":
         return LLMRanker(**kw)
     if mode == "cross_encoder":

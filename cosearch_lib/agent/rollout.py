@@ -22,11 +22,11 @@ from typing import Any
 
 import pandas as pd
 
-from cosearch_lib.agent.parsers import AgentAction, parse_agent_turn
+from cosearch_lib.agent.parsers import AgentAction, parse_agent_turn, released_answer
 from cosearch_lib.agent.prompts import agent_messages, format_observation
 from cosearch_lib.agent.rankers import Ranker, RankRequest
 from cosearch_lib.config import ProtocolConfig, RolloutConfig
-from cosearch_lib.metrics import exact_match, has_answer, hit_at_k, max_token_f1, mean_hit
+from cosearch_lib.metrics import answer_f1, exact_match, has_answer, hit_at_k, mean_hit
 from cosearch_lib.models.backends import prefix_scope
 from cosearch_lib.progress import tqdm
 
@@ -105,7 +105,8 @@ class Trajectory:
 
     @property
     def f1(self) -> float:
-        return max_token_f1(self.answer, self.golds) if self.answer is not None else 0.0
+        """The answer's F1 by the paper's metric (``metrics.answer_f1``, "plain"); 0 without an answer."""
+        return answer_f1(self.answer, self.golds) if self.answer is not None else 0.0
 
     @property
     def em(self) -> float:
@@ -121,8 +122,8 @@ def _row_key(step: int, traj: Trajectory, turn: int) -> tuple:
     return (step, traj.question_id, traj.sample, turn)
 
 
-def _ranker_call(traj: Trajectory, turn: int, req: RankRequest, ranking) -> RankerCall:
-    relevant = [int(has_answer(p.contents, traj.golds)) for p in req.candidates]
+def _ranker_call(traj: Trajectory, turn: int, req: RankRequest, ranking, trivial: str = "drop_each") -> RankerCall:
+    relevant = [int(has_answer(p.contents, traj.golds, trivial=trivial)) for p in req.candidates]
     shown = [relevant[i] for i in ranking.order]
     hits = {k: hit_at_k(shown, k) if shown else 0.0 for k in (1, 3, 5)}
     return RankerCall(
@@ -186,9 +187,18 @@ class RolloutEngine:
             t.append(list(gen.token_ids), 1, list(gen.logprobs))
             # the chat template closes the turn itself unless the sampled ids already end with end-of-turn
             t.last_eos = bool(gen.token_ids) and gen.token_ids[-1] == self.chat.end_of_turn_id
-            action: AgentAction = parse_agent_turn(gen.text)
+            released = self.cfg.rules.agent_format == "released"
+            action: AgentAction = parse_agent_turn(gen.text, protocol=self.cfg.rules.agent_format)
             t.turns.append(Turn(gen.text, action.kind, action.format_ok, action.error, action.query, action.answer))
-            if action.kind == "answer" and action.format_ok:
+            if released and action.kind == "search":  # the release runs any one valid call; its format is judged at the end
+                if t.n_search_turns <= self.cfg.search.max_searches:
+                    searching.append((t, action.query))
+                else:
+                    t.finish = "max_searches"
+            elif released:  # no single valid call: the episode ends, with the last answer block of any turn
+                t.answer = released_answer([turn.text for turn in t.turns])
+                t.finish = "answer" if action.kind == "answer" else "invalid"
+            elif action.kind == "answer" and action.format_ok:
                 t.answer, t.finish = action.answer, "answer"
             elif action.kind == "search" and action.format_ok and t.n_search_turns <= self.cfg.search.max_searches:
                 searching.append((t, action.query))
@@ -210,7 +220,7 @@ class RolloutEngine:
                                 row_key=_row_key(step, t, turn)) for (t, q), c in zip(searching, candidates)]
         rankings = self.ranker.rank(requests)
         for (t, _), req, ranking in zip(searching, requests, rankings):
-            t.ranker_calls.append(_ranker_call(t, turn, req, ranking))
+            t.ranker_calls.append(_ranker_call(t, turn, req, ranking, self.cfg.rules.trivial_golds))
             self._append_observation(t, format_observation(ranking.shown(req.candidates), self.protocol_cfg))
             if len(t.token_ids) >= self.cfg.max_context_tokens:
                 t.finish = "max_tokens"

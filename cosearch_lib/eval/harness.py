@@ -49,10 +49,10 @@ from cosearch_lib.agent.rankers import (
     make_ranker,
 )
 from cosearch_lib.agent.rollout import RolloutEngine, Trajectory
-from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, SearchBudget
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, RuleSet, SamplingConfig, SearchBudget
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.benchmark_families import hop_group
-from cosearch_lib.metrics import exact_match, has_answer, hit_at_k, max_token_f1
+from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_at_k
 from cosearch_lib.models.backends import GenerationBackend
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer, is_cross_encoder_folder
 from cosearch_lib.progress import tqdm
@@ -75,7 +75,7 @@ RECORD_GLOSSARY: dict[str, str] = {
     "question": "the question text",
     "prediction": "the extracted answer; None when no valid answer was given",
     "golds": "gold answers (list of strings)",
-    "f1": "max token F1 of prediction over golds (0 when prediction is None): the paper's metric",
+    "f1": "max token F1 of prediction over golds (0 when prediction is None), by HarnessConfig.f1: 'plain' is the paper's metric",
     "em": "exact match after SQuAD normalisation (0 when prediction is None)",
     "format_ok": "the reply followed the tag protocol (agent: every turn, and it ended with an answer)",
     "finish": "answer | invalid (protocol broken) | max_searches (searched past the cap) | max_tokens (out of tokens)",
@@ -120,9 +120,13 @@ class HarnessConfig:
     ranker_max_new_tokens: int = 160  # tokens per LLM ranker call
     answer_max_new_tokens: int = 64  # tokens for the direct and RAG replies (an answer tag only)
     max_context_tokens: int = 8192  # a trajectory longer than this stops (finish "max_tokens")
+    rules: RuleSet = field(default_factory=RuleSet)  # the profile's rule set: agent format, ranker validity, pseudo-relevance
+    f1: str = "plain"  # the records' answer F1 (metrics.answer_f1): "plain" = the paper's metric, "yes_no" = HotpotQA's rule
 
     def __post_init__(self) -> None:
         self.methods = tuple(self.methods)
+        if self.f1 not in ANSWER_F1_METRICS:
+            raise ValueError(f"HarnessConfig.f1 must be one of {ANSWER_F1_METRICS}, got {self.f1!r}")
         for m in self.methods:
             check_method(m)
         if self.n_per_dataset is not None and self.n_per_dataset < 1:
@@ -134,7 +138,7 @@ class HarnessConfig:
         """The agent methods' rollout settings (the ranker samples at the same temperature)."""
         return RolloutConfig(search=self.search, agent_max_new_tokens=self.agent_max_new_tokens,
                              ranker_max_new_tokens=self.ranker_max_new_tokens, temperature=self.temperature,
-                             top_p=self.top_p, max_context_tokens=self.max_context_tokens)
+                             top_p=self.top_p, max_context_tokens=self.max_context_tokens, rules=self.rules)
 
     def answer_sampling(self, method: str) -> SamplingConfig:
         """Sampling of the one-generation baselines; generation stops after ``</answer>``."""
@@ -218,7 +222,7 @@ def evaluate(method: str, examples: Sequence[QAExample], ctx: HarnessContext, cf
             rows = _run_prompted(method, chosen, ctx, cfg)
         else:
             trajs = _run_agent(method, ranker_factory, chosen, ctx, cfg, progress)
-            rows = [_agent_row(method, t) for t in trajs]
+            rows = [_agent_row(method, t, cfg) for t in trajs]
             if trajectories is not None:
                 trajectories[method] = trajs
     except _Skip as why:
@@ -284,16 +288,17 @@ def _run_prompted(method: str, examples: list[QAExample], ctx: HarnessContext, c
     prompts = [ctx.chat.prompt_ids(_prompt_messages(method, ex.question, p, protocol)) for ex, _, p in jobs]
     gens = ctx.agent_backend.generate(prompts, cfg.answer_sampling(method), adapter=None,
                                       row_keys=[(method, ex.id, s) for ex, s, _ in jobs])
-    return [_prompted_row(method, ex, s, p, gen) for (ex, s, p), gen in zip(jobs, gens)]
+    return [_prompted_row(method, ex, s, p, gen, cfg) for (ex, s, p), gen in zip(jobs, gens)]
 
 
-def _prompted_row(method: str, ex: QAExample, sample: int, passages, gen) -> dict:
+def _prompted_row(method: str, ex: QAExample, sample: int, passages, gen, cfg: HarnessConfig) -> dict:
     answer, ok, error = parse_answer_only(gen.text)
     finish = "answer" if ok else ("max_tokens" if gen.finish_reason == "length" else "invalid")
-    shown = [int(has_answer(p.contents, ex.golden_answers)) for p in passages] if passages is not None else None
+    shown = [int(has_answer(p.contents, ex.golden_answers, trivial=cfg.rules.trivial_golds)) for p in passages] \
+        if passages is not None else None
     hits = {f"ranker_hit@{k}": hit_at_k(shown, k) if shown else float("nan") for k in HIT_KS}
     return {**_base_row(method, ex.id, ex.data_source, ex.question, ex.golden_answers, sample),
-            "prediction": answer, "f1": max_token_f1(answer, ex.golden_answers),
+            "prediction": answer, "f1": answer_f1(answer, ex.golden_answers, cfg.f1) if answer is not None else 0.0,
             "em": exact_match(answer, ex.golden_answers),
             "format_ok": ok, "finish": finish, "error": error, "n_searches": int(passages is not None), **hits,
             "ranker_valid_rate": float("nan"), "n_generated_tokens": len(gen.token_ids)}
@@ -304,7 +309,8 @@ def _prompted_row(method: str, ex: QAExample, sample: int, passages, gen) -> dic
 def _llm_ranker(ctx: HarnessContext, cfg: HarnessConfig, adapter: str | None) -> LLMRanker:
     backend = ctx.ranker_backend if ctx.ranker_backend is not None else ctx.agent_backend
     return LLMRanker(backend, ctx.ranker_chat or ctx.chat, ctx.protocol_for(cfg),
-                     cfg.rollout_config().ranker_sampling(cfg.seed), adapter=register_adapter(backend, adapter))
+                     cfg.rollout_config().ranker_sampling(cfg.seed), adapter=register_adapter(backend, adapter),
+                     output_protocol=cfg.rules.ranker_output)
 
 
 def _trained_ranker(ctx: HarnessContext, cfg: HarnessConfig) -> LLMRanker:
@@ -329,7 +335,7 @@ _AGENT_RANKERS = {
     "agent_retrieval": lambda ctx, cfg: RetrievalOnlyRanker(),
     "agent_fixed_ranker": lambda ctx, cfg: _llm_ranker(ctx, cfg, cfg.fixed_ranker_adapter),
     "agent_trained_ranker": _trained_ranker,
-    "agent_oracle": lambda ctx, cfg: OracleRanker(),
+    "agent_oracle": lambda ctx, cfg: OracleRanker(cfg.rules.trivial_golds),
     "agent_cross_encoder": _cross_encoder,
 }
 
@@ -342,11 +348,11 @@ def _run_agent(method: str, make: Any, examples: list[QAExample], ctx: HarnessCo
     return engine.run(examples, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress) if examples else []
 
 
-def _agent_row(method: str, t: Trajectory) -> dict:
+def _agent_row(method: str, t: Trajectory, cfg: HarnessConfig) -> dict:
     calls = t.ranker_calls
     hits = {f"ranker_hit@{k}": _mean_or_nan([c.hit_at.get(k, 0.0) for c in calls]) for k in HIT_KS}
     return {**_base_row(method, t.question_id, t.data_source, t.question, t.golds, t.sample),
-            "prediction": t.answer, "f1": t.f1, "em": t.em, "format_ok": t.format_ok, "finish": t.finish,
+            "prediction": t.answer, "f1": answer_f1(t.answer, t.golds, cfg.f1) if t.answer is not None else 0.0, "em": t.em, "format_ok": t.format_ok, "finish": t.finish,
             "error": next((turn.error for turn in t.turns if not turn.format_ok), None), "n_searches": t.n_searches,
             **hits, "ranker_valid_rate": _mean_or_nan([float(c.valid) for c in calls]),
             "n_generated_tokens": int(sum(t.loss_mask))}

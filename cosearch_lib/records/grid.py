@@ -43,6 +43,7 @@ from cosearch_lib.atomic_io import atomic_path, write_json
 from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, profile_path, read_yaml_mapping
 from cosearch_lib.paths import params_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.papermill_runner import notebook_parameters, run_profile, select_notebooks
+from cosearch_lib.stop_signals import EXIT_STOPPED, pending_stop
 
 GRID_KEYS = ("grid", "description", "notebooks", "aggregate", "parameters", "cells")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -214,6 +215,8 @@ def run_grid(base_profile: str | Path, grid: Grid, cells: Sequence[str | int] | 
     chosen = [grid.cell(c) for c in cells] if cells else list(grid.cells)
     rows = []
     for cell in chosen:
+        if pending_stop() is not None:  # a stop signal ended the last cell: leave the rest for the resumed run
+            break
         before = cell_status(base, grid, cell)
         row = {"cell": cell.name, "before": before, "after": before, "wall_s": 0.0, "error": None}
         if before == "done":
@@ -316,6 +319,10 @@ if [ -n "${{CONDA_ENV:-}}" ]; then source activate "$CONDA_ENV"; elif [ -x .venv
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false"""
 
 
+#: Sourced by the array tasks: runs the cell so that SLURM's stop signals reach it, requeues after SIGUSR1.
+STOPPABLE_SH = "papermill_runs/slurm/stoppable.sh"
+
+
 def slurm_scripts(base_profile: str | Path, grid: Grid) -> dict[str, str]:
     """The two job scripts: ``array`` (task i runs cell i with ``cosearch grid --cell i``, its own
     log) and ``aggregate`` (the grid's aggregate notebooks on the base profile). The resource lines
@@ -330,7 +337,11 @@ def slurm_scripts(base_profile: str | Path, grid: Grid) -> dict[str, str]:
     grid_arg = shlex.quote(grid.source)
     array = _sbatch_header(f"cosearch-{grid.name}", cfg, time_limit=cfg.slurm.time, gres=cfg.slurm.gres,
                            log=str(logs / "cell-%a-%A.log"))
+    array += ["#SBATCH --requeue", "#SBATCH --open-mode=append"] if cfg.slurm.requeue else []  # a requeued task's log keeps its first run
+    array += [f"#SBATCH --signal=B:USR1@{cfg.slurm.signal_lead_s}"] if cfg.slurm.signal_lead_s else []
     array += ["", _PRELUDE.format(root=root),
+              f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> checkpoint, exit {EXIT_STOPPED}, requeue",
+              'run_stoppable "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" '
               f"cosearch grid --profile {profile_arg} {grid_arg} --cell \"$SLURM_ARRAY_TASK_ID\" --quiet"]
     aggregate = _sbatch_header(f"cosearch-{grid.name}-aggregate", cfg, time_limit=cfg.slurm.aggregate_time,
                                gres=cfg.slurm.gres, log=str(logs / "aggregate-%j.log"))

@@ -31,6 +31,7 @@ from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, paperm
 from cosearch_lib.experiment import build_retriever, warm_start, warmstart_dir
 from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
+from cosearch_lib.stop_signals import StopRequested, pending_stop
 
 
 def list_notebooks() -> list[Path]:
@@ -218,6 +219,8 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
         if warm_start_step and cfg.warmstart.enabled else None
     executed = []
     for nb in books:
+        if pending_stop() is not None:
+            raise StopRequested(pending_stop())
         if nb == warm_before:  # after the retriever notebook, before the first one that uses the policies
             print(f"[cosearch run] warm start on profile {label} ...", flush=True)
             rec = run_warm_start(cfg, out_dir=kwargs.get("out_dir"), progress=kwargs.get("progress", True))

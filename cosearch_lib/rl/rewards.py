@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from cosearch_lib.config import AgentRewardConfig, RankerRewardConfig
 from cosearch_lib.metrics import max_token_f1, mean_hit, ndcg_at_k
@@ -48,21 +48,24 @@ REASON_ABLATION_REL = "ablation w/o r_main: r_rel"
 REASON_ABLATION_MAIN = "ablation w/o r_rel: r_main"
 
 
-def agent_reward(traj, alpha: float = 0.2, yes_no_rule: bool = True) -> float:
+def agent_reward(traj, alpha: float = 0.2, yes_no_rule: bool = True, arithmetic: str = "overlap") -> float:
     """Eq. 4: max token F1 of the answer over the golds if ``traj.format_ok``, else ``-alpha``.
 
     ``format_ok`` (see :class:`~cosearch_lib.agent.rollout.Trajectory`) means every turn followed the
-    protocol and the trajectory ended with an answer; a missing answer therefore never scores F1.
+    protocol (the rule set's: strict, or the release's tag counts) and the trajectory ended with an
+    answer; a missing answer therefore never scores F1. ``arithmetic``: the rule set's F1 arithmetic.
     """
     if not traj.format_ok:
         return -float(alpha)
-    return max_token_f1(traj.answer, traj.golds, yes_no_rule=yes_no_rule) if traj.answer is not None else 0.0
+    if traj.answer is None:
+        return 0.0
+    return max_token_f1(traj.answer, traj.golds, yes_no_rule=yes_no_rule, arithmetic=arithmetic)
 
 
-def agent_rewards(trajs: Sequence, **cfg) -> list[float]:
-    """:func:`agent_reward` of each trajectory, in order; ``cfg`` are :class:`AgentRewardConfig` fields."""
-    c = AgentRewardConfig(**cfg)
-    return [agent_reward(t, c.alpha, c.yes_no_rule) for t in trajs]
+def agent_rewards(trajs: Sequence, cfg: AgentRewardConfig | None = None, **fields) -> list[float]:
+    """:func:`agent_reward` of each trajectory, in order, under ``cfg`` (or :class:`AgentRewardConfig` ``fields``)."""
+    c = cfg if cfg is not None else AgentRewardConfig(**fields)
+    return [agent_reward(t, c.alpha, c.uses_yes_no_rule, c.rules.f1_arithmetic) for t in trajs]
 
 
 @dataclass
@@ -118,8 +121,8 @@ def main_reward(traj, cfg: RankerRewardConfig | None = None, agent_cfg: AgentRew
     """
     cfg = cfg or RankerRewardConfig()
     agent_cfg = agent_cfg or AgentRewardConfig()
-    f = agent_reward(traj, **asdict(agent_cfg))
-    if cfg.variant == "released":
+    f = agent_rewards([traj], agent_cfg)[0]
+    if cfg.form == "released":
         return 1.0 if f >= cfg.released_f1_threshold else 0.0
     return f
 
@@ -132,7 +135,7 @@ def _composite(cfg: RankerRewardConfig, i_ans: int, r_rel: float, r_main: float)
         return r_rel, REASON_ABLATION_REL
     if not i_ans:
         return r_main, REASON_HARD_MAIN
-    if cfg.variant == "paper":
+    if cfg.form == "paper":
         above = r_rel > cfg.gamma
     else:
         above = r_rel >= cfg.released_rel_threshold

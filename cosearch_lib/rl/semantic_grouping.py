@@ -18,29 +18,36 @@ still split by ``I_ans``, as the release's exact-match grouping), ``"none"`` (th
 "w/o semantic grouping" ablation: every kept call of one q0 forms a single group; *not* split by
 ``I_ans``, since the paper's ablation states one group per q0).
 
-Departures and choices where the paper is silent:
+Departures and choices where the paper is silent (the paper rule set; ``rules: released`` switches
+each to the authors' code, config.RuleSet and docs/METHOD.md "Rule sets"):
 
-* The release drops groups of size <= 3 (its notes) - set ``k_min=4`` to reproduce that.
+* ``k_min`` None: 3 under the paper rules; 4 under the released ones (the release drops groups of
+  size <= 3).
 * A sub-query that normalises to the empty string never joins a cluster and nothing joins it
   (its token F1 is 0 with everything); in ``"exact"`` mode empty sub-queries are kept apart too,
-  for the same behaviour.
-* ``dedupe_identical`` (release): inside each cluster, calls with the same prompt ids and the same
-  ranking get the mean of their rewards, *before* the filters (so the zero-variance check sees the
-  averaged rewards). The ranking key is ``order`` for valid outputs; all invalid outputs share one
-  key (their ``order`` is only the retriever fallback, not something the ranker chose).
-* "All rewards equal" is tested with a tolerance of 1e-9, so averaging noise does not keep a
-  group whose advantages would all be ~0.
+  for the same behaviour (released: ``empty_subqueries="together"``, the release's exact-match keys
+  put them in one group).
+* ``dedupe_identical`` (None: off for the paper, on for the release): inside each cluster, calls with
+  the same prompt ids and the same output (:func:`dedupe_key`) get the mean of their rewards, *before*
+  the filters (so the zero-variance check sees the averaged rewards). The output key is ``order`` for
+  valid outputs, with all invalid outputs sharing one key (their ``order`` is only the retriever
+  fallback); released: the raw text of the first ``<rerank>`` block.
+* "All rewards equal" (:func:`is_flat`) is tested with a tolerance of 1e-9, so averaging noise does
+  not keep a group whose advantages would all be ~0 (released: exact float equality).
 * Groups are listed in order of their first member; members in input order.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from cosearch_lib.config import GroupingConfig
+import numpy as np
+
+from cosearch_lib.config import RULE_SETS, GroupingConfig, RuleSet
 from cosearch_lib.metrics import normalize_query, query_token_f1
 from cosearch_lib.rl.rewards import RankerReward
 
@@ -57,16 +64,21 @@ class Grouping:
     stats: dict[str, float] = field(default_factory=dict)  # see GROUPING_GLOSSARY
 
 
-def _cluster(indices: list[int], queries: dict[int, str], mode: str, delta: float) -> list[list[int]]:
+def _cluster(indices: list[int], queries: dict[int, str], mode: str, delta: float,
+             rules: RuleSet = RULE_SETS["paper"]) -> list[list[int]]:
     """Greedy clustering of one split (indices in call order) against each cluster's representative."""
     clusters: list[list[int]] = []
+    together = mode == "exact" and rules.empty_subqueries == "together"
     for i in indices:
         q = queries[i]
         home = None
-        if q:  # an empty normalised query never joins, and (being first) nothing can join it
+        if q or together:  # an empty normalised query never joins, and nothing joins it (unless "together")
             for c in clusters:
                 rep = queries[c[0]]
-                same = (rep == q) if mode == "exact" else (query_token_f1(rep, q) >= delta)
+                if mode == "exact":  # the release keys its groups by the query with spaces made "_"
+                    same = rep.replace(" ", "_") == q.replace(" ", "_") if rules.released else rep == q
+                else:
+                    same = query_token_f1(rep, q, arithmetic=rules.f1_arithmetic) >= delta
                 if same:
                     home = c
                     break
@@ -77,21 +89,41 @@ def _cluster(indices: list[int], queries: dict[int, str], mode: str, delta: floa
     return clusters
 
 
-def _dedupe(cluster: list[int], calls: Sequence, rewards: list[float | None]) -> int:
-    """Average rewards of identical (prompt, ranking) calls inside one cluster; returns the extra copies."""
+_FIRST_RERANK = re.compile(r"<rerank>(.*?)</rerank>", re.S)
+
+
+def dedupe_key(call, key: str = "ranking") -> tuple:
+    """What makes two ranker calls "the same output" for ``dedupe_identical``: the prompt ids, and
+    either the parsed ranking (all invalid outputs share one) or, as the release, the stripped text
+    of the first ``<rerank>`` block of the raw output ("" when there is none)."""
+    if key == "rerank_text":
+        found = _FIRST_RERANK.search(call.output_text or "")
+        return tuple(call.prompt_ids), found.group(1).strip() if found else ""
+    return tuple(call.prompt_ids), tuple(call.order) if call.valid else "invalid"
+
+
+def _dedupe(cluster: list[int], calls: Sequence, rewards: list[float | None], rules: RuleSet = RULE_SETS["paper"]) -> int:
+    """Average rewards of identical calls (:func:`dedupe_key`) inside one cluster; returns the extra copies."""
     by_key: dict[tuple, list[int]] = defaultdict(list)
     for i in cluster:
-        c = calls[i]
-        ranking = tuple(c.order) if c.valid else "invalid"
-        by_key[(tuple(c.prompt_ids), ranking)].append(i)
+        by_key[dedupe_key(calls[i], rules.dedupe_key)].append(i)
     extra = 0
     for members in by_key.values():
         if len(members) > 1:
-            mean = sum(rewards[i] for i in members) / len(members)
+            values = [rewards[i] for i in members]
+            mean = float(np.mean(values)) if rules.released else sum(values) / len(values)  # the release: np.mean
             for i in members:
                 rewards[i] = mean
             extra += len(members) - 1
     return extra
+
+
+def is_flat(rewards: Sequence[float], test: str = "tolerance") -> bool:
+    """Whether a group's rewards are all equal: within 1e-9 (``"tolerance"``), or as floats compared
+    exactly (``"exact"``, the release's ``len(set(...)) == 1``: 0.1 + 0.2 and 0.3 are then two values)."""
+    if test == "exact":
+        return len(set(rewards)) == 1
+    return max(rewards) - min(rewards) <= _ZERO_VAR_TOL
 
 
 def _mean_size(groups: list[list[int]]) -> float:
@@ -131,19 +163,18 @@ def group_ranker_calls(calls: Sequence, rewards: Sequence[RankerReward], cfg: Gr
     else:
         queries = {i: normalize_query(calls[i].sub_query) for i in kept}
         for members in splits.values():
-            clusters.extend(_cluster(members, queries, cfg.mode, cfg.delta))
+            clusters.extend(_cluster(members, queries, cfg.mode, cfg.delta, cfg.rules))
     clusters.sort(key=lambda c: c[0])
 
-    n_duplicates = sum(_dedupe(c, calls, values) for c in clusters) if cfg.dedupe_identical else 0
+    n_duplicates = sum(_dedupe(c, calls, values, cfg.rules) for c in clusters) if cfg.dedupe else 0
 
     # 4. filters: size first, then zero variance
     groups, n_small, n_flat = [], 0, 0
     for c in clusters:
-        if len(c) < cfg.k_min:
+        if len(c) < cfg.min_size:
             n_small += 1
             continue
-        rs = [values[i] for i in c]
-        if cfg.drop_zero_variance and max(rs) - min(rs) <= _ZERO_VAR_TOL:
+        if cfg.drop_zero_variance and is_flat([values[i] for i in c], cfg.rules.zero_variance):
             n_flat += 1
             continue
         groups.append(c)

@@ -66,6 +66,7 @@ from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, s
 from cosearch_lib.eval.tables import summary_table
 from cosearch_lib.models.backends import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
+from cosearch_lib.paths import project_relative
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import cross_encoder_update, load_scorer_state, make_optimizer, scorer_state
@@ -82,6 +83,7 @@ from cosearch_lib.rl.rewards import agent_rewards, ranker_rewards
 from cosearch_lib.rl.semantic_grouping import group_ids, group_ranker_calls
 from cosearch_lib.rl.tracking import StepTracker, make_tracker
 from cosearch_lib.seeding import rng
+from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 #: training method -> the evaluation harness method that evaluates its policies
 EVAL_METHOD = {"search_r1": "agent_retrieval", "fixed_ranker": "agent_fixed_ranker",
@@ -245,12 +247,15 @@ class JointTrainer:
 
     def _method_ranker(self, sampling: SamplingConfig) -> Ranker:
         """The method's ranking: a rule (retrieval top-K, oracle) or the ranker adapter sampling with ``sampling``."""
-        rule = {"retrieval": RetrievalOnlyRanker, "oracle": OracleRanker}.get(self.cfg.ranking)
-        if rule is not None:
-            return rule()
+        rules = self.rollout_cfg.rules
+        if self.cfg.ranking == "retrieval":
+            return RetrievalOnlyRanker()
+        if self.cfg.ranking == "oracle":
+            return OracleRanker(rules.trivial_golds)
         if self.cross_encoder is not None:
             return CrossEncoderPolicyRanker(self.cross_encoder, temperature=sampling.temperature, seed=self.seed)
-        return LLMRanker(self.backend, self.chat, self.protocol, sampling, adapter=self.policies.adapter("ranker"))
+        return LLMRanker(self.backend, self.chat, self.protocol, sampling, adapter=self.policies.adapter("ranker"),
+                         output_protocol=rules.ranker_output)
 
     # -- one step
 
@@ -266,9 +271,10 @@ class JointTrainer:
         trajs = self.engine.run(self.step_questions(step), n_samples=cfg.group_size, seed=self.seed, step=step,
                                 progress=self.progress)
         t_rollout = time.perf_counter()
-        a_rewards = agent_rewards(trajs, **asdict(cfg.agent_reward))
+        a_rewards = agent_rewards(trajs, cfg.agent_reward)
         q_index = {q: i for i, q in enumerate(dict.fromkeys(t.question_id for t in trajs))}
-        a_adv = group_advantages(torch.tensor(a_rewards, dtype=torch.float64),
+        reward_dtype = torch.float32 if self.rollout_cfg.rules.reward_dtype == "float32" else torch.float64
+        a_adv = group_advantages(torch.tensor(a_rewards, dtype=reward_dtype),
                                  torch.tensor([q_index[t.question_id] for t in trajs]),
                                  scale_std=cfg.grpo.scale_std, eps=cfg.grpo.std_eps).tolist()
         calls = [c for t in trajs for c in t.ranker_calls]
@@ -280,7 +286,7 @@ class JointTrainer:
         r_adv = [0.0] * len(calls)
         in_group = [i for i, g in enumerate(gids) if g >= 0]
         if in_group:
-            adv = group_advantages(torch.tensor([grouping.rewards[i] for i in in_group], dtype=torch.float64),
+            adv = group_advantages(torch.tensor([grouping.rewards[i] for i in in_group], dtype=reward_dtype),
                                    torch.tensor([gids[i] for i in in_group]), scale_std=cfg.grpo.scale_std,
                                    eps=cfg.grpo.std_eps)
             for i, a in zip(in_group, adv.tolist()):
@@ -400,7 +406,7 @@ class JointTrainer:
                           fixed_ranker_adapter=ranker, trained_ranker_adapter=ranker,
                           search=self.rollout_cfg.search, agent_max_new_tokens=self.rollout_cfg.agent_max_new_tokens,
                           ranker_max_new_tokens=self.rollout_cfg.ranker_max_new_tokens,
-                          max_context_tokens=self.rollout_cfg.max_context_tokens)
+                          max_context_tokens=self.rollout_cfg.max_context_tokens, rules=self.rollout_cfg.rules)
         ctx = HarnessContext(agent_backend=self.backend, chat=self.chat, retriever=self.retriever, protocol=self.protocol,
                              cross_encoder=self.val_ranker if self.cross_encoder is not None else None)
         return evaluate(method, self.val_questions, ctx, ecfg, progress=False)
@@ -408,20 +414,31 @@ class JointTrainer:
     # -- running, checkpoints
 
     def run(self, steps: int | None = None) -> pd.DataFrame:
-        """Train until ``steps`` (default ``cfg.steps``) steps are done; checkpoint as configured."""
+        """Train until ``steps`` (default ``cfg.steps``) steps are done; checkpoint as configured.
+
+        SIGUSR1 or SIGTERM (a cluster's time-limit warning or preemption, :mod:`cosearch_lib.stop_signals`)
+        does not kill the run: the step under way finishes, a checkpoint is written (whatever
+        ``checkpoint_every`` says) and :class:`~cosearch_lib.stop_signals.StopRequested` is raised;
+        the same command resumes from that checkpoint."""
         until = self.cfg.steps if steps is None else steps
         if self.live_adapters and self._live_step != self.step:  # weights restored from a checkpoint since
             sync_adapters(self.policies, self.backend, self.live_dir)
             self._live_step = self.step
         bar = tqdm(total=until, initial=self.step, desc=f"train {self.cfg.method}", unit="step", disable=not self.progress)
         try:
-            while self.step < until:
-                rec = self.train_step()
-                bar.update(1)
-                bar.set_postfix(reward=f"{rec['agent_reward']:.3f}", hit5=f"{rec['hit@5']:.2f}")
-                every = self.cfg.checkpoint_every
-                if (every and self.step % every == 0) or self.step == until:
-                    self.save_checkpoint()
+            with StopRequest() as stop:
+                while self.step < until:
+                    rec = self.train_step()
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{rec['agent_reward']:.3f}", hit5=f"{rec['hit@5']:.2f}")
+                    every = self.cfg.checkpoint_every
+                    saved = None
+                    if (every and self.step % every == 0) or self.step == until or stop.received:
+                        saved = self.save_checkpoint()
+                    if stop.received and self.step < until:
+                        print(f"[train {self.cfg.method}] {stop.received}: stopped after step {self.step}, "
+                              f"checkpoint {project_relative(saved)}", flush=True)
+                        raise StopRequested(stop.received, self.step, project_relative(saved))
         finally:
             bar.close()
             if self.tracker is not None:
@@ -448,22 +465,24 @@ class JointTrainer:
         final = self.checkpoint_dir()
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        state = {"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
-                 "call_records": self.call_records, "val_records": self.val_records, "config": asdict(self.cfg), "seed": self.seed,
-                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
-        if self.cross_encoder is not None:
-            state["cross_encoder"] = scorer_state(self.cross_encoder, self.cross_encoder_optimizer) \
-                if self.cross_encoder_trained else {"model": self.cross_encoder.state_dict()}
-        torch.save(state, tmp / "state.pt")
-        self.policies.save_adapters(tmp / "adapters")
-        if self.cross_encoder is not None:  # a folder the evaluation harness loads (HarnessConfig.cross_encoder_model)
-            self.cross_encoder.save(tmp / "adapters" / "cross_encoder")
-        (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
-        write_checkpoint_manifest(tmp)  # last: sizes and hashes of everything above
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        try:
+            self._write_checkpoint(tmp)
+        except BaseException as err:  # a full disk, a quota, a kill: the checkpoints already there stay as they are
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not isinstance(err, OSError):
+                raise
+            before = latest_checkpoint(self.out_dir)
+            raise OSError(err.errno, f"could not write checkpoint {project_relative(final)} ({err.strerror or err}); "
+                                     f"the newest whole checkpoint is {project_relative(before) if before else 'none'}, "
+                                     "and the run resumes from it") from err
+        if final.exists():  # the same step written again (a resumed run): set the old copy aside until the new one is in
+            old = final.with_name(final.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            final.rename(old)
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
         write_table(self.frame(), self.out_dir / "steps.csv")
         if self.call_records:
             write_table(self.calls_frame(), self.out_dir / "ranker_calls.parquet")
@@ -471,6 +490,23 @@ class JointTrainer:
             write_table(self.validation_frame(), self.out_dir / "validation.csv")
         self._prune()
         return final
+
+    def _write_checkpoint(self, tmp: Path) -> None:
+        """Everything a resumed run needs, into the folder ``tmp``; the manifest last."""
+        tmp.mkdir(parents=True)
+        state = {"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
+                 "call_records": self.call_records, "val_records": self.val_records, "config": asdict(self.cfg), "seed": self.seed,
+                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
+        if self.cross_encoder is not None:
+            state["cross_encoder"] = scorer_state(self.cross_encoder, self.cross_encoder_optimizer) \
+                if self.cross_encoder_trained else {"model": self.cross_encoder.state_dict()}
+        with (tmp / "state.pt").open("wb") as f:  # a Python file: a full disk raises OSError (ENOSPC), not a RuntimeError
+            torch.save(state, f)
+        self.policies.save_adapters(tmp / "adapters")
+        if self.cross_encoder is not None:  # a folder the evaluation harness loads (HarnessConfig.cross_encoder_model)
+            self.cross_encoder.save(tmp / "adapters" / "cross_encoder")
+        (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
+        write_checkpoint_manifest(tmp)  # last: sizes and hashes of everything above
 
     def _prune(self) -> None:
         done = sorted(p for p in (self.out_dir / "checkpoints").glob("step_*") if not p.name.endswith(".tmp"))

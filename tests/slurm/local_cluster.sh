@@ -8,6 +8,10 @@
 # tasks' states from `sacct`, and checks that every cell and the aggregation left their executed
 # notebooks and ok run records. Needs root and apt (installs the packages when they are missing).
 #
+# Then a second grid (tests/slurm/ci_requeue_grid.yaml: one notebook-03 cell) is sent SIGUSR1 while it
+# trains (`scancel --signal=USR1 --batch`, what --signal does before a time limit): the task must
+# checkpoint, exit 75, requeue itself, and the requeued run must finish from that checkpoint.
+#
 #   tests/slurm/local_cluster.sh            # the whole test (what `make test-slurm` runs)
 #   tests/slurm/local_cluster.sh --stop     # stop the daemons it started
 #
@@ -162,3 +166,44 @@ print("\n".join(problems) if problems else f"[test-slurm] all {len(grid.cells)} 
 sys.exit(1 if problems else 0)
 PY
 echo "[test-slurm] states: $(echo $STATES); grid wall time ${WALL} s; total $(( $(date +%s) - T0 )) s; runs in $COSEARCH_RUNS"
+
+# --- a time-limit warning in the middle of training: checkpoint, requeue, resume
+REQUEUE_GRID="$ROOT/tests/slurm/ci_requeue_grid.yaml"
+T2=$(date +%s)
+OUT=$("$BIN/cosearch" grid "$REQUEUE_GRID" --profile "$PROFILE" --slurm)
+ARRAY=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['array_job'])")
+CELL="$COSEARCH_RUNS/$PROFILE/slurm-requeue/cosearch"
+FIRST="$CELL/training/cosearch/checkpoints/step_000001"
+until [ -d "$FIRST" ]; do
+  [ $(( $(date +%s) - T2 )) -gt "$TIMEOUT_S" ] && { echo "[test-slurm] no first checkpoint in $TIMEOUT_S s"; scancel "$ARRAY"; exit 1; }
+  sleep 0.2
+done
+scancel --signal=USR1 --batch "${ARRAY}_0"
+echo "[test-slurm] SIGUSR1 sent to task ${ARRAY}_0 after its first checkpoint"
+while squeue -h -j "$ARRAY" 2>/dev/null | grep -q .; do
+  [ $(( $(date +%s) - T2 )) -gt "$TIMEOUT_S" ] && { echo "[test-slurm] requeue test timed out"; scancel "$ARRAY"; exit 1; }
+  sleep 3
+done
+sleep 3
+sacct -j "$ARRAY" --duplicates -X --format=JobID%-14,JobName%-28,State,ExitCode,Elapsed
+"$BIN/python" - "$CELL" "$ARRAY" <<'PY'
+import subprocess, sys
+from pathlib import Path
+import pandas as pd
+cell, array = Path(sys.argv[1]), sys.argv[2]
+states = subprocess.run(["sacct", "-j", array, "--duplicates", "-X", "-n", "-P", "--format=State"],
+                        capture_output=True, text=True, check=True).stdout.split()
+steps = pd.read_csv(cell / "training" / "cosearch" / "steps.csv")
+logs = "".join(p.read_text() for p in sorted((cell.parent / "slurm").glob("cell-0-*.log")))
+problems = []
+if "REQUEUED" not in states or states[-1] != "COMPLETED":
+    problems.append(f"task states {states}: want a REQUEUED run, then COMPLETED")
+if steps["step"].tolist() != [0, 1, 2, 3]:
+    problems.append(f"steps.csv holds steps {steps['step'].tolist()}")
+if "stopped on SIGUSR1" not in logs or "requeueing job" not in logs:
+    problems.append("the task log does not show the stop and the requeue")
+print("\n".join(problems) if problems else
+      f"[test-slurm] requeue: states {states}; training finished from its checkpoint: steps {steps['step'].tolist()}")
+sys.exit(1 if problems else 0)
+PY
+echo "[test-slurm] requeue test: $(( $(date +%s) - T2 )) s"

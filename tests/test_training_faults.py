@@ -1,0 +1,164 @@
+"""Training under faults: a process killed during a rollout, an update or a checkpoint write, a full
+disk, and a stop signal all end in records identical to a run that was never interrupted.
+
+Each kill happens in a real child process that SIGKILLs itself (``tests/fault_injection.py``), so
+nothing in memory survives; the run is then resumed in this process from what is on disk. The
+corrupted- and truncated-checkpoint cases are in ``test_training.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import cosearch_lib.rl.trainer as trainer_mod
+from cosearch_lib.rl.trainer import checkpoint_problem, latest_checkpoint
+from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequest
+
+from tests.doubles import tiny_model, trainer
+from tests.fault_injection import STEPS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _comparable(records):
+    return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in records]
+
+
+def _adapters(t):
+    return {n: p.detach().clone() for n, p in t.policies.model.named_parameters() if "lora_" in n}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tok, tmp_path_factory):
+    t = trainer(tok, tiny_model(tok), tmp_path_factory.mktemp("full"), steps=STEPS)
+    t.run()
+    return t
+
+
+def _run_faulty(out: Path, point: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, "-m", "tests.fault_injection", str(out), point], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _resume_and_compare(tok, out: Path, uninterrupted, expect_step: int) -> None:
+    resumed = trainer(tok, tiny_model(tok), out, steps=STEPS)  # a fresh process's view: base model, no state
+    assert resumed.load_checkpoint() == expect_step
+    resumed.run()
+    assert _comparable(resumed.records) == _comparable(uninterrupted.records)
+    want, got = _adapters(uninterrupted), _adapters(resumed)
+    assert want.keys() == got.keys() and all(torch.equal(want[n], got[n]) for n in want)
+    assert len(pd.read_csv(out / "steps.csv")) == STEPS
+    assert not list((out / "checkpoints").glob("*.tmp")) and not list((out / "checkpoints").glob("*.old"))
+
+
+@pytest.mark.parametrize("point", ["rollout", "update", "checkpoint-state", "checkpoint-manifest"])
+def test_a_run_killed_during_step_2_resumes_from_step_1_to_the_uninterrupted_records(tok, tmp_path, uninterrupted, point):
+    out = tmp_path / "run"
+    done = _run_faulty(out, point)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    ckpts = out / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir() if not p.name.endswith(".tmp")) == ["step_000001"]
+    assert len(pd.read_csv(out / "steps.csv")) == 1  # the records on disk are step 1's, not half of step 2's
+    if point.startswith("checkpoint"):
+        half = ckpts / "step_000002.tmp"  # the interrupted write stays under its temporary name
+        assert half.is_dir() and latest_checkpoint(out).name == "step_000001"
+        if point == "checkpoint-state":
+            assert 0 < (half / "state.pt").stat().st_size
+    _resume_and_compare(tok, out, uninterrupted, expect_step=1)
+
+
+def test_a_stop_signal_finishes_the_step_checkpoints_and_exits_75_then_the_run_resumes(tok, tmp_path, uninterrupted):
+    out = tmp_path / "run"
+    done = _run_faulty(out, "signal")  # SIGUSR1 during step 2's rollouts, with checkpoints switched off
+    assert done.returncode == EXIT_STOPPED, done.stderr[-2000:]
+    assert "stopped on SIGUSR1 after step 2" in done.stdout
+    ckpts = out / "checkpoints"
+    assert [p.name for p in ckpts.iterdir()] == ["step_000002"]  # written by the stop, not by the schedule
+    assert checkpoint_problem(ckpts / "step_000002") is None
+    _resume_and_compare(tok, out, uninterrupted, expect_step=2)
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one_and_says_so(tok, tmp_path, uninterrupted, monkeypatch):
+    out = tmp_path / "run"
+    t = trainer(tok, tiny_model(tok), out, steps=STEPS)
+    t.run(steps=2)
+    good = (out / "checkpoints" / "step_000002" / "state.pt").read_bytes()
+    steps_csv = (out / "steps.csv").read_bytes()
+    save = trainer_mod.torch.save
+
+    def save_until_the_disk_is_full(obj, f, *args, **kwargs):
+        f.write(b"\0" * 4096)  # some bytes reach the disk, then the device is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(trainer_mod.torch, "save", save_until_the_disk_is_full)
+    with pytest.raises(OSError, match=r"could not write checkpoint .*step_000003.*No space left on device.*"
+                                      r"newest whole checkpoint is .*step_000002") as err:
+        t.run()
+    assert err.value.errno == errno.ENOSPC
+    monkeypatch.setattr(trainer_mod.torch, "save", save)
+    ckpts = out / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step_000001", "step_000002"]  # no half-written step 3 left
+    assert (ckpts / "step_000002" / "state.pt").read_bytes() == good and checkpoint_problem(ckpts / "step_000002") is None
+    assert (out / "steps.csv").read_bytes() == steps_csv  # the records on disk still match the last checkpoint
+    _resume_and_compare(tok, out, uninterrupted, expect_step=2)
+
+
+def test_stop_request_turns_the_signals_into_a_flag_and_restores_the_handlers():
+    before = signal.getsignal(signal.SIGUSR1)
+    seen = []
+    with StopRequest(on_signal=seen.append) as stop:
+        assert stop.active and stop.received is None
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.received == "SIGUSR1" and seen == [signal.SIGUSR1, signal.SIGTERM]  # the first one is named
+    assert signal.getsignal(signal.SIGUSR1) is before
+
+
+@pytest.mark.slow
+def test_sigusr1_to_a_running_cosearch_run_on_ci_checkpoints_exits_75_and_resumes_to_the_same_records(tmp_path):
+    """The whole path a cluster takes: the signal goes to the `cosearch` command, which passes it on
+    to papermill's kernel; the trainer there finishes its step, checkpoints and stops; the command
+    exits 75; the same command with resume=true continues to the records of an unstopped run."""
+    import time
+
+    from cosearch_lib.records.compare import compare_tables
+
+    def cosearch(runs: Path, *params: str) -> subprocess.Popen:
+        env = {**os.environ, "COSEARCH_RUNS": str(runs), "COSEARCH_FIGURES": str(tmp_path / "figures")}
+        args = [sys.executable, "-m", "cosearch_lib.cli", "run", "--profile", "ci", "--notebooks", "03", "--quiet",
+                "-p", "steps=3", "-p", "evaluate_policies=false", *[x for p in params for x in ("-p", p)]]
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    full = cosearch(tmp_path / "full")
+    assert full.wait(timeout=900) == 0, full.stdout.read()[-3000:]
+
+    stopped = cosearch(tmp_path / "stopped")
+    first = tmp_path / "stopped" / "ci" / "training" / "cosearch" / "checkpoints" / "step_000001"
+    deadline = time.monotonic() + 600
+    while not first.exists() and stopped.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.exists(), stopped.stdout.read()[-3000:]
+    stopped.send_signal(signal.SIGUSR1)  # to the command, not to the kernel: it must pass it on
+    assert stopped.wait(timeout=600) == EXIT_STOPPED
+    out = stopped.stdout.read()
+    assert "stopped on SIGUSR1" in out and "resume=true" in out
+    ckpts = [p.name for p in first.parent.iterdir()]
+    assert ckpts in (["step_000001"], ["step_000002"])  # the step under way finished (keep_checkpoints=1)
+    assert len(pd.read_csv(first.parent.parent / "steps.csv")) < 3  # and training stopped there
+
+    resumed = cosearch(tmp_path / "stopped", "resume=true")
+    assert resumed.wait(timeout=900) == 0, resumed.stdout.read()[-3000:]
+    table = compare_tables(tmp_path / "full" / "ci", tmp_path / "stopped" / "ci")
+    steps = table.set_index("table").loc["training/cosearch/steps.csv"]
+    assert steps["status"] == "identical" and steps["rows"] == 3
+    assert (table["status"] == "identical").all(), table.to_string()
