@@ -28,7 +28,7 @@ from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
-from cosearch_lib.paths import cache_dir, path_text, run_dir
+from cosearch_lib.paths import cache_dir, path_text, project_relative, run_dir
 from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_corpus, prepare_index
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
@@ -94,7 +94,11 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
                            progress=progress, backend=backend, cross_encoder=scorer)
     newest = latest_checkpoint(out_dir) if resume else None  # checked (hashed) once
     if newest is not None:
-        trainer.load_checkpoint(newest)
+        done = trainer.load_checkpoint(newest)
+        print(f"[{tcfg.method}] resumed from checkpoint {project_relative(newest)}: {done} of {tcfg.steps} steps done",
+              flush=True)
+    elif resume:
+        print(f"[{tcfg.method}] resume: no checkpoint under {project_relative(out_dir)}, starting at step 0", flush=True)
     return trainer
 
 

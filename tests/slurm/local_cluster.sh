@@ -202,8 +202,14 @@ if steps["step"].tolist() != [0, 1, 2, 3]:
     problems.append(f"steps.csv holds steps {steps['step'].tolist()}")
 if "stopped on SIGUSR1" not in logs or "requeueing job" not in logs:
     problems.append("the task log does not show the stop and the requeue")
+import json, re
+book = json.loads((cell / "03_joint_grpo_training.ipynb").read_text())
+printed = "".join("".join(o.get("text", "")) for c in book["cells"] for o in c.get("outputs", []))
+resumed = re.search(r"resumed from checkpoint \S+step_(\d+): (\d+) of 4 steps done", printed)
+if not resumed or int(resumed.group(2)) not in (1, 2, 3):
+    problems.append(f"the requeued run did not resume from a checkpoint: {resumed and resumed.group(0)}")
 print("\n".join(problems) if problems else
-      f"[test-slurm] requeue: states {states}; training finished from its checkpoint: steps {steps['step'].tolist()}")
+      f"[test-slurm] requeue: states {states}; {resumed.group(0)}; steps.csv holds steps {steps['step'].tolist()}")
 sys.exit(1 if problems else 0)
 PY
 echo "[test-slurm] requeue test: $(( $(date +%s) - T2 )) s"
