@@ -49,6 +49,7 @@ def test_every_item_says_what_is_missing_and_how_to_make_it(outputs):
     assert "run `cosearch run --profile ci --notebooks 03`" in by_key["fig3_ranker_dynamics"]
     page = write_report(items, "ci").read_text()
     assert page.count("*Missing:*") == len(items) and "![" not in page
+    assert "Answer F1: `plain` (the paper's metric)" in page  # no records yet: the profile's metric
 
 
 def test_items_with_records_draw_the_paper_beside_ours_and_are_written(outputs):
@@ -70,6 +71,12 @@ def test_items_with_records_draw_the_paper_beside_ours_and_are_written(outputs):
     assert turns.loc[("ours (ci)", "agent_oracle"), "no answer"] == pytest.approx(100 / 3)
     page = write_report(list(items.values()), "ci")
     text = page.read_text()
+    assert "Answer F1: `plain` (the paper's metric)" in text  # no metrics file of notebook 02: the profile's
+    metrics = runs / "02_oracle_gap_study.metrics.json"
+    metrics.write_text('{"eval_config": {"split": "test"}}')  # written before evaluation.f1 existed
+    assert "Answer F1: `yes_no` (HotpotQA's yes/no rule; recorded before" in write_report(list(items.values()), "ci").read_text()
+    metrics.write_text('{"eval_config": {"f1": "yes_no"}}')
+    assert "Answer F1: `yes_no`." in write_report(list(items.values()), "ci").read_text()
     for key in ("table1_oracle_gap", "table2_main", "fig3_ranker_dynamics"):
         assert f"]({key}.png)" in text and (page.parent / f"{key}.pdf").exists() and (page.parent / f"{key}.csv").exists()
 

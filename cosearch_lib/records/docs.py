@@ -116,7 +116,7 @@ def _section_01(m: dict) -> list[str]:
     return out
 
 
-def _f1_metric(value: str | None) -> str:
+def describe_f1_metric(value: str | None) -> str:
     """How a record names its answer F1 (config.EvaluationConfig.f1); records written before the setting
     existed used the yes/no rule."""
     if value is None:
@@ -130,7 +130,7 @@ def _section_02(m: dict) -> list[str]:
     rules = (ev.get("rules") or {}).get("name", "paper")
     out = [f"{m['n_records']} records; split `{ev.get('split')}`, {ev.get('n_per_dataset')} question(s) per family, "
            f"temperature {ev.get('temperature')}, N = {budget.get('topn')}, K = {budget.get('topk')}, "
-           f"at most {budget.get('max_searches')} searches; rule set `{rules}`; answer F1 {_f1_metric(ev.get('f1'))}. "
+           f"at most {budget.get('max_searches')} searches; rule set `{rules}`; answer F1 {describe_f1_metric(ev.get('f1'))}. "
            "Answer F1 per family (Table 2 layout):", ""]
     out.append(_by_index(m["f1"], "method"))
     out += ["", "Oracle gap (Table 1 layout):", "", _by_index(m["oracle_gap"], "run"),
@@ -139,7 +139,7 @@ def _section_02(m: dict) -> list[str]:
 
 
 def _section_03(m: dict) -> list[str]:
-    out = [f"{m['steps']} GRPO step(s); rule set `{m.get('rules', 'paper')}`; answer F1 {_f1_metric(m.get('f1_metric'))}. "
+    out = [f"{m['steps']} GRPO step(s); rule set `{m.get('rules', 'paper')}`; answer F1 {describe_f1_metric(m.get('f1_metric'))}. "
            "Warm start:", "", _by_index(m["warmstart"], "role"),
            "", "First and last step records (columns: docs/METRICS.md):", "",
            markdown_table([{"method": method, **{c: rec.get(c) for c in STEP_COLUMNS}}
@@ -158,7 +158,7 @@ TABLE4_SHOWN = ("K", "method", "avg", "ci_low", "ci_high", "n_questions", "paper
 
 def _section_04(m: dict) -> list[str]:
     missing = {grid: cells for grid, cells in (m.get("missing") or {}).items() if cells}
-    out = [f"Answer F1 {_f1_metric(m.get('f1_metric'))}.", "",
+    out = [f"Answer F1 {describe_f1_metric(m.get('f1_metric'))}.", "",
            "Table 3, the trained CoSearch policy of each finished ablation cell; `diff` is avg F1 minus the "
            "full cell's, paired over the same test questions (95% bootstrap interval):", "",
            markdown_table(m["table3"], TABLE3_SHOWN) if m.get("table3") else "No finished Table 3 cell.",
