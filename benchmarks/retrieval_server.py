@@ -9,6 +9,11 @@ lifts throughput as concurrency grows.
     python benchmarks/retrieval_server.py --fake                      # synthetic backend, no models
 
 Prints a table and writes ``papermill_runs/<profile>/bench/retrieval_server[_fake].{csv,json}``.
+
+With ``--profile`` the server runs in this process, beside the client threads that load it, so both
+share one interpreter. To compare servers, start each in its own process (``cosearch
+serve-retriever --profile demo --port 8012``, or another implementation of the same protocol) and
+measure each with ``--url`` (docs/LOG.md, issue 12: ours against Search-R1's).
 """
 
 from __future__ import annotations
