@@ -168,14 +168,19 @@ def script(prompt, key):
 
 
 def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, val_questions=(), eval_every=0,
-            cross_encoder=None, **kw):
+            cross_encoder=None, rules=None, **kw):
+    """The scripted joint trainer; ``rules`` (a config.RuleSet) reaches every stage, as a profile's ``rules:`` does."""
     cfg = TrainConfig(method=method, steps=steps, questions_per_step=2, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
                       micro_batch=1, eval_every=eval_every, shared_backbone=shared, **kw)
     cfg.grouping.k_min = 2
+    if rules is not None:
+        cfg.agent_reward.rules = cfg.ranker_reward.rules = cfg.grouping.rules = rules
     roles = cfg.roles()
     peft = lora_model(model, dict.fromkeys(dict.fromkeys(v for v in roles.values() if v)), LORA)
     policies = PolicySet(peft, roles, cfg.trainable(), {"agent": 1e-2, "ranker": 1e-2, "shared": 1e-2})
     rollout = RolloutConfig(search=SearchBudget(max_searches=2, topn=6, topk=3), temperature=1.0, agent_max_new_tokens=64)
+    if rules is not None:
+        rollout.rules = rules
     return JointTrainer(cfg, policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
                         out_dir=out_dir, seed=0, progress=False, backend=ScriptedBackend(tok, script),
                         val_questions=val_questions, cross_encoder=cross_encoder)

@@ -275,3 +275,27 @@ def test_the_evaluation_metric_defaults_to_the_papers_plain_f1():
         EvaluationConfig(f1="hotpot")
     with pytest.raises(ValueError, match="metric must be one of"):
         answer_f1("a", ["a"], "exact")
+
+
+# ------------------------------------------------------------------------------ a training step under each set
+
+
+def test_a_joint_training_step_under_the_released_set_uses_its_rules(tok, tmp_path):
+    """The scripted trainer for one step under each set. Its ranker shows two of three answer passages
+    to some calls (r_rel = 2/3): Eq. 6 adds r_main above gamma = 0.5, the release only from 0.8 on."""
+    from tests.doubles import tiny_model, trainer
+
+    calls, records = {}, {}
+    for rules in (PAPER, RELEASED):
+        t = trainer(tok, tiny_model(tok), tmp_path / rules.name, steps=1, rules=rules)
+        assert t.ranker.output_protocol == rules.ranker_output and t.engine.cfg.rules is rules
+        records[rules.name] = t.train_step()
+        calls[rules.name] = t.calls_frame()
+        assert records[rules.name]["n_ranker_calls"] == len(calls[rules.name]) > 0
+    paper, released = (calls[n].set_index(["traj_id", "turn"]) for n in ("paper", "released"))
+    two_thirds = paper["r_rel"].sub(2 / 3).abs() < 1e-12
+    assert two_thirds.any() and (paper.loc[two_thirds, "r_main"] == 1).all()
+    assert paper.loc[two_thirds, "reward"].tolist() == pytest.approx([5 / 3] * int(two_thirds.sum()))
+    assert released.loc[two_thirds, "reward"].tolist() == pytest.approx([2 / 3] * int(two_thirds.sum()))
+    assert (released["reason"][two_thirds] == "easy, r_rel below threshold: r_rel").all()
+    assert released["reward"].apply(lambda r: any(abs(r - v) < 1e-12 for v in (-0.2, 0, 1 / 3, 2 / 3, 1, 2))).all()  # the release: r_rel or 1 + {0, 1}
