@@ -433,8 +433,10 @@ class RankerRewardConfig:
 
     @property
     def form(self) -> str:
-        """``variant`` with None resolved: the rule set's name."""
-        return self.variant if self.variant is not None else self.rules.name
+        """``variant`` with None resolved: "released" under the released rule set, else "paper"."""
+        if self.variant is not None:
+            return self.variant
+        return "released" if self.rules.released else "paper"
 
     @property
     def format_fail_policy(self) -> str:
