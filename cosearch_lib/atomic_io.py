@@ -38,16 +38,24 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         yield tmp
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            path.rename(old)
-            tmp.rename(path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(path)
+        replace_dir(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_dir(finished: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Move the complete folder ``finished`` to ``path``. An older folder at ``path`` is first renamed
+    aside (``.<name>.old``, a hidden name no glob of finished folders matches) and removed only once
+    the new one is in place, so a kill at any point leaves one whole folder to find."""
+    finished, path = Path(finished), Path(path)
+    if path.exists():
+        old = path.with_name(f".{path.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        path.rename(old)
+        finished.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        finished.rename(path)
 
 
 def write_json(obj: Any, path: str | os.PathLike) -> Path:

@@ -59,7 +59,7 @@ import torch
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import CrossEncoderPolicyRanker, LLMRanker, OracleRanker, Ranker, RetrievalOnlyRanker
 from cosearch_lib.agent.rollout import RolloutEngine
-from cosearch_lib.atomic_io import write_table
+from cosearch_lib.atomic_io import replace_dir, write_table
 from cosearch_lib.config import ROLE_TABLE, ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
@@ -475,14 +475,7 @@ class JointTrainer:
             raise OSError(err.errno, f"could not write checkpoint {project_relative(final)} ({err.strerror or err}); "
                                      f"the newest whole checkpoint is {project_relative(before) if before else 'none'}, "
                                      "and the run resumes from it") from err
-        if final.exists():  # the same step written again (a resumed run): set the old copy aside until the new one is in
-            old = final.with_name(final.name + ".old")
-            shutil.rmtree(old, ignore_errors=True)
-            final.rename(old)
-            tmp.rename(final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(final)
+        replace_dir(tmp, final)  # the same step written again (a resumed run): the old copy goes only once the new one is in
         write_table(self.frame(), self.out_dir / "steps.csv")
         if self.call_records:
             write_table(self.calls_frame(), self.out_dir / "ranker_calls.parquet")
