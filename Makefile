@@ -33,7 +33,7 @@ test: $(STAMP)  ## run the whole test suite
 test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) tests
 	$(BIN)/python -m pytest -q -m "not slow"
 
-test-slurm: $(STAMP)  ## a one-node SLURM cluster on this machine (root, apt): submit a grid as an array + afterok job, check sacct and the runs
+test-slurm: $(STAMP)  ## a one-node SLURM cluster on this machine (root, apt): a grid as an array + afterok job (sacct, the runs), then a training task sent SIGUSR1: checkpoint, requeue, resume
 	tests/slurm/local_cluster.sh
 
 check-gpu-extra: $(STAMP)  ## resolve the gpu extra with pip's resolver (--dry-run: nothing installed), print what a CUDA node gets
