@@ -226,7 +226,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 #: Commands that run notebooks (training inside papermill's kernel): a stop signal is passed on to the
-#: kernel and makes the command exit with stop_signals.EXIT_STOPPED (docs/REPRODUCING.md, "Preemption").
+#: kernel and makes the command exit with stop_signals.EXIT_STOPPED (docs/USAGE.md, "Time limits, preemption and requeueing").
 STOPPABLE_COMMANDS = ("run", "grid")
 
 

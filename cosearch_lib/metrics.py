@@ -40,6 +40,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import regex
 
+from cosearch_lib.config import EVAL_F1_METRICS, RULE_OPTIONS
+
 #: Gold answers given as one string or as a list/tuple/NumPy array of strings.
 Golds = str | Sequence[str] | np.ndarray
 
@@ -132,7 +134,7 @@ def _check_labels(labels: Sequence[int] | Sequence[bool] | np.ndarray, name: str
 
 
 #: How a token F1 is computed from the overlap (config.RULE_OPTIONS["f1_arithmetic"]).
-F1_ARITHMETICS = ("overlap", "precision_recall")
+F1_ARITHMETICS = RULE_OPTIONS["f1_arithmetic"]
 
 
 def _f1_from_tokens(pred_tokens: Sequence[str], gold_tokens: Sequence[str], arithmetic: str = "overlap") -> float:
@@ -232,7 +234,7 @@ def max_token_f1(prediction: str | None, golds: Golds, *, yes_no_rule: bool = Tr
 
 
 #: Answer F1 metrics of the evaluation tables (config.EvaluationConfig.f1).
-ANSWER_F1_METRICS = ("plain", "yes_no")
+ANSWER_F1_METRICS = EVAL_F1_METRICS
 
 
 def answer_f1(prediction: str | None, golds: Golds, metric: str = "plain") -> float:
@@ -306,7 +308,7 @@ def is_trivial_answer(answer: str) -> bool:
 
 
 #: Which gold answers pseudo-relevance ignores (config.RULE_OPTIONS["trivial_golds"]).
-TRIVIAL_GOLD_RULES = ("drop_each", "drop_if_all")
+TRIVIAL_GOLD_RULES = RULE_OPTIONS["trivial_golds"]
 
 
 def _answer_sequences(answers: Golds, trivial: str = "drop_each") -> list[list[str]]:

@@ -220,9 +220,10 @@ def report_items(profile: str, *, seed: int = 0) -> list[ReportItem]:
 def recorded_f1_metric(profile: str) -> str | None:
     """The answer F1 notebook 02's records were scored with (its metrics' ``eval_config.f1``); None when
     they predate ``evaluation.f1`` (then: the yes/no rule) or do not exist (then: the profile's)."""
-    path = run_dir(load_profile(profile).profile) / "02_oracle_gap_study.metrics.json"
+    cfg = load_profile(profile)
+    path = run_dir(cfg.profile) / "02_oracle_gap_study.metrics.json"
     if not path.exists():
-        return load_profile(profile).evaluation.f1
+        return cfg.evaluation.f1
     return json.loads(path.read_text()).get("eval_config", {}).get("f1")
 
 

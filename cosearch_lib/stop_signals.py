@@ -4,7 +4,7 @@ A SLURM job can be warned before its time limit (``#SBATCH --signal=B:USR1@600``
 to the batch shell 600 s before the end), and it gets SIGTERM when it is preempted or cancelled
 (SIGKILL follows after the cluster's ``KillWait``, 30 s by default). The default action of both
 signals is to die on the spot, which loses every step since the last checkpoint. Two pieces turn
-them into an orderly stop that the job script requeues (docs/REPRODUCING.md, "Preemption"):
+them into an orderly stop that the job script requeues (docs/USAGE.md, "Time limits, preemption and requeueing"):
 
 * :class:`StopRequest`, in the process that trains (``JointTrainer.run``, inside the notebook's
   kernel): while it is active a stop signal only sets :attr:`StopRequest.received`; the trainer
@@ -15,7 +15,7 @@ them into an orderly stop that the job script requeues (docs/REPRODUCING.md, "Pr
   "resumable: requeue me".
 
 Only the main thread of a process can install signal handlers; elsewhere :class:`StopRequest` is
-inactive (it warns once) and the signals keep their default action.
+inactive (it warns) and the signals keep their default action.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ class StopRequested(RuntimeError):
     def __init__(self, signal_name: str, step: int | None = None, checkpoint: str | os.PathLike | None = None):
         self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
         if step is None:
-            where = "before the next notebook"
+            super().__init__(f"stopped on {signal_name} before the next notebook; run the same command again")
         else:
-            where = f"after step {step} ({'checkpoint ' + str(checkpoint) if checkpoint is not None else 'no checkpoint'})"
-        super().__init__(f"stopped on {signal_name} {where}; run the same command again to resume")
+            saved = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint"
+            super().__init__(f"stopped on {signal_name} after step {step} ({saved}); resume=True continues from it")
 
 
 def _in_main_thread() -> bool:
@@ -116,7 +116,7 @@ def _forward(signum: int) -> None:
     for child in _descendants():
         try:
             child.send_signal(signum)
-        except Exception:  # noqa: BLE001 - a child that has just exited
+        except psutil.Error:  # a child that has just exited
             pass
 
 

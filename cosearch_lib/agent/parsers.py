@@ -17,8 +17,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cosearch_lib.config import RULE_OPTIONS
+
 #: The two protocols (config.RULE_OPTIONS "agent_format" and "ranker_output").
-PROTOCOLS = ("strict", "released")
+PROTOCOLS = RULE_OPTIONS["agent_format"]
 
 #: End-of-turn strings a caller may leave on generated text; the parsers ignore one trailing copy.
 DEFAULT_END_MARKERS: tuple[str, ...] = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "</s>")
@@ -185,6 +187,7 @@ def _parse_tool_call(payload: str) -> tuple[str | None, str | None]:
     return query.strip(), None
 
 
+_REASON_BLOCK = re.compile(r"<reason>(.*?)</reason>", re.S)
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.S)
 
@@ -224,7 +227,7 @@ def parse_agent_turn_released(text: str, strip_suffixes: Sequence[str] = DEFAULT
     Error codes: tag_count, tag_order, empty_reason, missing_query, empty_answer, no_action.
     """
     body = _strip_end_marker(text, strip_suffixes)
-    reason_match = re.search(r"<reason>(.*?)</reason>", body, re.S)
+    reason_match = _REASON_BLOCK.search(body)
     reason = reason_match.group(1).strip() if reason_match else None
     queries = []
     for payload in _TOOL_CALL_BLOCK.findall(body):
@@ -311,7 +314,6 @@ def _parse_chain(chain: str, n: int, k: int) -> tuple[list[int], str | None]:
     return [i - 1 for i in picks], None
 
 
-_REASON_BLOCK = re.compile(r"<reason>(.*?)</reason>", re.S)
 _RELEASED_TAIL = re.compile(r"^\s*<rerank>(?P<rank>.*?)</rerank>\s*$", re.S)
 _RELEASED_INDEX = re.compile(r"\[(\d+)\]")
 

@@ -106,7 +106,7 @@ class Trajectory:
     @property
     def f1(self) -> float:
         """The answer's F1 by the paper's metric (``metrics.answer_f1``, "plain"); 0 without an answer."""
-        return answer_f1(self.answer, self.golds) if self.answer is not None else 0.0
+        return answer_f1(self.answer, self.golds)
 
     @property
     def em(self) -> float:

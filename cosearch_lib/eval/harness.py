@@ -298,7 +298,7 @@ def _prompted_row(method: str, ex: QAExample, sample: int, passages, gen, cfg: H
         if passages is not None else None
     hits = {f"ranker_hit@{k}": hit_at_k(shown, k) if shown else float("nan") for k in HIT_KS}
     return {**_base_row(method, ex.id, ex.data_source, ex.question, ex.golden_answers, sample),
-            "prediction": answer, "f1": answer_f1(answer, ex.golden_answers, cfg.f1) if answer is not None else 0.0,
+            "prediction": answer, "f1": answer_f1(answer, ex.golden_answers, cfg.f1),
             "em": exact_match(answer, ex.golden_answers),
             "format_ok": ok, "finish": finish, "error": error, "n_searches": int(passages is not None), **hits,
             "ranker_valid_rate": float("nan"), "n_generated_tokens": len(gen.token_ids)}
@@ -352,7 +352,7 @@ def _agent_row(method: str, t: Trajectory, cfg: HarnessConfig) -> dict:
     calls = t.ranker_calls
     hits = {f"ranker_hit@{k}": _mean_or_nan([c.hit_at.get(k, 0.0) for c in calls]) for k in HIT_KS}
     return {**_base_row(method, t.question_id, t.data_source, t.question, t.golds, t.sample),
-            "prediction": t.answer, "f1": answer_f1(t.answer, t.golds, cfg.f1) if t.answer is not None else 0.0, "em": t.em, "format_ok": t.format_ok, "finish": t.finish,
+            "prediction": t.answer, "f1": answer_f1(t.answer, t.golds, cfg.f1), "em": t.em, "format_ok": t.format_ok, "finish": t.finish,
             "error": next((turn.error for turn in t.turns if not turn.format_ok), None), "n_searches": t.n_searches,
             **hits, "ranker_valid_rate": _mean_or_nan([float(c.valid) for c in calls]),
             "n_generated_tokens": int(sum(t.loss_mask))}

@@ -68,15 +68,17 @@ def _cluster(indices: list[int], queries: dict[int, str], mode: str, delta: floa
              rules: RuleSet = RULE_SETS["paper"]) -> list[list[int]]:
     """Greedy clustering of one split (indices in call order) against each cluster's representative."""
     clusters: list[list[int]] = []
-    together = mode == "exact" and rules.empty_subqueries == "together"
+    release_keys = mode == "exact" and rules.empty_subqueries == "together"
     for i in indices:
         q = queries[i]
         home = None
-        if q or together:  # an empty normalised query never joins, and nothing joins it (unless "together")
+        if q or release_keys:  # an empty normalised query never joins, and nothing joins it (unless release keys)
             for c in clusters:
                 rep = queries[c[0]]
-                if mode == "exact":  # the release keys its groups by the query with spaces made "_"
-                    same = rep.replace(" ", "_") == q.replace(" ", "_") if rules.released else rep == q
+                if release_keys:  # the release's group keys: the query with spaces made "_", so "" meets ""
+                    same = rep.replace(" ", "_") == q.replace(" ", "_")
+                elif mode == "exact":
+                    same = rep == q
                 else:
                     same = query_token_f1(rep, q, arithmetic=rules.f1_arithmetic) >= delta
                 if same:
@@ -110,8 +112,7 @@ def _dedupe(cluster: list[int], calls: Sequence, rewards: list[float | None], ru
     extra = 0
     for members in by_key.values():
         if len(members) > 1:
-            values = [rewards[i] for i in members]
-            mean = float(np.mean(values)) if rules.released else sum(values) / len(values)  # the release: np.mean
+            mean = float(np.mean([rewards[i] for i in members]))  # as the release averages them
             for i in members:
                 rewards[i] = mean
             extra += len(members) - 1
