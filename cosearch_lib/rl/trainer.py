@@ -419,7 +419,7 @@ class JointTrainer:
         SIGUSR1 or SIGTERM (a cluster's time-limit warning or preemption, :mod:`cosearch_lib.stop_signals`)
         does not kill the run: the step under way finishes, a checkpoint is written (whatever
         ``checkpoint_every`` says) and :class:`~cosearch_lib.stop_signals.StopRequested` is raised;
-        the same command resumes from that checkpoint."""
+        the run resumes from that checkpoint (``resume=True``)."""
         until = self.cfg.steps if steps is None else steps
         if self.live_adapters and self._live_step != self.step:  # weights restored from a checkpoint since
             sync_adapters(self.policies, self.backend, self.live_dir)
