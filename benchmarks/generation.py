@@ -7,6 +7,9 @@ this measures what that costs, side by side in one run, on the same prompts and 
 * ``library``: ``TransformersBackend`` (prompt prefixes computed once, device-side sampling, the
   host looking at the ids every ``sync_every`` tokens);
 * ``library_nocache``: the same without prefix sharing (every prompt computed in full);
+* ``library_compiled``: the library with ``compile_decode=True``: the decode step compiled by
+  ``torch.compile`` (mode "reduce-overhead": CUDA graphs on a GPU) on a static cache, finished
+  rows kept in the batch so the shapes stay fixed (the first call pays the compilation);
 * ``hf_dynamic``: ``model.generate(do_sample=True)`` with the default dynamic cache;
 * ``hf_static``: ``model.generate`` with ``cache_implementation="static"`` (transformers compiles
   the forward on a GPU; the first call pays the compilation, reported separately).
@@ -19,7 +22,8 @@ on the weights. Throughput counts the tokens each mode actually generated.
 
     python benchmarks/generation.py                                    # CPU: bundled SmolLM2, batch 8, ~2 min
     python benchmarks/generation.py --device cuda --dtype bfloat16 --shape qwen2.5-3b --batch-sizes 64,256 \\
-        --prompt-tokens 600 --max-new-tokens 256                        # the GPU comparison of the issue
+        --prompt-tokens 600 --max-new-tokens 256 --modes library,library_compiled,hf_dynamic,hf_static
+                                                                        # the GPU comparison of the issue
 
 Prints one line per (shape, batch size, mode) and writes ``papermill_runs/bench/generation.{json,csv}``.
 """
@@ -44,7 +48,7 @@ from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
 from cosearch_lib.paths import runs_dir
 from cosearch_lib.records.provenance import environment_snapshot
 
-MODES = ("library", "library_nocache", "hf_dynamic", "hf_static")
+MODES = ("library", "library_nocache", "library_compiled", "hf_dynamic", "hf_static")
 SHAPES = ("bundled", "smollm2-135m", "qwen2.5-3b")
 INSTRUCTIONS = ("You are a research assistant that answers questions by searching a document collection. "
                 "Think step by step inside <reason> tags. To search, write one <tool_call> with a JSON object "
@@ -84,8 +88,17 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_library(model, tok, prompts, max_new, batch, share, device) -> int:
-    backend = TransformersBackend(model, tok, batch_size=batch, share_prefixes=share)
+_COMPILED: dict[int, TransformersBackend] = {}  # one compiled backend per model, so the timed call reuses its compilation
+
+
+def run_library(model, tok, prompts, max_new, batch, share, device, compiled=False) -> int:
+    if compiled:
+        if id(model) not in _COMPILED:
+            _COMPILED[id(model)] = TransformersBackend(model, tok, batch_size=batch, compile_decode=True)
+        backend = _COMPILED[id(model)]
+        backend.batch_size = batch
+    else:
+        backend = TransformersBackend(model, tok, batch_size=batch, share_prefixes=share, compile_decode=False)
     backend.eos_ids = frozenset({-1})  # random weights: generate the full budget, as the hf modes do
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=max_new, seed=0)
     gens = backend.generate(prompts, sampling, row_keys=list(range(len(prompts))))
@@ -112,7 +125,8 @@ def run_hf(model, tok, prompts, max_new, batch, static, device) -> int:
 def generate_with(mode: str, model, tok, prompts, max_new: int, batch: int, device: str) -> int:
     """Generate with one mode; the number of tokens generated."""
     if mode.startswith("library"):
-        return run_library(model, tok, prompts, max_new, batch, mode == "library", device)
+        return run_library(model, tok, prompts, max_new, batch, mode != "library_nocache", device,
+                           compiled=mode == "library_compiled")
     return run_hf(model, tok, prompts, max_new, batch, mode == "hf_static", device)
 
 

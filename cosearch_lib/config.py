@@ -36,6 +36,20 @@ class ConfigError(ValueError):
 
 #: Marks a field that holds the profile's one shared object (set by ProfileConfig, never by YAML).
 _SHARED = {"shared": True}
+#: Marks a field that changes only how fast results come, not which: left out of cache fingerprints.
+_SPEED_ONLY = {"speed_only": True}
+
+
+def _fingerprinted(obj: Any) -> Any:
+    """``dataclasses.asdict`` without the fields marked :data:`_SPEED_ONLY` (the same JSON otherwise)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _fingerprinted(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not f.metadata.get("speed_only")}
+    if isinstance(obj, (list, tuple)):
+        return [_fingerprinted(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _fingerprinted(v) for k, v in obj.items()}
+    return obj
 
 
 # ================================================================================ search budget
@@ -691,10 +705,15 @@ class ModelsConfig:
     ranker: str = "smollm2-135m-instruct"  # generative ranker policy (the same name shares one loaded base)
     backend: str = "transformers"  # generation backend: "transformers" (CPU/GPU), "vllm" or "unsloth" (GPU)
     batch_size: int = 8  # prompts per forward pass of the transformers backend
+    compile_decode: bool | None = field(default=None, metadata=_SPEED_ONLY)  # transformers backend: compiled decode step on a static cache (None: on a GPU only)
 
     def __post_init__(self) -> None:
         if self.backend not in {"transformers", "vllm", "unsloth"}:
             raise ConfigError(f"models.backend must be transformers, vllm or unsloth, got {self.backend!r}")
+
+    def transformers_options(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`cosearch_lib.models.backends.TransformersBackend` set by the profile."""
+        return {"batch_size": self.batch_size, "compile_decode": self.compile_decode}
 
 
 @dataclass
@@ -807,8 +826,9 @@ class ProfileConfig:
         return dataclasses.asdict(self)
 
     def fingerprint(self, *sections: str) -> str:
-        """A short stable hash of the named sections (all when none), for cache folder names."""
-        d = self.to_dict()
+        """A short stable hash of the named sections (all when none), for cache folder names; fields
+        that only change speed (:data:`_SPEED_ONLY`) are left out."""
+        d = _fingerprinted(self)
         picked = {k: d[k] for k in sections} if sections else d
         return hashlib.sha1(json.dumps(picked, sort_keys=True, default=str).encode()).hexdigest()[:12]
 

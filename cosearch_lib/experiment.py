@@ -90,8 +90,8 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     scorer = CrossEncoderScorer.load(cross_encoder_start(cfg, retriever, tcfg.cross_encoder, progress=progress)) \
         if tcfg.uses_cross_encoder else None
     trainer = JointTrainer(tcfg, policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
-                           out_dir=out_dir, seed=cfg.seed, val_questions=val, batch_size=cfg.models.batch_size,
-                           progress=progress, backend=backend, cross_encoder=scorer)
+                           out_dir=out_dir, seed=cfg.seed, val_questions=val,
+                           generation_options=cfg.models.transformers_options(), progress=progress, backend=backend, cross_encoder=scorer)
     newest = latest_checkpoint(out_dir) if resume else None  # checked (hashed) once
     if newest is not None:
         done = trainer.load_checkpoint(newest)
@@ -227,7 +227,7 @@ def build_backends(cfg: ProfileConfig, *, progress: bool = False) -> tuple[Gener
     name the same model they share one loaded backend (LoRA adapters tell the two policies apart)."""
 
     m = cfg.models
-    kwargs = {"batch_size": m.batch_size, "progress": progress} if m.backend == "transformers" else {}
+    kwargs = {**m.transformers_options(), "progress": progress} if m.backend == "transformers" else {}
     agent = make_backend(m.backend, m.agent, **kwargs)
     ranker = agent if m.ranker == m.agent else make_backend(m.backend, m.ranker, **kwargs)
     return agent, ranker

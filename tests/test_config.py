@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cosearch_lib.config import ConfigError, ProfileConfig, available_profiles, from_dict, load_profile, papermill_parameters
@@ -75,6 +77,16 @@ def test_one_search_budget_is_shared_by_reference():
             from_dict(ProfileConfig, old)
     with pytest.raises(ConfigError, match="models.backend must be"):
         from_dict(ProfileConfig, {"models": {"backend": "tgi"}})
+    with pytest.raises(ConfigError, match="models.compile_decode: expected bool or null"):
+        from_dict(ProfileConfig, {"models": {"compile_decode": "fast"}})
+    cfg = from_dict(ProfileConfig, {"models": {"compile_decode": True, "batch_size": 3}})
+    assert cfg.models.transformers_options() == {"batch_size": 3, "compile_decode": True}
+    assert from_dict(ProfileConfig, {}).models.compile_decode is None  # default: the backend decides (on a GPU only)
+    # a speed-only option leaves cache keys (warm starts, worlds) alone; a real setting moves them
+    plain = from_dict(ProfileConfig, {"models": {"batch_size": 3}})
+    assert cfg.fingerprint() == plain.fingerprint() and cfg.fingerprint("models") == plain.fingerprint("models")
+    assert from_dict(ProfileConfig, {"models": {"batch_size": 4}}).fingerprint("models") != plain.fingerprint("models")
+    assert json.dumps(plain.to_dict(), sort_keys=True, default=str).count("compile_decode") == 1  # still recorded
 
 
 def test_protocol_and_training_sections_follow_their_homes(tmp_path):

@@ -143,6 +143,34 @@ def test_shared_prefix_runs_once_and_changes_nothing(model, tok, prompts):
         assert g.logprobs == pytest.approx(u.logprobs, abs=LOGPROB_TOL)
 
 
+def test_prefixes_shared_by_some_rows_only_run_once_and_change_nothing(model, tok, prompts):
+    """G samples of one question repeat its prompt; two ranker calls list the same candidates: the
+    rows that go on alike share a prefix beyond the instructions, computed once for them."""
+    tail = tok.encode(" Passages: [1] The archive of Varn records its founding by three families of weavers.")
+    repeated = prompts[0] + tok.encode(" Answer with the shortest span; the first founder's name is enough here.")
+    rows = [repeated] * 3 + [prompts[1] + tail, prompts[1] + tail + tok.encode(" More."), prompts[2]]
+    sampled = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=9)
+    keys = list(range(len(rows)))
+    be = backend(model, tok, batch_size=8)
+    with prefix_scope(be) as store:
+        shared = be.generate(rows, sampled, row_keys=keys)
+        prefix_lengths = sorted(len(ids) for _, ids in store._entries)
+    common = common_prefix_length(rows)
+    # the instructions, the repeated prompt (all but its last token), the two rows' shared prompt
+    assert prefix_lengths == sorted([common, len(prompts[1] + tail) - 1, len(repeated) - 1])
+    expected_hits = 3 * (len(repeated) - 1) + 2 * (len(prompts[1] + tail) - 1) + common
+    assert be.last_stats["hit_tokens"] == expected_hits
+    plain = backend(model, tok, batch_size=8, share_prefixes=False).generate(rows, sampled, row_keys=keys)
+    for s, p in zip(shared, plain):
+        assert s.token_ids == p.token_ids
+        assert s.logprobs == pytest.approx(p.logprobs, abs=LOGPROB_TOL)
+    # below min_shared_prefix tokens beyond what is cached, a shared stretch is not worth its own pass
+    lazy = backend(model, tok, batch_size=8, min_shared_prefix=len(tail) + 8)
+    with prefix_scope(lazy) as store:
+        lazy.generate(rows, sampled, row_keys=keys)
+        assert len(prompts[1] + tail) - 1 not in {len(ids) for _, ids in store._entries}
+
+
 def test_next_turn_reads_only_new_tokens_inside_a_scope(model, tok, prompts):
     sampled = SamplingConfig(temperature=1.0, max_new_tokens=8, seed=2)
     observation = tok.encode(" Observation: the Varn archive lists three founders.")
@@ -243,6 +271,38 @@ def test_static_and_dynamic_caches_agree(model, tok, prompts, sampling):
         assert a.token_ids == b.token_ids
         assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
     assert backend(model, tok).static_cache is (model.device.type == "cuda")  # default: static on a GPU only
+
+
+def test_a_compiled_decode_step_keeps_finished_rows_and_samples_what_the_eager_loop_samples(model, tok, prompts):
+    """With compile_decode the batch keeps its finished rows (fixed shapes for a compiled step and
+    CUDA graphs): the live rows' samples must not change, and the step must be traced as one whole
+    graph per shape, not retraced every token. The trace is checked with a counting backend (what
+    torch.compile would hand to inductor); the CUDA-graph mode itself needs a GPU."""
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(len(gm.graph.nodes))
+        return gm.forward
+
+    ragged = [p[: len(p) - 3 * i] for i, p in enumerate(prompts)]
+    compiled = backend(model, tok, static_cache=True, compile_decode=True,
+                       compile_options={"backend": counting_backend, "fullgraph": True})
+    assert compiled.compile_decode
+    lengths = []
+    for sampling in (SamplingConfig(temperature=0.9, max_new_tokens=14, seed=4, stop=("e",)),
+                     SamplingConfig(temperature=0, max_new_tokens=14, stop=("a",))):
+        for rows in (ragged, ragged[:3], ragged[1:3]):  # three batch sizes, three cache widths
+            got = compiled.generate(rows, sampling)
+            eager = backend(model, tok).generate(rows, sampling)  # dynamic cache, finished rows dropped
+            assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in eager]
+            for a, b in zip(got, eager):
+                assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
+            lengths.append(len({len(g.token_ids) for g in got}))
+    assert max(lengths) > 1  # rows ended at different tokens: finished rows rode along in the batch
+    assert 1 <= len(graphs) <= 3  # one graph, then at most a re-trace with dynamic shapes: not one per token
+    assert not backend(model, tok).compile_decode  # default: compiled on a GPU only
+    with pytest.raises(ValueError, match="static_cache"):
+        backend(model, tok, static_cache=False, compile_decode=True)
 
 
 def test_merged_lora_samples_like_the_adapter_and_restores_the_base(tok, prompts):

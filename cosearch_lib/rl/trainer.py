@@ -47,7 +47,7 @@ import random
 import shutil
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -200,7 +200,7 @@ class JointTrainer:
     def __init__(self, cfg: TrainConfig, policies: PolicySet, tokenizer: Any, retriever: SearchBackend,
                  questions: Sequence[QAExample], rollout_cfg: RolloutConfig, protocol: ProtocolConfig, *,
                  out_dir: str | Path, seed: int = 0, val_questions: Sequence[QAExample] = (),
-                 batch_size: int = 8, progress: bool = True, chat: ChatTokens | None = None,
+                 generation_options: Mapping[str, Any] | None = None, progress: bool = True, chat: ChatTokens | None = None,
                  backend: Any = None, tracker: StepTracker | None = None, cross_encoder: Any = None) -> None:
         if rollout_cfg.temperature <= 0:
             raise ValueError("GRPO needs sampled rollouts: rollout temperature must be > 0")
@@ -210,9 +210,10 @@ class JointTrainer:
         self.out_dir = Path(out_dir)
         self.chat = chat or ChatTokens(tokenizer)
         # Rollouts run on ``backend`` when given (vLLM on GPU, a scripted backend in tests), else on
-        # the policy model itself; the updates always run on the policy model.
+        # the policy model itself (TransformersBackend with ``generation_options``, e.g. the profile's
+        # batch_size and compile_decode); the updates always run on the policy model.
         self.backend = backend if backend is not None else TransformersBackend(policies.model, tokenizer,
-                                                                               batch_size=batch_size)
+                                                                               **(generation_options or {}))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         # The cross-encoder ranker (training.ranker_kind: cross_encoder) lives beside the LoRA policies,
         # with its own optimizer when the method trains its ranker.
