@@ -312,14 +312,16 @@ class TransformersBackend:
     1. **Prefixes.** Every prefix that several prompts of the call share is run once (batch 1):
        the common instructions, then what each set of alike prompts shares beyond them (identical
        prompts included); inside :meth:`prefix_scope`, a trajectory's previous turn (prompt +
-       generated tokens) is also found cached. Each row then runs only its uncached suffix, on a batch cache that holds
-       each row's cached keys/values right-aligned (holes are masked; positions are explicit).
+       generated tokens) is also found cached. Each row then runs only its uncached suffix, on a
+       batch cache that holds each row's cached keys/values right-aligned (holes are masked;
+       positions are explicit).
     2. **Decode on the device.** Uniforms come from :func:`counter_uniforms` (a hash of the row
        seed and the token index), the sampler runs on the device, and the host looks at the
        sampled ids only every ``sync_every`` tokens: then eos, stop strings and the length limit
        are applied per row, finished rows leave the batch (their tokens past the finish are
        discarded; the result does not depend on ``sync_every``). A stop string is searched for
        only in rows whose new tokens can end one (their text contains a stop's last character).
+       With ``compile_decode`` the step is compiled and finished rows stay in the batch instead.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 16, device: Any = None,
@@ -353,8 +355,9 @@ class TransformersBackend:
         # A compiled decode step (torch.compile; CUDA graphs under mode "reduce-overhead") wants the same
         # shapes step after step: the static cache (its width rounded up to a multiple of 128, so that
         # calls of similar lengths share a shape), and a batch that keeps its finished rows (their tokens
-        # are discarded) instead of shrinking. By default on a GPU only: on 2 CPU cores it saved 20 % of a
-        # batch-1 step and nothing at batch 8, after about 40 s of compilation per shape.
+        # are discarded) instead of shrinking. By default on a GPU only: on 2 CPU cores it generated 1.34x
+        # faster at batch 1 and 1.12x at batch 8, after 26-39 s of compilation per shape, and on the demo
+        # the compilations cost more than they saved (docs/LOG.md).
         cuda = self.device.type == "cuda"
         self.static_cache = (cuda or bool(compile_decode)) if static_cache is None else static_cache
         self.compile_decode = (cuda and self.static_cache) if compile_decode is None else bool(compile_decode)
