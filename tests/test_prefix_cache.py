@@ -332,3 +332,40 @@ def test_merged_lora_samples_like_the_adapter_and_restores_the_base(tok, prompts
         assert did_merge
         raise RuntimeError("inside")
     assert all(dict(peft_model.named_parameters())[n] is p for n, p in base_weights.items())
+
+
+def test_a_compiled_decode_step_follows_the_adapter_and_its_updates(tok, prompts):
+    """The trainer's flow: agent and ranker adapters alternate, merged into the base weights for
+    sampling, and an update changes the adapter weights in place between rollouts. One compiled
+    model serves all of it: each call samples what the eager loop samples with the weights of
+    that moment, and adapters do not multiply the graphs past a few."""
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(len(gm.graph.nodes))
+        return gm.forward
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"], lora_dropout=0.0)
+    peft_model = get_peft_model(peaked_model(tok, seed=5), lora, adapter_name="agent")
+    peft_model.add_adapter("ranker", lora)
+    lora_b = [p for n, p in peft_model.named_parameters() if "lora_B" in n]
+    with torch.no_grad():
+        for i, p in enumerate(lora_b):
+            p.normal_(0, 0.5, generator=torch.Generator().manual_seed(i))
+    compiled = backend(peft_model, tok, compile_decode=True, compile_options={"backend": counting_backend, "fullgraph": True})
+    eager = backend(peft_model, tok)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=10, seed=3)
+    seen = []
+    for adapter in ("agent", "ranker", "agent", "ranker"):
+        if len(seen) == 2:  # an update between rollouts, in place, as the optimizer does
+            with torch.no_grad():
+                for p in lora_b:
+                    p.mul_(-1.5)
+        got = compiled.generate(prompts, sampling, adapter=adapter)
+        want = eager.generate(prompts, sampling, adapter=adapter)
+        assert [g.token_ids for g in got] == [g.token_ids for g in want]
+        for a, b in zip(got, want):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
+        seen.append([g.token_ids for g in got])
+    assert seen[0] != seen[1] and seen[0] != seen[2]  # the adapters differ, and the update changed the agent
+    assert 1 <= len(graphs) <= 4
