@@ -305,6 +305,26 @@ def test_a_compiled_decode_step_keeps_finished_rows_and_samples_what_the_eager_l
         backend(model, tok, static_cache=False, compile_decode=True)
 
 
+def test_a_decode_step_that_cannot_be_compiled_runs_eagerly_with_a_warning(model, tok, prompts):
+    """A GPU node without a C compiler (Triton needs one) or an unsupported operation: the first
+    compilation fails; generation goes on eagerly with the same samples and says why, once."""
+    attempts = []
+
+    def broken_backend(gm, example_inputs):
+        attempts.append(1)
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
+
+    sampling = SamplingConfig(temperature=0.9, max_new_tokens=12, seed=4, stop=("e",))
+    failing = backend(model, tok, compile_decode=True, compile_options={"backend": broken_backend})
+    with pytest.warns(RuntimeWarning, match="compiling the decode step failed .*C compiler.*decoding eagerly"):
+        got = failing.generate(prompts, sampling)
+    assert not failing.compile_decode and attempts == [1]
+    want = backend(model, tok).generate(prompts, sampling)
+    assert [(g.token_ids, g.finish_reason) for g in got] == [(g.token_ids, g.finish_reason) for g in want]
+    again = failing.generate(prompts, sampling)  # no second attempt
+    assert attempts == [1] and [g.token_ids for g in again] == [g.token_ids for g in want]
+
+
 def test_merged_lora_samples_like_the_adapter_and_restores_the_base(tok, prompts):
     model = peaked_model(tok, seed=3)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"], lora_dropout=0.0)

@@ -539,19 +539,30 @@ class TransformersBackend:
                 layer.cumulative_length.fill_(k.shape[2])
         return cache
 
-    def _decode_model(self) -> Any:
-        """What runs a decode step: the model, or with ``compile_decode`` its compiled form (made once;
-        torch.compile recompiles by itself for a new batch size or cache width)."""
+    def _decode_step(self, **inputs: Any) -> Any:
+        """One decode forward: with ``compile_decode`` through the compiled model (made once;
+        torch.compile recompiles by itself for a new batch size or cache width), else the model.
+
+        If compiling fails (no C compiler or Triton on the node, an operation the compiler does not
+        support), the step runs eagerly, from then on, with a warning: compilation errors are raised
+        before the compiled graph runs, so the cache has not been touched."""
         if not self.compile_decode:
-            return self.model
+            return self.model(**inputs)
         if self._compiled_model is None:
             self._compiled_model = torch.compile(self.model, **self.compile_options)
-        return self._compiled_model
+        try:
+            return self._compiled_model(**inputs)
+        except torch._dynamo.exc.TorchDynamoException as exc:
+            self.compile_decode = False
+            cause = getattr(exc, "inner_exception", None) or exc.__cause__ or exc  # the compiler's own error
+            why = (str(cause).strip().splitlines() or [""])[0]
+            warnings.warn(f"compiling the decode step failed ({type(cause).__name__}: {why}); decoding eagerly "
+                          "from here on (models.compile_decode: false skips the attempt)", RuntimeWarning, stacklevel=2)
+            return self.model(**inputs)
 
     def _generate_batch(self, prompts: list[list[int]], sampling: SamplingConfig, seeds: list[int],
                         adapter: str | None, store: PrefixStore, stop_tokens: frozenset[int]) -> list[Generation]:
         model, dev = self.model, self.device
-        step = self._decode_model()
         finisher = _Finisher(self.decode, self.eos_ids, sampling, stop_tokens=stop_tokens)
         input_ids, attn, position_ids, cache = self._batch_inputs(prompts, adapter, store, sampling.max_new_tokens)
         halves = seed_halves(seeds, dev)  # (B, 2) the rows' seeds, for the counter-based uniforms
@@ -579,8 +590,8 @@ class TransformersBackend:
                 if done + j + 1 < sampling.max_new_tokens:
                     if not isinstance(cache, StaticCache):
                         attn = torch.cat([attn, attn.new_ones((len(slots), 1))], dim=-1)  # (b, T + t)
-                    out = step(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos,
-                               past_key_values=cache, use_cache=True)
+                    out = self._decode_step(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos,
+                                            past_key_values=cache, use_cache=True)
                     next_pos = next_pos + 1
                     logits = out.logits[:, -1, :].float()
             done += n
