@@ -11,6 +11,12 @@ record, which both sides have), with the same profile file and the same cached w
 
 Prints one JSON line per step: rollout_s, update_s, step_s and a few outcome columns (the outcomes
 show whether both sides sampled the same thing).
+
+An option of one code version, off and on, side by side (``--set SECTION.FIELD=VALUE``, YAML values,
+applied after the warm start so that it is shared):
+
+    python benchmarks/step_before_after.py demo 2 --set training.shared_prefix_update=false
+    python benchmarks/step_before_after.py demo 2 --set training.shared_prefix_update=true
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 from cosearch_lib.config import load_profile
 from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
 
@@ -27,14 +35,31 @@ COLUMNS = ("step", "rollout_s", "update_s", "step_s", "agent_reward", "agent_f1"
            "n_ranker_calls")
 
 
+def apply_setting(cfg, assignment: str) -> None:
+    """``SECTION.FIELD=VALUE`` on a loaded profile (the field must exist)."""
+    path, _, value = assignment.partition("=")
+    *parents, name = path.split(".")
+    target = cfg
+    for part in parents:
+        target = getattr(target, part)
+    if not _ or not hasattr(target, name):
+        raise SystemExit(f"--set {assignment!r}: no field {path!r} in this code's profile")
+    setattr(target, name, yaml.safe_load(value))
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) != 2:
-        raise SystemExit("usage: step_before_after.py PROFILE STEPS")
-    profile, steps = argv[0], int(argv[1])
+    settings = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--set"]
+    positional = [a for i, a in enumerate(argv) if a != "--set" and (i == 0 or argv[i - 1] != "--set")]
+    if len(positional) != 2:
+        raise SystemExit("usage: step_before_after.py PROFILE STEPS [--set SECTION.FIELD=VALUE ...]")
+    profile, steps = positional[0], int(positional[1])
     cfg = load_profile(profile)
     retriever = build_retriever(cfg, progress=False)
-    trainer = build_trainer(cfg, retriever, warm=warm_start(cfg, retriever), method="cosearch",
-                            out_dir=Path(tempfile.mkdtemp()), steps=steps, progress=False)
+    warm = warm_start(cfg, retriever)
+    for assignment in settings:
+        apply_setting(cfg, assignment)
+    trainer = build_trainer(cfg, retriever, warm=warm, method="cosearch", out_dir=Path(tempfile.mkdtemp()), steps=steps,
+                            progress=False)
     for _ in range(steps):
         record = trainer.train_step()
         print(json.dumps({k: record.get(k) for k in COLUMNS}), flush=True)

@@ -585,6 +585,7 @@ class TrainConfig:
     micro_batch: int = 4  # sequences per forward/backward pass (memory, not maths)
     length_grouped_micro_batches: bool = True  # build micro-batches from sequences of similar length (less padding; same gradient)
     gradient_checkpointing: bool = False  # recompute activations in the update's backward pass: trades recompute for activation memory; needed for 3B-7B shapes on one GPU
+    shared_prefix_update: bool = field(default=True, metadata=_SPEED_ONLY)  # the prompt prefix a micro-batch's sequences share runs once per micro-batch (same gradient); off under gradient checkpointing
     max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
     shared_backbone: bool = False  # ablation: one adapter plays both roles
     ranker_kind: str = "llm"  # "llm": the generative ranker (paper); "cross_encoder": a trainable cross-encoder (ablation)
@@ -616,7 +617,7 @@ class TrainConfig:
         for name in ("eval_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("length_grouped_micro_batches", "gradient_checkpointing", "validate_at_start"):
+        for name in ("length_grouped_micro_batches", "gradient_checkpointing", "shared_prefix_update", "validate_at_start"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TrainConfig.{name} must be a bool, got {getattr(self, name)!r}")
         try:

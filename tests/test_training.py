@@ -22,11 +22,12 @@ from cosearch_lib.rl.policy_update import (
     grpo_update,
     micro_batches,
     policy_token_logprobs,
+    shared_prefix_length,
     update_checkpointing,
 )
 from cosearch_lib.rl.trainer import latest_checkpoint, question_order
 
-from tests.doubles import LORA, tiny_model, trainer
+from tests.doubles import LORA, peaked_model, tiny_model, trainer
 
 
 def snapshot(model, adapter=None):
@@ -91,6 +92,65 @@ def test_head_only_at_scored_positions_equals_the_full_forward(tok):
     sparse = policy_token_logprobs(model, ids, attn, temperature=0.7, mask=mask)
     assert torch.allclose(sparse, full * mask, atol=1e-5)
     assert (sparse[mask == 0] == 0).all() and (sparse[mask == 1] < 0).all()
+
+
+def _prefixed_sequences(tok, prefix, n=4, seed=0):
+    """Sequences that start with ``prefix`` (unscored, like an agent's instructions) and go on with
+    distinct scored tokens of different lengths."""
+    g = torch.Generator().manual_seed(seed)
+    seqs = []
+    for i in range(n):
+        tail = [20 + i] + torch.randint(10, 500, (5 + 2 * i,), generator=g).tolist()  # distinct first token
+        old = (-torch.rand(len(tail), generator=g) * 3).tolist()
+        seqs.append(PolicySequence(prefix + tail, [0] * len(prefix) + [1] * len(tail), [0.0] * len(prefix) + old))
+    return seqs
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_shared_prefix_run_once_gives_the_same_log_probs_and_gradient(tok, grouped):
+    from cosearch_lib.models.grouped_attention import use_grouped_attention
+    from cosearch_lib.rl.policy_update import _padded
+
+    model = lora_model(peaked_model(tok, seed=2), {"agent": None}, LORA)  # 4 query heads on 2 key/value heads
+    assert use_grouped_attention(model) if grouped else True
+    torch.manual_seed(3)
+    params = adapter_parameters(model, "agent")
+    for p in params.values():  # non-zero B, so the prefix's keys and values depend on the LoRA weights
+        torch.nn.init.normal_(p, std=0.05)
+    prefix = tok.encode("You are a search agent. Think inside reason tags, then search or answer, and keep it short.")
+    seqs = _prefixed_sequences(tok, prefix)
+    assert shared_prefix_length(seqs) == len(prefix) >= 16
+    ids, attn, mask, _ = _padded(seqs, 0, "cpu")
+    weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(4))
+    runs = {}
+    for shared in (0, len(prefix)):
+        model.zero_grad(set_to_none=True)
+        lp = policy_token_logprobs(model, ids, attn, temperature=0.7, mask=mask, shared_prefix=shared)
+        (lp * weights).sum().backward()
+        runs[shared] = (lp.detach(), {n: p.grad.clone() for n, p in params.items()})
+    (lp0, g0), (lp1, g1) = runs[0], runs[len(prefix)]
+    assert torch.allclose(lp0, lp1, atol=1e-5)
+    assert all(float((g0[n] - g1[n]).norm()) <= 1e-5 * float(g0[n].norm()) + 1e-7 for n in g0)  # float rounding only
+    assert sum(float(g.abs().sum()) for n, g in g0.items() if "lora_A" in n) > 0  # the prefix really carried gradient
+    # through grpo_update (micro-batches of 2): the same gradient norm either way
+    norms = []
+    for shared in (False, True):
+        policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
+        stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, [1.0, -0.5, 2.0, -1.5], 1.0)],
+                            GRPOConfig(kl_coef=0.05), micro_batch=2, max_grad_norm=0.0, pad_id=0, shared_prefix=shared)
+        norms.append(stats["grad_norm"])
+    assert norms[0] > 0 and math.isclose(norms[0], norms[1], rel_tol=1e-4)
+
+
+def test_shared_prefix_length_leaves_a_token_and_skips_short_or_lone_prefixes(tok):
+    a = PolicySequence(list(range(40)), [0] * 40, [0.0] * 40)
+    b = PolicySequence(list(range(30)) + [99] * 5, [0] * 35, [0.0] * 35)
+    assert shared_prefix_length([a, b]) == 30
+    assert shared_prefix_length([a, a]) == 39  # identical sequences: all but the last token
+    assert shared_prefix_length([a]) == 0 and shared_prefix_length([a, b], minimum=31) == 0
+    with pytest.raises(ValueError, match="leave tokens"):
+        policy_token_logprobs(tiny_model(tok), torch.zeros((2, 4), dtype=torch.long), torch.ones((2, 4)),
+                              temperature=1.0, mask=torch.ones((2, 3)), shared_prefix=4)
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])

@@ -6,10 +6,12 @@ log-probs, advantages), recomputes the log-probs under the adapter in micro-batc
 log-probs with adapters disabled when the KL weight is non-zero, and accumulates the loss of
 ``rl.grpo_loss.policy_loss`` so that micro-batching does not change the gradient.
 
-Two options make an update leaner without changing its gradient: micro-batches built from
-sequences of similar length (:func:`micro_batches`: less padding forwarded), and gradient
-checkpointing for the update only (:func:`update_checkpointing`: activations recomputed in the
-backward pass instead of kept, which 3B-7B models need on one GPU).
+Three options make an update leaner without changing its gradient: micro-batches built from
+sequences of similar length (:func:`micro_batches`: less padding forwarded), the prompt prefix a
+micro-batch's sequences share run once for all of them (``shared_prefix``: every agent sequence
+starts with the same instructions), and gradient checkpointing for the update only
+(:func:`update_checkpointing`: activations recomputed in the backward pass instead of kept, which
+3B-7B models need on one GPU).
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers import DynamicCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from cosearch_lib.agent.rollout import Trajectory
 from cosearch_lib.config import GRPOConfig
 from cosearch_lib.models.backends import adapter_context
 from cosearch_lib.models.lora_policies import PolicySet
+from cosearch_lib.models.prefix_cache import common_prefix_length
 from cosearch_lib.rl.grpo_loss import policy_loss, token_logprobs
 
 # --------------------------------------------------------------------------- sequences and updates
@@ -79,22 +83,52 @@ def _backbone_and_head(model: Any) -> tuple[Any, Any]:
 
 
 def policy_token_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, *, temperature: float,
-                      mask: torch.Tensor | None = None) -> torch.Tensor:
+                          mask: torch.Tensor | None = None, shared_prefix: int = 0) -> torch.Tensor:
     """Log-prob of each next token under ``model`` at ``temperature``: (B, L) ids -> (B, L-1).
 
     With ``mask`` (B, L-1), the LM head and the log-softmax run only where mask is 1 (elsewhere the
     result is 0): generated tokens are a small share of an agent's sequence (the prompt and the
     observations are not trained on), and the head over a 49k-150k vocabulary is a large part of
-    the cost of a small model's forward and backward pass."""
+    the cost of a small model's forward and backward pass. With ``shared_prefix`` = P > 0 (and
+    ``mask``), the first P tokens, the same in every row, run once (:func:`_hidden_states`)."""
     if mask is None:
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (B, L, V)
         return token_logprobs(logits[:, :-1], ids[:, 1:], temperature=temperature)  # (B, L-1)
     body, head = _backbone_and_head(model)
-    hidden = body(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state[:, :-1]  # (B, L-1, H)
+    hidden = _hidden_states(body, ids, attn, shared_prefix)[:, :-1]  # (B, L-1, H)
     where = mask.bool()
     picked = head(hidden[where])  # (n, V): only the positions that are scored
     lp = token_logprobs(picked[None], ids[:, 1:][where][None], temperature=temperature)[0]  # (n,)
     return torch.zeros(where.shape, dtype=lp.dtype, device=lp.device).masked_scatter(where, lp)  # (B, L-1)
+
+
+def _hidden_states(body: Any, ids: torch.Tensor, attn: torch.Tensor, shared: int) -> torch.Tensor:
+    """The backbone's last hidden states (B, L, H); the first ``shared`` tokens (the same in every row,
+    none of them padding) run once, with batch size 1, and their keys and values serve every row.
+
+    The gradient is the same: the rows' uses of the shared keys/values and hidden states are
+    summed back into the one computation (``expand``), as the LoRA weights' gradient sums them."""
+    B, L = ids.shape
+    if shared < 1 or B == 1:
+        return body(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+    if not 0 < shared < L:
+        raise ValueError(f"shared prefix must leave tokens to run: {shared} of {L}")
+    head = body(input_ids=ids[:1, :shared], use_cache=True)
+    keys_values = [(layer.keys.expand(B, -1, -1, -1), layer.values.expand(B, -1, -1, -1))
+                   for layer in head.past_key_values.layers]  # (B, heads, shared, head_dim) views
+    rest = body(input_ids=ids[:, shared:], attention_mask=attn, past_key_values=DynamicCache(ddp_cache_data=keys_values),
+                position_ids=torch.arange(shared, L, device=ids.device)[None].expand(B, -1),
+                use_cache=True).last_hidden_state  # (B, L - shared, H)
+    return torch.cat([head.last_hidden_state.expand(B, -1, -1), rest], dim=1)
+
+
+def shared_prefix_length(seqs: Sequence[PolicySequence], *, minimum: int = 16) -> int:
+    """Tokens at the start of every sequence in ``seqs`` (leaving each at least one token to run);
+    0 when fewer than ``minimum`` or a single sequence (not worth a separate pass)."""
+    if len(seqs) < 2:
+        return 0
+    n = min(common_prefix_length([s.ids for s in seqs]), min(len(s.ids) for s in seqs) - 1)
+    return n if n >= minimum else 0
 
 
 @dataclass
@@ -156,14 +190,16 @@ def update_checkpointing(model: Any, enabled: bool) -> Iterator[None]:
 
 def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cfg: GRPOConfig, *, micro_batch: int,
                 max_grad_norm: float, pad_id: int, minibatches: int = 1, length_grouped: bool = True,
-                gradient_checkpointing: bool = False) -> dict[str, float]:
+                gradient_checkpointing: bool = False, shared_prefix: bool = True) -> dict[str, float]:
     """GRPO update(s) of one adapter from its ``jobs`` (one per role it plays: two with a shared
     backbone). Each job's loss is aggregated over its own tokens; the jobs' losses are summed.
 
     The sequences are split round-robin into ``minibatches`` slices, one optimizer step each; a
     slice's forwarded sequences are cut into micro-batches of ``micro_batch`` (:func:`micro_batches`,
-    longest first with ``length_grouped``). ``gradient_checkpointing`` recomputes activations in
-    the backward pass (:func:`update_checkpointing`). Returns ``<role>_<stat>`` (token-weighted means
+    longest first with ``length_grouped``). ``shared_prefix`` runs the prefix a micro-batch's
+    sequences share once (:func:`shared_prefix_length`; not with checkpointing, which keeps no
+    cache). ``gradient_checkpointing`` recomputes activations in the backward pass
+    (:func:`update_checkpointing`). Returns ``<role>_<stat>`` (token-weighted means
     over micro-batches of :func:`grpo.policy_loss`'s stats, plus ``<role>_n_forwarded``,
     ``<role>_n_tokens``, ``<role>_pad_frac``: padding positions / positions forwarded, and
     ``<role>_first_abs_log_ratio``: mean |logp - old logp| over the scored tokens of the role's first
@@ -190,15 +226,19 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
                 for chunk in micro_batches(active, lengths, micro_batch, by_length=length_grouped):
                     ids, attn, mask, old = _padded([job.seqs[i] for i in chunk], pad_id, device)
                     adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=device)
+                    shared = shared_prefix_length([job.seqs[i] for i in chunk]) \
+                        if shared_prefix and not gradient_checkpointing else 0
                     with adapter_context(model, adapter):
-                        lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)
+                        lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask,
+                                                   shared_prefix=shared)
                         if part == 0 and job.role not in drift and mask.any():
                             scored = mask.bool()
                             drift[job.role] = float((lp.detach() - old)[scored].abs().mean())
                         ref = None
                         if cfg.kl_coef > 0:
                             with torch.no_grad(), adapter_context(model, None):
-                                ref = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)
+                                ref = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask,
+                                                            shared_prefix=shared)
                         loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref)
                         # the micro-batch's aggregate -> its share of the (mini)batch aggregate
                         share = _denominator([job.seqs[i] for i in chunk], cfg.aggregation) / denom

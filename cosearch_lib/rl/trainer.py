@@ -317,7 +317,8 @@ class JointTrainer:
                                                 micro_batch=cfg.micro_batch, max_grad_norm=cfg.max_grad_norm,
                                                 pad_id=self.pad_id, minibatches=cfg.minibatches,
                                                 length_grouped=cfg.length_grouped_micro_batches,
-                                                gradient_checkpointing=cfg.gradient_checkpointing)
+                                                gradient_checkpointing=cfg.gradient_checkpointing,
+                                                shared_prefix=cfg.shared_prefix_update)
             update_time[adapter] = time.perf_counter() - u0
         t_update = time.perf_counter()
         if self.live_adapters:  # the updated adapters' new weights, to the generation engine
