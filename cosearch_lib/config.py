@@ -585,7 +585,7 @@ class TrainConfig:
     micro_batch: int = 4  # sequences per forward/backward pass (memory, not maths)
     length_grouped_micro_batches: bool = True  # build micro-batches from sequences of similar length (less padding; same gradient)
     gradient_checkpointing: bool = False  # recompute activations in the update's backward pass: trades recompute for activation memory; needed for 3B-7B shapes on one GPU
-    shared_prefix_update: bool = field(default=True, metadata=_SPEED_ONLY)  # the prompt prefix a micro-batch's sequences share runs once per micro-batch (same gradient); off under gradient checkpointing
+    shared_prefix_update: bool = field(default=True, metadata=_SPEED_ONLY)  # the prompt prefix a role's sequences share runs once per optimizer step, not once per sequence (same gradient); off under gradient checkpointing
     max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
     shared_backbone: bool = False  # ablation: one adapter plays both roles
     ranker_kind: str = "llm"  # "llm": the generative ranker (paper); "cross_encoder": a trainable cross-encoder (ablation)

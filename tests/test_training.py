@@ -108,8 +108,10 @@ def _prefixed_sequences(tok, prefix, n=4, seed=0):
 
 @pytest.mark.parametrize("grouped", [False, True])
 def test_a_shared_prefix_run_once_gives_the_same_log_probs_and_gradient(tok, grouped):
+    """The prefix runs once; two micro-batches read it and leave their gradient on it; one backward
+    through the prefix then gives every LoRA weight the gradient of running it in every row."""
     from cosearch_lib.models.grouped_attention import use_grouped_attention
-    from cosearch_lib.rl.policy_update import _padded
+    from cosearch_lib.rl.policy_update import SharedPrefix, _padded
 
     model = lora_model(peaked_model(tok, seed=2), {"agent": None}, LORA)  # 4 query heads on 2 key/value heads
     assert use_grouped_attention(model) if grouped else True
@@ -117,40 +119,57 @@ def test_a_shared_prefix_run_once_gives_the_same_log_probs_and_gradient(tok, gro
     params = adapter_parameters(model, "agent")
     for p in params.values():  # non-zero B, so the prefix's keys and values depend on the LoRA weights
         torch.nn.init.normal_(p, std=0.05)
-    prefix = tok.encode("You are a search agent. Think inside reason tags, then search or answer, and keep it short.")
-    seqs = _prefixed_sequences(tok, prefix)
-    assert shared_prefix_length(seqs) == len(prefix) >= 16
+    prefix_ids = tok.encode("You are a search agent. Think inside reason tags, then search or answer, and keep it short.")
+    seqs = _prefixed_sequences(tok, prefix_ids)
+    assert shared_prefix_length(seqs) == len(prefix_ids) >= 16
     ids, attn, mask, _ = _padded(seqs, 0, "cpu")
     weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(4))
     runs = {}
-    for shared in (0, len(prefix)):
+    for shared in (False, True):
         model.zero_grad(set_to_none=True)
-        lp = policy_token_logprobs(model, ids, attn, temperature=0.7, mask=mask, shared_prefix=shared)
-        (lp * weights).sum().backward()
-        runs[shared] = (lp.detach(), {n: p.grad.clone() for n, p in params.items()})
-    (lp0, g0), (lp1, g1) = runs[0], runs[len(prefix)]
+        prefix = SharedPrefix.run(model, prefix_ids, "cpu") if shared else None
+        lps = []
+        for rows in (slice(0, 2), slice(2, 4)):  # two micro-batches
+            lp = policy_token_logprobs(model, ids[rows], attn[rows], temperature=0.7, mask=mask[rows], prefix=prefix)
+            (lp * weights[rows]).sum().backward()
+            lps.append(lp.detach())
+        if prefix is not None:
+            prefix.backward()
+        runs[shared] = (torch.cat(lps), {n: p.grad.clone() for n, p in params.items()})
+    (lp0, g0), (lp1, g1) = runs[False], runs[True]
     assert torch.allclose(lp0, lp1, atol=1e-5)
     assert all(float((g0[n] - g1[n]).norm()) <= 1e-5 * float(g0[n].norm()) + 1e-7 for n in g0)  # float rounding only
     assert sum(float(g.abs().sum()) for n, g in g0.items() if "lora_A" in n) > 0  # the prefix really carried gradient
-    # through grpo_update (micro-batches of 2): the same gradient norm either way
-    norms = []
-    for shared in (False, True):
-        policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
-        stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, [1.0, -0.5, 2.0, -1.5], 1.0)],
-                            GRPOConfig(kl_coef=0.05), micro_batch=2, max_grad_norm=0.0, pad_id=0, shared_prefix=shared)
-        norms.append(stats["grad_norm"])
-    assert norms[0] > 0 and math.isclose(norms[0], norms[1], rel_tol=1e-4)
+    # without the prefix's own backward, the gradient would be missing its share: the test can tell
+    model.zero_grad(set_to_none=True)
+    prefix = SharedPrefix.run(model, prefix_ids, "cpu")
+    (policy_token_logprobs(model, ids, attn, temperature=0.7, mask=mask, prefix=prefix) * weights).sum().backward()
+    assert any(float((p.grad - g0[n]).norm()) > 1e-3 * float(g0[n].norm()) for n, p in params.items())
+    # through grpo_update (micro-batches of 2 and 1, KL on): the same gradient norm either way
+    for micro in (2, 1):
+        norms = []
+        for shared in (False, True):
+            policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
+            stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, [1.0, -0.5, 2.0, -1.5], 1.0)],
+                                GRPOConfig(kl_coef=0.05), micro_batch=micro, max_grad_norm=0.0, pad_id=0,
+                                shared_prefix=shared)
+            norms.append(stats["grad_norm"])
+        assert norms[0] > 0 and math.isclose(norms[0], norms[1], rel_tol=1e-4)
 
 
 def test_shared_prefix_length_leaves_a_token_and_skips_short_or_lone_prefixes(tok):
+    from cosearch_lib.rl.policy_update import SharedPrefix
+
     a = PolicySequence(list(range(40)), [0] * 40, [0.0] * 40)
     b = PolicySequence(list(range(30)) + [99] * 5, [0] * 35, [0.0] * 35)
     assert shared_prefix_length([a, b]) == 30
     assert shared_prefix_length([a, a]) == 39  # identical sequences: all but the last token
     assert shared_prefix_length([a]) == 0 and shared_prefix_length([a, b], minimum=31) == 0
-    with pytest.raises(ValueError, match="leave tokens"):
-        policy_token_logprobs(tiny_model(tok), torch.zeros((2, 4), dtype=torch.long), torch.ones((2, 4)),
-                              temperature=1.0, mask=torch.ones((2, 3)), shared_prefix=4)
+    model = lora_model(tiny_model(tok), {"agent": None}, LORA)
+    prefix = SharedPrefix.run(model, [5, 6, 7], "cpu")
+    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 9, 8]])
+    with pytest.raises(ValueError, match="must start with the shared prefix"):
+        policy_token_logprobs(model, ids, torch.ones_like(ids), temperature=1.0, mask=torch.ones((2, 3)), prefix=prefix)
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])

@@ -8,8 +8,9 @@ log-probs with adapters disabled when the KL weight is non-zero, and accumulates
 
 Three options make an update leaner without changing its gradient: micro-batches built from
 sequences of similar length (:func:`micro_batches`: less padding forwarded), the prompt prefix a
-micro-batch's sequences share run once for all of them (``shared_prefix``: every agent sequence
-starts with the same instructions), and gradient checkpointing for the update only
+role's sequences share run once per optimizer step for all its micro-batches (``shared_prefix``,
+:class:`SharedPrefix`: every agent sequence starts with the same instructions), and gradient
+checkpointing for the update only
 (:func:`update_checkpointing`: activations recomputed in the backward pass instead of kept, which
 3B-7B models need on one GPU).
 """
@@ -83,43 +84,79 @@ def _backbone_and_head(model: Any) -> tuple[Any, Any]:
 
 
 def policy_token_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, *, temperature: float,
-                          mask: torch.Tensor | None = None, shared_prefix: int = 0) -> torch.Tensor:
+                          mask: torch.Tensor | None = None, prefix: SharedPrefix | None = None) -> torch.Tensor:
     """Log-prob of each next token under ``model`` at ``temperature``: (B, L) ids -> (B, L-1).
 
     With ``mask`` (B, L-1), the LM head and the log-softmax run only where mask is 1 (elsewhere the
     result is 0): generated tokens are a small share of an agent's sequence (the prompt and the
     observations are not trained on), and the head over a 49k-150k vocabulary is a large part of
-    the cost of a small model's forward and backward pass. With ``shared_prefix`` = P > 0 (and
-    ``mask``), the first P tokens, the same in every row, run once (:func:`_hidden_states`)."""
+    the cost of a small model's forward and backward pass. With ``prefix`` (and ``mask``), every
+    row starts with ``prefix.ids``, whose hidden states and keys/values are reused, not recomputed."""
     if mask is None:
         logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (B, L, V)
         return token_logprobs(logits[:, :-1], ids[:, 1:], temperature=temperature)  # (B, L-1)
     body, head = _backbone_and_head(model)
-    hidden = _hidden_states(body, ids, attn, shared_prefix)[:, :-1]  # (B, L-1, H)
+    hidden = _hidden_states(body, ids, attn, prefix)[:, :-1]  # (B, L-1, H)
     where = mask.bool()
     picked = head(hidden[where])  # (n, V): only the positions that are scored
     lp = token_logprobs(picked[None], ids[:, 1:][where][None], temperature=temperature)[0]  # (n,)
     return torch.zeros(where.shape, dtype=lp.dtype, device=lp.device).masked_scatter(where, lp)  # (B, L-1)
 
 
-def _hidden_states(body: Any, ids: torch.Tensor, attn: torch.Tensor, shared: int) -> torch.Tensor:
-    """The backbone's last hidden states (B, L, H); the first ``shared`` tokens (the same in every row,
-    none of them padding) run once, with batch size 1, and their keys and values serve every row.
+@dataclass
+class SharedPrefix:
+    """The backbone's output for token ids that start every sequence of a batch, run once (batch 1).
 
-    The gradient is the same: the rows' uses of the shared keys/values and hidden states are
-    summed back into the one computation (``expand``), as the LoRA weights' gradient sums them."""
+    Why: an agent's sequences all start with the same instructions (about 230 tokens on the demo,
+    a fifth to a half of a sequence), and recomputing them per sequence, forward and backward,
+    is wasted work. :meth:`run` computes the prefix and hands out detached copies (leaves); the
+    micro-batches read them, expanded to their rows, and their backward passes accumulate the
+    gradient of the leaves; :meth:`backward` then sends that sum through the one prefix
+    computation into the LoRA weights: the same gradient as running the prefix in every row."""
+
+    ids: tuple[int, ...]
+    hidden: torch.Tensor  # (1, P, H) last hidden states
+    keys_values: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (1, kv_heads, P, head_dim)
+    _graph: list[torch.Tensor] | None = None  # the outputs of the computation, when gradient flows back
+
+    @classmethod
+    def run(cls, model: Any, ids: Sequence[int], device: Any) -> SharedPrefix:
+        """Run ``ids`` through ``model``'s backbone (under whatever adapter is active)."""
+        body, _ = _backbone_and_head(model)
+        out = body(input_ids=torch.tensor([list(ids)], device=device), use_cache=True)
+        hidden = out.last_hidden_state
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        if not torch.is_grad_enabled() or not hidden.requires_grad:
+            return cls(tuple(ids), hidden, kv)
+        graph = [hidden] + [t for pair in kv for t in pair]
+        leaves = [t.detach().requires_grad_() for t in graph]
+        return cls(tuple(ids), leaves[0], list(zip(leaves[1::2], leaves[2::2])), graph)
+
+    def backward(self) -> None:
+        """Send the gradient the micro-batches left on the leaves through the prefix computation."""
+        if self._graph is None:
+            return
+        leaves = [self.hidden] + [t for pair in self.keys_values for t in pair]
+        pairs = [(out, leaf.grad) for out, leaf in zip(self._graph, leaves) if leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        self._graph = None  # once
+
+
+def _hidden_states(body: Any, ids: torch.Tensor, attn: torch.Tensor, prefix: SharedPrefix | None) -> torch.Tensor:
+    """The backbone's last hidden states (B, L, H); with ``prefix``, the rows' first ``len(prefix.ids)``
+    tokens are those ids (checked) and only the rest runs, on the prefix's keys/values."""
     B, L = ids.shape
-    if shared < 1 or B == 1:
+    if prefix is None:
         return body(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
-    if not 0 < shared < L:
-        raise ValueError(f"shared prefix must leave tokens to run: {shared} of {L}")
-    head = body(input_ids=ids[:1, :shared], use_cache=True)
-    keys_values = [(layer.keys.expand(B, -1, -1, -1), layer.values.expand(B, -1, -1, -1))
-                   for layer in head.past_key_values.layers]  # (B, heads, shared, head_dim) views
-    rest = body(input_ids=ids[:, shared:], attention_mask=attn, past_key_values=DynamicCache(ddp_cache_data=keys_values),
-                position_ids=torch.arange(shared, L, device=ids.device)[None].expand(B, -1),
-                use_cache=True).last_hidden_state  # (B, L - shared, H)
-    return torch.cat([head.last_hidden_state.expand(B, -1, -1), rest], dim=1)
+    P = len(prefix.ids)
+    if not 0 < P < L or not bool((ids[:, :P] == torch.tensor(prefix.ids, device=ids.device)).all()):
+        raise ValueError(f"every row must start with the shared prefix ({P} tokens) and go on after it (L={L})")
+    keys_values = [(k.expand(B, -1, -1, -1), v.expand(B, -1, -1, -1)) for k, v in prefix.keys_values]
+    rest = body(input_ids=ids[:, P:], attention_mask=attn, past_key_values=DynamicCache(ddp_cache_data=keys_values),
+                position_ids=torch.arange(P, L, device=ids.device)[None].expand(B, -1),
+                use_cache=True).last_hidden_state  # (B, L - P, H)
+    return torch.cat([prefix.hidden.expand(B, -1, -1), rest], dim=1)
 
 
 def shared_prefix_length(seqs: Sequence[PolicySequence], *, minimum: int = 16) -> int:
@@ -196,8 +233,8 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
 
     The sequences are split round-robin into ``minibatches`` slices, one optimizer step each; a
     slice's forwarded sequences are cut into micro-batches of ``micro_batch`` (:func:`micro_batches`,
-    longest first with ``length_grouped``). ``shared_prefix`` runs the prefix a micro-batch's
-    sequences share once (:func:`shared_prefix_length`; not with checkpointing, which keeps no
+    longest first with ``length_grouped``). ``shared_prefix`` runs the prefix a job's sequences
+    share once per optimizer step (:class:`SharedPrefix`; not with checkpointing, which keeps no
     cache). ``gradient_checkpointing`` recomputes activations in the backward pass
     (:func:`update_checkpointing`). Returns ``<role>_<stat>`` (token-weighted means
     over micro-batches of :func:`grpo.policy_loss`'s stats, plus ``<role>_n_forwarded``,
@@ -223,14 +260,22 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
                 denom = _denominator([job.seqs[i] for i in idx], cfg.aggregation)
                 active = [i for i in idx if job.advantages[i] != 0.0 and any(job.seqs[i].mask)]
                 lengths = {i: len(job.seqs[i].ids) for i in active}
+                n_shared = shared_prefix_length([job.seqs[i] for i in active]) \
+                    if shared_prefix and not gradient_checkpointing else 0
+                prefix = ref_prefix = None
+                if n_shared:
+                    shared_ids = job.seqs[active[0]].ids[:n_shared]
+                    with adapter_context(model, adapter):
+                        prefix = SharedPrefix.run(model, shared_ids, device)
+                    if cfg.kl_coef > 0:
+                        with torch.no_grad(), adapter_context(model, None):
+                            ref_prefix = SharedPrefix.run(model, shared_ids, device)
                 for chunk in micro_batches(active, lengths, micro_batch, by_length=length_grouped):
                     ids, attn, mask, old = _padded([job.seqs[i] for i in chunk], pad_id, device)
                     adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=device)
-                    shared = shared_prefix_length([job.seqs[i] for i in chunk]) \
-                        if shared_prefix and not gradient_checkpointing else 0
                     with adapter_context(model, adapter):
                         lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask,
-                                                   shared_prefix=shared)
+                                                   prefix=prefix)
                         if part == 0 and job.role not in drift and mask.any():
                             scored = mask.bool()
                             drift[job.role] = float((lp.detach() - old)[scored].abs().mean())
@@ -238,7 +283,7 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
                         if cfg.kl_coef > 0:
                             with torch.no_grad(), adapter_context(model, None):
                                 ref = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask,
-                                                            shared_prefix=shared)
+                                                            prefix=ref_prefix)
                         loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref)
                         # the micro-batch's aggregate -> its share of the (mini)batch aggregate
                         share = _denominator([job.seqs[i] for i in chunk], cfg.aggregation) / denom
@@ -251,6 +296,9 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
                     for k, v in stats.items():
                         if not math.isnan(v):
                             sums[f"{job.role}_{k}"] = sums.get(f"{job.role}_{k}", 0.0) + v * w
+                if prefix is not None:
+                    with adapter_context(model, adapter):
+                        prefix.backward()  # the micro-batches' gradient of the shared prefix, through it once
             if any(p.grad is not None for p in params):
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)))
                 optimizer.step()
