@@ -41,6 +41,17 @@ def prompts(tok):
     return [head + tok.encode(" " + q) for q in QUESTION_TEXTS]
 
 
+def graph_counter():
+    """A torch.compile backend that records each graph it is handed (its node count) and runs it as traced."""
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(len(gm.graph.nodes))
+        return gm.forward
+
+    return graphs, counting_backend
+
+
 def backend(model, tok, **kw):
     return TransformersBackend(model, tok, batch_size=kw.pop("batch_size", 4), **kw)
 
@@ -278,12 +289,7 @@ def test_a_compiled_decode_step_keeps_finished_rows_and_samples_what_the_eager_l
     CUDA graphs): the live rows' samples must not change, and the step must be traced as one whole
     graph per shape, not retraced every token. The trace is checked with a counting backend (what
     torch.compile would hand to inductor); the CUDA-graph mode itself needs a GPU."""
-    graphs = []
-
-    def counting_backend(gm, example_inputs):
-        graphs.append(len(gm.graph.nodes))
-        return gm.forward
-
+    graphs, counting_backend = graph_counter()
     ragged = [p[: len(p) - 3 * i] for i, p in enumerate(prompts)]
     compiled = backend(model, tok, static_cache=True, compile_decode=True,
                        compile_options={"backend": counting_backend, "fullgraph": True})
@@ -359,12 +365,7 @@ def test_a_compiled_decode_step_follows_the_adapter_and_its_updates(tok, prompts
     sampling, and an update changes the adapter weights in place between rollouts. One compiled
     model serves all of it: each call samples what the eager loop samples with the weights of
     that moment, and adapters do not multiply the graphs past a few."""
-    graphs = []
-
-    def counting_backend(gm, example_inputs):
-        graphs.append(len(gm.graph.nodes))
-        return gm.forward
-
+    graphs, counting_backend = graph_counter()
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"], lora_dropout=0.0)
     peft_model = get_peft_model(peaked_model(tok, seed=5), lora, adapter_name="agent")
     peft_model.add_adapter("ranker", lora)

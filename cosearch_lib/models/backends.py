@@ -41,7 +41,7 @@ from cosearch_lib.config import BACKEND_KINDS, SamplingConfig
 from cosearch_lib.models.counter_rng import counter_uniforms, seed_halves
 from cosearch_lib.models.grouped_attention import use_grouped_attention
 from cosearch_lib.models.growing_cache import growing_cache
-from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
+from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, runnable_prefix_length
 from cosearch_lib.models.registry import ModelNotFoundError, convert_bundled_gguf, load_causal_lm, resolve_model
 from cosearch_lib.progress import tqdm
 from cosearch_lib.seeding import derive_seed
@@ -451,7 +451,7 @@ class TransformersBackend:
             group = stack.pop()
             if len(group) < 2:
                 continue
-            n = min(common_prefix_length(group), min(len(p) for p in group) - 1)  # leave each row a token
+            n = runnable_prefix_length(group)
             self._run_prefix(tuple(group[0][:n]), adapter, store)
             branches: dict[int, list[Sequence[int]]] = {}
             for p in group:

@@ -53,6 +53,13 @@ def common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     return n
 
 
+def runnable_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the prefix every prompt shares that still leaves each prompt a token to run."""
+    if not prompts:
+        return 0
+    return min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
+
+
 class PrefixStore:
     """Cached prefixes by adapter; :meth:`longest` finds the longest one a prompt extends."""
 

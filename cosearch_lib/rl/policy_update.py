@@ -32,7 +32,7 @@ from cosearch_lib.agent.rollout import Trajectory
 from cosearch_lib.config import GRPOConfig
 from cosearch_lib.models.backends import adapter_context
 from cosearch_lib.models.lora_policies import PolicySet
-from cosearch_lib.models.prefix_cache import common_prefix_length
+from cosearch_lib.models.prefix_cache import runnable_prefix_length
 from cosearch_lib.rl.grpo_loss import policy_loss, token_logprobs
 
 # --------------------------------------------------------------------------- sequences and updates
@@ -164,7 +164,7 @@ def shared_prefix_length(seqs: Sequence[PolicySequence], *, minimum: int = 16) -
     0 when fewer than ``minimum`` or a single sequence (not worth a separate pass)."""
     if len(seqs) < 2:
         return 0
-    n = min(common_prefix_length([s.ids for s in seqs]), min(len(s.ids) for s in seqs) - 1)
+    n = runnable_prefix_length([s.ids for s in seqs])
     return n if n >= minimum else 0
 
 
