@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -225,6 +225,106 @@ def update_checkpointing(model: Any, enabled: bool) -> Iterator[None]:
             base.disable_input_require_grads()
 
 
+@dataclass
+class _RoleTally:
+    """What one role's micro-batches add up to over an update: token-weighted sums of the loss
+    stats, and the counts the ``<role>_*`` columns report."""
+
+    weighted: dict[str, float] = field(default_factory=dict)  # stat -> sum over micro-batches of value * tokens
+    tokens: float = 0.0  # scored tokens forwarded
+    forwarded: int = 0  # sequences forwarded
+    positions: int = 0  # token positions forwarded, padding included
+    padding: int = 0  # of which padding
+    drift: float | None = None  # mean |logp - old logp| of the first micro-batch, before any optimizer step
+
+    def add(self, stats: dict[str, float], n_sequences: int, positions: int, padding: int) -> None:
+        tokens = stats.pop("n_tokens")
+        self.tokens += tokens
+        self.forwarded += n_sequences
+        self.positions += positions
+        self.padding += padding
+        for stat, value in stats.items():
+            if not math.isnan(value):
+                self.weighted[stat] = self.weighted.get(stat, 0.0) + value * tokens
+
+    def columns(self, role: str) -> dict[str, float]:
+        """``<role>_<stat>``: token-weighted means, then the counts."""
+        out = {f"{role}_{stat}": total / self.tokens for stat, total in self.weighted.items()} if self.tokens else {}
+        out.update({f"{role}_n_forwarded": self.forwarded, f"{role}_n_tokens": self.tokens})
+        if self.positions:
+            out[f"{role}_pad_frac"] = self.padding / self.positions
+        if self.drift is not None:
+            out[f"{role}_first_abs_log_ratio"] = self.drift
+        return out
+
+
+@dataclass
+class _JobSlice:
+    """One job's sequences in one minibatch: those with a gradient (``active``), and what the
+    minibatch's aggregate divides by (all its sequences count, forwarded or not)."""
+
+    active: list[int]  # indices into job.seqs: non-zero advantage and some scored token
+    lengths: dict[int, int]  # token count of each active sequence
+    denominator: float  # tokens (token-mean) or sequences of the whole slice
+
+    @classmethod
+    def of(cls, job: UpdateJob, part: int, minibatches: int, aggregation: str) -> _JobSlice:
+        idx = [i for i in range(len(job.seqs)) if i % minibatches == part]
+        active = [i for i in idx if job.advantages[i] != 0.0 and any(job.seqs[i].mask)]
+        return cls(active, {i: len(job.seqs[i].ids) for i in active},
+                   _denominator([job.seqs[i] for i in idx], aggregation))
+
+
+@dataclass
+class _Prefixes:
+    """The shared prompt prefix of a job slice, under the adapter and (for the KL term) the reference."""
+
+    policy: SharedPrefix | None = None
+    reference: SharedPrefix | None = None
+
+    @classmethod
+    def run(cls, model: Any, adapter: str, seqs: Sequence[PolicySequence], *, with_reference: bool,
+            device: Any) -> _Prefixes:
+        n_shared = shared_prefix_length(seqs)
+        if not n_shared:
+            return cls()
+        ids = seqs[0].ids[:n_shared]
+        with adapter_context(model, adapter):
+            policy = SharedPrefix.run(model, ids, device)
+        reference = None
+        if with_reference:
+            with torch.no_grad(), adapter_context(model, None):
+                reference = SharedPrefix.run(model, ids, device)
+        return cls(policy, reference)
+
+    def backward(self, model: Any, adapter: str) -> None:
+        """The micro-batches' gradient of the shared prefix, through it once."""
+        if self.policy is not None:
+            with adapter_context(model, adapter):
+                self.policy.backward()
+
+
+def _micro_batch(model: Any, adapter: str, job: UpdateJob, chunk: list[int], part: _JobSlice, prefixes: _Prefixes,
+                 cfg: GRPOConfig, *, pad_id: int, device: Any, tally: _RoleTally, first_part: bool) -> None:
+    """Forward ``chunk`` of ``job`` under the adapter, backward its loss weighted by its share of the
+    slice's aggregate (so micro-batching does not change the gradient), and add its stats to ``tally``."""
+    seqs = [job.seqs[i] for i in chunk]
+    ids, attn, mask, old = _padded(seqs, pad_id, device)  # (B, L), (B, L), (B, L-1), (B, L-1)
+    adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=device)  # (B,)
+    with adapter_context(model, adapter):
+        lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask, prefix=prefixes.policy)
+        if first_part and tally.drift is None and mask.any():
+            tally.drift = float((lp.detach() - old)[mask.bool()].abs().mean())
+        ref = None
+        if cfg.kl_coef > 0:
+            with torch.no_grad(), adapter_context(model, None):
+                ref = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask,
+                                            prefix=prefixes.reference)
+        loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref)
+        (loss * (_denominator(seqs, cfg.aggregation) / part.denominator)).backward()
+    tally.add(stats, len(chunk), ids.numel(), ids.numel() - sum(part.lengths[i] for i in chunk))
+
+
 def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cfg: GRPOConfig, *, micro_batch: int,
                 max_grad_norm: float, pad_id: int, minibatches: int = 1, length_grouped: bool = True,
                 gradient_checkpointing: bool = False, shared_prefix: bool = True) -> dict[str, float]:
@@ -237,7 +337,7 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
     share once per optimizer step (:class:`SharedPrefix`; not with checkpointing, which keeps no
     cache). ``gradient_checkpointing`` recomputes activations in the backward pass
     (:func:`update_checkpointing`). Returns ``<role>_<stat>`` (token-weighted means
-    over micro-batches of :func:`grpo.policy_loss`'s stats, plus ``<role>_n_forwarded``,
+    over micro-batches of :func:`cosearch_lib.rl.grpo_loss.policy_loss`'s stats, plus ``<role>_n_forwarded``,
     ``<role>_n_tokens``, ``<role>_pad_frac``: padding positions / positions forwarded, and
     ``<role>_first_abs_log_ratio``: mean |logp - old logp| over the scored tokens of the role's first
     micro-batch, measured before any optimizer step, the drift between the rollout's log-probs and
@@ -245,72 +345,25 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
     model, optimizer = policies.model, policies.optimizers[adapter]
     params = list(policies.params[adapter].values())
     device = next(model.parameters()).device
-    sums: dict[str, float] = {}
-    weights: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    positions: dict[str, int] = {}  # role -> token positions forwarded (padding included)
-    padding: dict[str, int] = {}  # role -> of which padding
-    drift: dict[str, float] = {}  # role -> mean |logp - old logp| of its first micro-batch
+    tallies = {job.role: _RoleTally() for job in jobs}
     norms = []
     with update_checkpointing(model, gradient_checkpointing):
         for part in range(minibatches):
             optimizer.zero_grad(set_to_none=True)
             for job in jobs:
-                idx = [i for i in range(len(job.seqs)) if i % minibatches == part]
-                denom = _denominator([job.seqs[i] for i in idx], cfg.aggregation)
-                active = [i for i in idx if job.advantages[i] != 0.0 and any(job.seqs[i].mask)]
-                lengths = {i: len(job.seqs[i].ids) for i in active}
-                n_shared = shared_prefix_length([job.seqs[i] for i in active]) \
-                    if shared_prefix and not gradient_checkpointing else 0
-                prefix = ref_prefix = None
-                if n_shared:
-                    shared_ids = job.seqs[active[0]].ids[:n_shared]
-                    with adapter_context(model, adapter):
-                        prefix = SharedPrefix.run(model, shared_ids, device)
-                    if cfg.kl_coef > 0:
-                        with torch.no_grad(), adapter_context(model, None):
-                            ref_prefix = SharedPrefix.run(model, shared_ids, device)
-                for chunk in micro_batches(active, lengths, micro_batch, by_length=length_grouped):
-                    ids, attn, mask, old = _padded([job.seqs[i] for i in chunk], pad_id, device)
-                    adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=device)
-                    with adapter_context(model, adapter):
-                        lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask,
-                                                   prefix=prefix)
-                        if part == 0 and job.role not in drift and mask.any():
-                            scored = mask.bool()
-                            drift[job.role] = float((lp.detach() - old)[scored].abs().mean())
-                        ref = None
-                        if cfg.kl_coef > 0:
-                            with torch.no_grad(), adapter_context(model, None):
-                                ref = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask,
-                                                            prefix=ref_prefix)
-                        loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref)
-                        # the micro-batch's aggregate -> its share of the (mini)batch aggregate
-                        share = _denominator([job.seqs[i] for i in chunk], cfg.aggregation) / denom
-                        (loss * share).backward()
-                    counts[job.role] = counts.get(job.role, 0) + len(chunk)
-                    positions[job.role] = positions.get(job.role, 0) + ids.numel()
-                    padding[job.role] = padding.get(job.role, 0) + ids.numel() - sum(lengths[i] for i in chunk)
-                    w = stats.pop("n_tokens")
-                    weights[job.role] = weights.get(job.role, 0.0) + w
-                    for k, v in stats.items():
-                        if not math.isnan(v):
-                            sums[f"{job.role}_{k}"] = sums.get(f"{job.role}_{k}", 0.0) + v * w
-                if prefix is not None:
-                    with adapter_context(model, adapter):
-                        prefix.backward()  # the micro-batches' gradient of the shared prefix, through it once
+                piece = _JobSlice.of(job, part, minibatches, cfg.aggregation)
+                prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in piece.active], device=device,
+                                         with_reference=cfg.kl_coef > 0) \
+                    if shared_prefix and not gradient_checkpointing else _Prefixes()
+                for chunk in micro_batches(piece.active, piece.lengths, micro_batch, by_length=length_grouped):
+                    _micro_batch(model, adapter, job, chunk, piece, prefixes, cfg, pad_id=pad_id, device=device,
+                                 tally=tallies[job.role], first_part=part == 0)
+                prefixes.backward(model, adapter)
             if any(p.grad is not None for p in params):
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)))
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-    out = {k: v / weights[k.split("_", 1)[0]] for k, v in sums.items() if weights.get(k.split("_", 1)[0])}
-    for job in jobs:
-        out[f"{job.role}_n_forwarded"] = counts.get(job.role, 0)
-        out[f"{job.role}_n_tokens"] = weights.get(job.role, 0.0)
-        if positions.get(job.role):
-            out[f"{job.role}_pad_frac"] = padding[job.role] / positions[job.role]
-        if job.role in drift:
-            out[f"{job.role}_first_abs_log_ratio"] = drift[job.role]
+    out = {key: value for job in jobs for key, value in tallies[job.role].columns(job.role).items()}
     out["grad_norm"] = float(np.mean(norms)) if norms else 0.0
     return out
 
