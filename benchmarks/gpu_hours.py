@@ -30,7 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cosearch_lib.config import ROLE_TABLE, load_profile  # noqa: E402
+from cosearch_lib.config import load_profile  # noqa: E402
+from cosearch_lib.methods import TRAINING_METHODS, method_spec  # noqa: E402
 
 #: Throughputs on one H100 80 GB, bf16, Qwen2.5-7B architecture with random weights (tokens/s).
 MEASURED = {
@@ -44,12 +45,13 @@ METHODS_PER_CELL = {"table3": ("cosearch",), "table4": ("search_r1", "fixed_rank
 
 def step_seconds(args: argparse.Namespace, cfg, method: str = "cosearch") -> dict[str, float]:
     """Seconds of one GRPO step of one training method, by part: the ranker LLM runs only for the
-    methods that rank with it (``ROLE_TABLE``) and is trained only by CoSearch."""
-    ranking, _, ranker_trained = ROLE_TABLE[method]
+    methods that rank with it (``methods.MethodSpec.has_ranker_policy``) and is trained only by those that train it."""
+    spec = method_spec(method)
+    ranker_trained = spec.trains_ranker
     t = cfg.training
     trajectories = t.questions_per_step * t.group_size
     turns = args.searches + 1
-    calls = trajectories * args.searches if ranking == "llm" else 0.0
+    calls = trajectories * args.searches if spec.has_ranker_policy else 0.0
     observation = cfg.search.topk * args.passage_tokens
     agent_context = args.prompt_tokens + args.searches * (args.agent_turn_tokens + observation) + args.agent_turn_tokens
     ranker_prompt = args.ranker_overhead_tokens + cfg.search.topn * args.passage_tokens
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_profile(args.profile)
     parts = step_seconds(args, cfg)
     step = sum(parts.values())
-    per_method = {m: sum(step_seconds(args, cfg, m).values()) for m in ROLE_TABLE}
+    per_method = {m: sum(step_seconds(args, cfg, m).values()) for m in TRAINING_METHODS}
     steps = cfg.training.steps
     print(f"profile {cfg.profile!r}: {cfg.models.agent}, {cfg.training.questions_per_step} questions x G={cfg.training.group_size} "
           f"per step, {steps} steps, N={cfg.search.topn}, K={cfg.search.topk}, {args.searches} searches per trajectory")

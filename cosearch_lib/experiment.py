@@ -20,9 +20,11 @@ from typing import Any
 import pandas as pd
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
-from cosearch_lib.config import TRAINING_METHODS, CrossEncoderConfig, ProfileConfig, load_profile
+from cosearch_lib.config import CrossEncoderConfig, ProfileConfig, load_profile
 from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
+from cosearch_lib.eval.method_settings import policy_eval_settings
+from cosearch_lib.methods import method_spec
 from cosearch_lib.models.backends import GenerationBackend, make_backend
 from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
@@ -33,8 +35,9 @@ from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_corpus, prepa
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import relevance_lists, warm_start_cross_encoder
-from cosearch_lib.rl.trainer import EVAL_METHOD, JointTrainer, clear_run, latest_checkpoint
+from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, train_sft
+from cosearch_lib.run_schema import clear_run, latest_checkpoint
 
 
 def resolve_profile(profile: str | ProfileConfig) -> ProfileConfig:
@@ -89,9 +92,12 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
         clear_run(out_dir)
     scorer = CrossEncoderScorer.load(cross_encoder_start(cfg, retriever, tcfg.cross_encoder, progress=progress)) \
         if tcfg.uses_cross_encoder else None
-    trainer = JointTrainer(tcfg, policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
-                           out_dir=out_dir, seed=cfg.seed, val_questions=val,
-                           generation_options=cfg.models.transformers_options(), progress=progress, backend=backend, cross_encoder=scorer)
+    inputs = TrainerInputs(policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
+                           val_questions=val, backend=backend, cross_encoder=scorer,
+                           validation=harness_config(cfg, split=tcfg.val_split, n_per_dataset=tcfg.val_per_dataset,
+                                                     n_samples=1, temperature=0.0),
+                           generation_options=cfg.models.transformers_options())
+    trainer = JointTrainer(tcfg, inputs, out_dir=out_dir, seed=cfg.seed, progress=progress)
     newest = latest_checkpoint(out_dir) if resume else None  # checked (hashed) once
     if newest is not None:
         done = trainer.load_checkpoint(newest)
@@ -248,25 +254,10 @@ def harness_context(cfg: ProfileConfig, retriever: SearchBackend, *, backends: t
 
 
 def trained_eval_settings(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path]) -> dict[str, Any]:
-    """HarnessConfig fields that evaluate a training method's policies: the evaluation method
-    (:data:`training.EVAL_METHOD`), its agent adapter and, per method, its ranker adapter. A shared
-    backbone plays both roles; the fixed ranker is the warm-started one, as in training."""
-    if method not in EVAL_METHOD:
-        raise ValueError(f"unknown training method {method!r}; expected one of {TRAINING_METHODS}")
-    agent = adapters.get("agent", adapters.get("shared"))
-    if agent is None and adapters:
-        raise ValueError(f"no agent adapter among {sorted(adapters)}")
-    fields: dict[str, Any] = {"methods": (EVAL_METHOD[method],), "agent_adapter": path_text(agent)}
-    if "cross_encoder" in adapters and method in ("cosearch", "fixed_ranker"):  # the cross-encoder ranks
-        return {**fields, "methods": ("agent_cross_encoder",), "cross_encoder_model": path_text(adapters["cross_encoder"])}
-    if method == "cosearch":
-        # no adapters at all (before GRPO, without a warm start): the base model ranks, prompted
-        fields["trained_ranker_adapter"] = path_text(adapters.get("ranker", adapters.get("shared")))
-        if fields["trained_ranker_adapter"] is None:
-            fields["methods"] = ("agent_fixed_ranker",)
-    if method == "fixed_ranker":
-        fields["fixed_ranker_adapter"] = path_text(adapters.get("ranker") or warm.get("ranker"))
-    return fields
+    """HarnessConfig fields that evaluate a training method's policies (``eval.method_settings``):
+    its spec's evaluation method, its agent adapter and its ranker; a frozen ranker is the
+    warm-started one, as in training."""
+    return policy_eval_settings(method_spec(method), adapters, warm.get("ranker"))
 
 
 #: The ``method`` labels :func:`evaluate_before_after` gives: (before GRPO, after GRPO).

@@ -28,9 +28,10 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from cosearch_lib.atomic_io import atomic_path, save_figure, write_table
-from cosearch_lib.config import ROLE_TABLE, load_profile
+from cosearch_lib.config import load_profile
 from cosearch_lib.eval.paper_reference import PAPER_METHOD, oracle_gap_beside_paper, paper_table, turns_beside_paper
 from cosearch_lib.eval.tables import load_records, oracle_gap_intervals, oracle_gap_table, summary_table, turn_distribution
+from cosearch_lib.methods import method_spec
 from cosearch_lib.paths import figures_dir, project_relative, run_dir
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
 from cosearch_lib.records.docs import describe_f1_metric
@@ -180,7 +181,7 @@ def _fig2_validation(profile: str, seed: int) -> ReportItem:
 
 def _fig3(profile: str, seed: int) -> ReportItem:
     steps = _steps(profile)
-    trains_ranker = [m for m in dict.fromkeys(steps["method"]) if ROLE_TABLE[m][2]]
+    trains_ranker = [m for m in dict.fromkeys(steps["method"]) if method_spec(m).trains_ranker]
     if not trains_ranker:
         raise MissingRun(f"no run that trains the ranker: run `cosearch run --profile {profile} --notebooks 03 "
                          "-p methods=cosearch`")

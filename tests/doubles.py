@@ -18,7 +18,7 @@ from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.models.backends import Generation, _check_prompts, _decoder, _Finisher, eos_token_ids
 from cosearch_lib.models.lora_policies import PolicySet, lora_model
-from cosearch_lib.rl.trainer import JointTrainer
+from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
 
 class FixedRetriever:
@@ -181,6 +181,6 @@ def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, va
     rollout = RolloutConfig(search=SearchBudget(max_searches=2, topn=6, topk=3), temperature=1.0, agent_max_new_tokens=64)
     if rules is not None:
         rollout.rules = rules
-    return JointTrainer(cfg, policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
-                        out_dir=out_dir, seed=0, progress=False, backend=ScriptedBackend(tok, script),
-                        val_questions=val_questions, cross_encoder=cross_encoder)
+    inputs = TrainerInputs(policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
+                           val_questions=val_questions, backend=ScriptedBackend(tok, script), cross_encoder=cross_encoder)
+    return JointTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False)

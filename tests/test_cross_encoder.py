@@ -24,7 +24,7 @@ from cosearch_lib.rl.cross_encoder_policy import (
     listwise_loss,
     warm_start_cross_encoder,
 )
-from cosearch_lib.rl.trainer import describe_step_metric, latest_checkpoint
+from cosearch_lib.run_schema import describe_step_metric, latest_checkpoint
 
 from tests import doubles
 

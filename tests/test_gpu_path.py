@@ -19,7 +19,7 @@ import torch
 from cosearch_lib.config import LoraSettings, ProtocolConfig, RolloutConfig, SearchBudget, TrainConfig
 from cosearch_lib.models.backends import VLLMBackend, _model_path
 from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, load_policy_model, lora_model, vllm_max_lora_rank
-from cosearch_lib.rl.trainer import JointTrainer
+from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
 from tests.doubles import CORPUS, LORA, QUESTIONS, FixedRetriever, ScriptedBackend, script, tiny_model
 from tests.fixture_files import search_r1_rows, write_search_r1_parquet
@@ -164,8 +164,9 @@ def _trainer(tok, model, out_dir, backend, method="cosearch", **kw):
     cfg.grouping.k_min = 2
     policies = PolicySet(model, cfg.roles(), cfg.trainable(), {"agent": 1e-2, "ranker": 1e-2, "shared": 1e-2})
     rollout = RolloutConfig(search=SearchBudget(max_searches=2, topn=6, topk=3), temperature=1.0, agent_max_new_tokens=64)
-    return JointTrainer(cfg, policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
-                        out_dir=out_dir, seed=0, progress=False, backend=backend)
+    inputs = TrainerInputs(policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
+                           backend=backend)
+    return JointTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False)
 
 
 @pytest.mark.parametrize("method, updated", [("cosearch", ["agent", "ranker"]), ("fixed_ranker", ["agent"])])

@@ -69,7 +69,7 @@ def test_03_joint_grpo_training_runs_on_ci_profile(isolated_outputs):
     import pandas as pd
 
     from cosearch_lib.eval.tables import load_records
-    from cosearch_lib.rl.trainer import STEP_GLOSSARY, describe_step_metric
+    from cosearch_lib.run_schema import STEP_GLOSSARY, describe_step_metric
 
     nb_path = next(p for p in list_notebooks() if p.name.startswith("03_"))
     executed = run_notebook(nb_path, "ci", progress=False)

@@ -11,7 +11,7 @@ import pytest
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.records.training_runs import read_validation
 from cosearch_lib.rl.ranker_validation import RANKER_VALIDATION_COLUMNS, HeldOutSubQuery, held_out_sub_queries
-from cosearch_lib.rl.trainer import VALIDATION_COLUMNS, describe_step_metric
+from cosearch_lib.run_schema import VALIDATION_COLUMNS, describe_step_metric
 from cosearch_lib.viz.plots import TRAINING_PANELS, plot_training_curves
 
 from tests.doubles import tiny_model, trainer

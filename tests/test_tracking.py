@@ -12,7 +12,7 @@ import pytest
 
 from cosearch_lib.config import ConfigError, ProfileConfig, TrainConfig, check_kinds, from_dict
 from cosearch_lib.rl.tracking import make_tracker, scalars
-from cosearch_lib.rl.trainer import JointTrainer
+from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
 from tests.doubles import tiny_model, trainer
 
@@ -173,7 +173,8 @@ def test_trainer_without_log_to_makes_no_tracker_and_a_given_tracker_is_used(tok
 
     rec = Recorder()
     base = trainer(tok, tiny_model(tok), tmp_path / "given", steps=1)
-    t = JointTrainer(base.cfg, base.policies, tok, base.retriever, base.questions, base.rollout_cfg, base.protocol,
-                     out_dir=tmp_path / "given", progress=False, backend=base.backend, tracker=rec)
+    inputs = TrainerInputs(base.policies, tok, base.retriever, base.questions, base.rollout_cfg, base.protocol,
+                           backend=base.backend)
+    t = JointTrainer(base.cfg, inputs, out_dir=tmp_path / "given", progress=False, tracker=rec)
     t.run()
     assert rec.steps == [0] and rec.closed == 1 and t.tracker is None

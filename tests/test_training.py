@@ -25,7 +25,8 @@ from cosearch_lib.rl.policy_update import (
     shared_prefix_length,
     update_checkpointing,
 )
-from cosearch_lib.rl.trainer import latest_checkpoint, question_order
+from cosearch_lib.rl.trainer import question_order
+from cosearch_lib.run_schema import latest_checkpoint
 
 from tests.doubles import LORA, peaked_model, tiny_model, trainer
 
@@ -345,7 +346,7 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     assert rec["grouping_n_groups_post"] >= 1 and not math.isnan(rec["ranker_reward_post"])
     assert t.calls_frame()["group"].ge(0).any()
     from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
-    from cosearch_lib.rl.trainer import describe_step_metric
+    from cosearch_lib.run_schema import describe_step_metric
 
     for key in rec:  # every logged metric has a glossary entry
         assert describe_step_metric(key)
@@ -422,7 +423,7 @@ def test_resume_after_kill_gives_the_records_of_an_uninterrupted_run(tok, tmp_pa
 
 
 def test_a_truncated_or_corrupted_checkpoint_is_named_and_skipped_for_the_one_before_it(tok, tmp_path):
-    from cosearch_lib.rl.trainer import checkpoint_problem
+    from cosearch_lib.run_schema import checkpoint_problem
 
     full = trainer(tok, tiny_model(tok), tmp_path / "full", steps=3)
     full.run()

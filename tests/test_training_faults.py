@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import cosearch_lib.rl.trainer as trainer_mod
-from cosearch_lib.rl.trainer import checkpoint_problem, latest_checkpoint
+from cosearch_lib.run_schema import checkpoint_problem, latest_checkpoint
 from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequest
 
 from tests.doubles import tiny_model, trainer

@@ -25,13 +25,11 @@ from cosearch_lib.config import load_profile
 from cosearch_lib.eval.intervals import method_interval
 from cosearch_lib.eval.paper_reference import paper_table
 from cosearch_lib.eval.tables import AVG_COLUMNS, comparison_table, load_records, summary_table
+from cosearch_lib.methods import TRAINING_METHODS, method_spec
 from cosearch_lib.records.grid import Grid, cell_dir, cell_status, write_cell_profile
 
 #: The evaluation records notebook 03 writes into a run folder.
 EVAL_RECORDS = "03_eval_records.parquet"
-#: Training method -> the paper's name in Table 4.
-PAPER_TRAINING_NAME = {"search_r1": "Retrieval Only", "fixed_ranker": "Fixed Ranker", "cosearch": "CoSearch",
-                       "oracle": "Oracle"}
 #: The policy label of a trained method in notebook 03's records (experiment.BEFORE_AFTER_LABELS).
 AFTER = "after GRPO"
 
@@ -103,7 +101,7 @@ def ablation_table(records: pd.DataFrame, grid: Grid, *, reference: str = "full"
     return table
 
 
-def topk_table(records: pd.DataFrame, ks: Mapping[str, int], methods: Sequence[str] = tuple(PAPER_TRAINING_NAME), *,
+def topk_table(records: pd.DataFrame, ks: Mapping[str, int], methods: Sequence[str] = TRAINING_METHODS, *,
                seed: int = 0) -> pd.DataFrame:
     """Table 4: one row per (K, training method) with records: our trained policy's ``avg`` F1 with
     its family-stratified interval, the paper's avg at that K, and for CoSearch the paired
@@ -122,7 +120,7 @@ def topk_table(records: pd.DataFrame, ks: Mapping[str, int], methods: Sequence[s
             ci = method_interval(part, label, seed=seed, when_too_few="note")
             row = {"K": k, "method": method, "avg": ci.estimate, "ci_low": ci.ci_low, "ci_high": ci.ci_high,
                    "n_questions": ci.n_questions,
-                   "paper avg": float(paper.loc[k, PAPER_TRAINING_NAME[method]]) if k in paper.index else None}
+                   "paper avg": float(paper.loc[k, method_spec(method).paper_name]) if k in paper.index else None}
             fixed = f"{cell_name}: fixed_ranker: {AFTER}"
             if method == "cosearch" and fixed in set(part["method"]):
                 pair = comparison_table(part, [(label, fixed)], seed=seed).iloc[0]

@@ -26,8 +26,8 @@ from cosearch_lib.eval.tables import AVG_COLUMNS, TABLE_GLOSSARY
 from cosearch_lib.paths import project_relative, project_root
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
 from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
-from cosearch_lib.rl.trainer import STEP_GLOSSARY, VALIDATION_GLOSSARY
 from cosearch_lib.rl.warm_start import WARMSTART_GLOSSARY
+from cosearch_lib.run_schema import STEP_GLOSSARY, VALIDATION_GLOSSARY
 
 #: (title, where the metric is written, glossary, the dict's home in the code)
 GLOSSARIES: tuple[tuple[str, str, Mapping[str, str], str], ...] = (
@@ -38,9 +38,9 @@ GLOSSARIES: tuple[tuple[str, str, Mapping[str, str], str], ...] = (
     ("Evaluation tables", "notebook 02: the summary, oracle-gap and turn tables built from the records",
      TABLE_GLOSSARY, "cosearch_lib.eval.tables.TABLE_GLOSSARY"),
     ("Training step records", "notebook 03: `papermill_runs/<profile>/training/<method>/steps.csv`, one row per GRPO step "
-     "(`<role>`: agent or ranker; `<adapter>`: agent, ranker or shared)", STEP_GLOSSARY, "cosearch_lib.rl.trainer.STEP_GLOSSARY"),
+     "(`<role>`: agent or ranker; `<adapter>`: agent, ranker or shared)", STEP_GLOSSARY, "cosearch_lib.run_schema.STEP_GLOSSARY"),
     ("Validation records", "notebook 03: `training/<method>/validation.csv`, one row per validation item (question or "
-     "held-out sub-query) and validation", VALIDATION_GLOSSARY, "cosearch_lib.rl.trainer.VALIDATION_GLOSSARY"),
+     "held-out sub-query) and validation", VALIDATION_GLOSSARY, "cosearch_lib.run_schema.VALIDATION_GLOSSARY"),
     ("Semantic grouping statistics", "the `grouping_<stat>` columns of the step records", GROUPING_GLOSSARY,
      "cosearch_lib.rl.semantic_grouping.GROUPING_GLOSSARY"),
     ("Ranker reward records", "notebook 03: `training/<method>/ranker_calls.parquet`, one row per ranker call", REWARD_GLOSSARY,

@@ -6,9 +6,9 @@ disk, so the tables and figures can be rebuilt without the live trainer.
 
 Layout of a profile's training runs (``papermill_runs/<profile>/training/``)::
 
-    <method>/steps.csv                      one row per step (rl.trainer.STEP_GLOSSARY)
+    <method>/steps.csv                      one row per step (run_schema.STEP_GLOSSARY)
     <method>/ranker_calls.parquet           one row per ranker call (sub-query, reward, group, advantage)
-    <method>/validation.csv                 one row per validation item and validation (rl.trainer.VALIDATION_GLOSSARY)
+    <method>/validation.csv                 one row per validation item and validation (run_schema.VALIDATION_GLOSSARY)
     <method>/checkpoints/step_N/adapters/   the policies after step N, peft format
 """
 
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from cosearch_lib.config import TRAINING_METHODS
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval, interval_excludes_zero, verdicts
 from cosearch_lib.eval.tables import comparison_table
+from cosearch_lib.methods import TRAINING_METHODS
 from cosearch_lib.models.cross_encoder import is_cross_encoder_folder
 from cosearch_lib.paths import run_dir
-from cosearch_lib.rl.trainer import VALIDATION_COLUMNS, latest_checkpoint
 from cosearch_lib.rl.warm_start import warmstart_summary
+from cosearch_lib.run_schema import RANKER_CALLS_FILE, STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE, latest_checkpoint
 
 
 def training_root(profile: str) -> Path:
@@ -36,29 +36,29 @@ def training_root(profile: str) -> Path:
 
 def read_steps(root: str | Path, methods: Sequence[str] | None = None) -> pd.DataFrame:
     """The step records of every method under ``root`` (or the named ones), concatenated in
-    :data:`cosearch_lib.config.TRAINING_METHODS` order. Raises FileNotFoundError naming what is missing."""
+    :data:`cosearch_lib.methods.TRAINING_METHODS` order. Raises FileNotFoundError naming what is missing."""
     root = Path(root)
-    wanted = list(methods) if methods is not None else [m for m in TRAINING_METHODS if (root / m / "steps.csv").exists()]
-    missing = [m for m in wanted if not (root / m / "steps.csv").exists()]
+    wanted = list(methods) if methods is not None else [m for m in TRAINING_METHODS if (root / m / STEPS_FILE).exists()]
+    missing = [m for m in wanted if not (root / m / STEPS_FILE).exists()]
     if missing or not wanted:
         raise FileNotFoundError(f"no step records for {missing or 'any method'} under {root} (run the training first)")
-    return pd.concat([pd.read_csv(root / m / "steps.csv") for m in wanted], ignore_index=True)
+    return pd.concat([pd.read_csv(root / m / STEPS_FILE) for m in wanted], ignore_index=True)
 
 
 def read_ranker_calls(root: str | Path, method: str) -> pd.DataFrame:
     """The per-call records of a method (empty when it made no ranker calls)."""
-    path = Path(root) / method / "ranker_calls.parquet"
+    path = Path(root) / method / RANKER_CALLS_FILE
     return pd.read_parquet(path) if path.exists() else pd.DataFrame()
 
 
 def read_validation(root: str | Path, methods: Sequence[str] | None = None) -> pd.DataFrame:
     """The per-item validation records (``validation.csv``) of the named methods (default: every
-    method under ``root`` that has them), concatenated; columns :data:`rl.trainer.VALIDATION_COLUMNS`.
+    method under ``root`` that has them), concatenated; columns :data:`run_schema.VALIDATION_COLUMNS`.
     A method trained without validation (``eval_every: 0``) contributes no rows."""
     root = Path(root)
     wanted = list(methods) if methods is not None else list(TRAINING_METHODS)
-    frames = [pd.read_csv(root / m / "validation.csv", dtype={"question_id": str, "dataset": str})
-              for m in wanted if (root / m / "validation.csv").exists()]
+    frames = [pd.read_csv(root / m / VALIDATION_FILE, dtype={"question_id": str, "dataset": str})
+              for m in wanted if (root / m / VALIDATION_FILE).exists()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(VALIDATION_COLUMNS))
 
 

@@ -35,11 +35,9 @@ from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.metrics import has_answer, hit_at_k, is_trivial_answer
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.warm_start import gold_chain
+from cosearch_lib.run_schema import RANKER_VALIDATION_KS
 
-#: Hit@k cutoffs of the ranker validation; each gives a ``val_ranker_hit@<k>`` step-record column.
-RANKER_VALIDATION_KS = (1, 3, 5)
-
-#: The step-record columns :meth:`RankerValidationSet.score` fills (documented in STEP_GLOSSARY).
+#: The step-record columns :meth:`RankerValidationSet.score` fills (documented in run_schema.STEP_GLOSSARY).
 RANKER_VALIDATION_COLUMNS = (*(f"val_ranker_hit@{k}" for k in RANKER_VALIDATION_KS), "val_ranker_valid_rate")
 
 

@@ -2,7 +2,7 @@
 
 The tidy records (``steps.csv``, ``ranker_calls.parquet``) are always written by the trainer; this
 is a view on the same numbers while a run is going. Each numeric field of a step record becomes
-one scalar under its column name (see ``rl.trainer.STEP_GLOSSARY``) at the number of steps
+one scalar under its column name (see ``run_schema.STEP_GLOSSARY``) at the number of steps
 completed, ``record["step"] + 1``: the x axis of notebook 03's curves, and what lets the validation
 before the first update (``step = -1``) land at 0, since W&B refuses a negative step. NaN (a metric
 with no value this step) and non-numeric fields (``method``) are skipped.

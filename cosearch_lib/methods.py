@@ -1,0 +1,107 @@
+"""The training methods, each a named record: how it ranks, which policies it trains, how its
+policies are evaluated, and what it starts from.
+
+A method is looked up by name (:func:`method_spec`) everywhere: the trainer, the wiring in
+``experiment``, the report, the notebooks and the benchmarks. Nothing else switches on a
+method's name, so adding a method is one :data:`METHODS` entry (plus, for a new way of ranking,
+one :class:`Ranking` member and the ranker that implements it in ``agent.rankers``).
+
+=================  ==============  =============  ======================  ==============================
+method             ranking         trains         evaluated as            paper row
+=================  ==============  =============  ======================  ==============================
+``search_r1``      retrieval       agent          agent_retrieval         Retrieval Only
+``fixed_ranker``   ranker policy   agent          agent_fixed_ranker      Fixed Ranker (ranker frozen)
+``cosearch``       ranker policy   agent, ranker  agent_trained_ranker    CoSearch
+``oracle``         oracle (Eq. 7)  agent          agent_oracle            Oracle
+=================  ==============  =============  ======================  ==============================
+
+"Ranker policy" is whatever ``training.ranker_kind`` makes the ranker: the generative LLM ranker
+(a LoRA adapter, the paper's) or the cross-encoder of the Table 3 ablation; a method whose
+ranking is the ranker policy is then evaluated as ``agent_cross_encoder``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+#: Roles a policy can play.
+ROLES = ("agent", "ranker")
+
+
+class Ranking(str, Enum):
+    """How a method turns the retriever's N candidates into the K passages the agent reads."""
+
+    RETRIEVAL = "retrieval"  # the retriever's own top-K (no ranker)
+    ORACLE = "oracle"  # answer-containing candidates first (paper Eq. 7; needs the gold answers)
+    POLICY = "policy"  # the ranker policy: the LLM ranker adapter, or the cross-encoder (training.ranker_kind)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One training method."""
+
+    name: str  # the id profiles, records and run folders use
+    ranking: Ranking  # how the agent's searches are ranked
+    trains: tuple[str, ...]  # the roles whose policy GRPO updates (of ROLES)
+    eval_method: str  # the evaluation harness method that evaluates its policies (eval.harness.EVAL_METHODS)
+    warm_start: tuple[str, ...]  # the roles whose warm-started policy it starts from (a frozen ranker included)
+    paper_name: str  # its row in the paper's tables
+    summary: str  # one line for tables and docs
+
+    @property
+    def has_ranker_policy(self) -> bool:
+        """Its searches are ranked by the ranker policy (so a ranker adapter or cross-encoder exists)."""
+        return self.ranking is Ranking.POLICY
+
+    @property
+    def trains_ranker(self) -> bool:
+        return "ranker" in self.trains
+
+    def trains_role(self, role: str) -> bool:
+        return role in self.trains
+
+    def evaluated_as(self, ranker_kind: str = "llm") -> str:
+        """The harness method of its policies; the cross-encoder's own when it is the ranker policy."""
+        return "agent_cross_encoder" if self.has_ranker_policy and ranker_kind == "cross_encoder" else self.eval_method
+
+
+def _spec(name: str, ranking: Ranking, trains: tuple[str, ...], eval_method: str, paper_name: str,
+          summary: str) -> MethodSpec:
+    warm = ("agent", "ranker") if ranking is Ranking.POLICY else ("agent",)
+    return MethodSpec(name, ranking, trains, eval_method, warm, paper_name, summary)
+
+
+#: Every training method, in the order tables list them.
+METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
+    _spec("search_r1", Ranking.RETRIEVAL, ("agent",), "agent_retrieval", "Retrieval Only",
+          "the agent reads the retriever's top-K; only the agent trains"),
+    _spec("fixed_ranker", Ranking.POLICY, ("agent",), "agent_fixed_ranker", "Fixed Ranker",
+          "the agent trains; the ranker policy ranks but stays frozen at its start"),
+    _spec("cosearch", Ranking.POLICY, ("agent", "ranker"), "agent_trained_ranker", "CoSearch",
+          "agent and ranker policies train jointly (composite ranker reward, semantic groups)"),
+    _spec("oracle", Ranking.ORACLE, ("agent",), "agent_oracle", "Oracle",
+          "answer-containing candidates are promoted (Eq. 7); only the agent trains"),
+)}
+
+#: The method names, in table order.
+TRAINING_METHODS = tuple(METHODS)
+
+
+class UnknownMethodError(ValueError):
+    """A method name that :data:`METHODS` does not hold."""
+
+
+def method_spec(name: str) -> MethodSpec:
+    """The :class:`MethodSpec` called ``name``; :class:`UnknownMethodError` listing the methods otherwise."""
+    try:
+        return METHODS[name]
+    except (KeyError, TypeError):
+        raise UnknownMethodError(f"unknown training method {name!r}; expected one of {', '.join(TRAINING_METHODS)}") from None
+
+
+def method_rows(names: tuple[str, ...] | list[str] = TRAINING_METHODS) -> list[dict[str, str]]:
+    """One row per named method (for a table): ranking, roles trained, evaluation method, paper row."""
+    specs = [method_spec(n) for n in names]
+    return [{"method": s.name, "ranking": s.ranking.value, "trains": ", ".join(s.trains), "evaluated as": s.eval_method,
+             "paper": s.paper_name, "what": s.summary} for s in specs]

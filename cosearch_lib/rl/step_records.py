@@ -1,0 +1,56 @@
+"""The log stage of a training step: one step record (``run_schema.STEP_GLOSSARY`` columns) and one
+row per ranker call (``ranker_calls.parquet``), from the step's rewards, groups and update stats."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from cosearch_lib.rl.step_scoring import StepGroups, StepRewards
+
+
+def mean_or_nan(values: Sequence[float | None]) -> float:
+    """The mean of the values that are numbers (None and NaN left out); NaN when none is."""
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def step_record(step: int, method: str, rewards: StepRewards, groups: StepGroups,
+                update_stats: Mapping[str, Mapping[str, float]]) -> dict:
+    """The record of step ``step`` (0-based) without its timings: rewards, Hit@5, ranker rewards
+    before and after the grouping filters, grouping statistics and each adapter's update stats."""
+    trajs, calls, ranked = rewards.trajectories, rewards.calls, rewards.ranker
+    grouping = groups.grouping
+    kept = [r for r in ranked if r.kept]
+    in_groups = sorted({i for g in grouping.groups for i in g})
+    rec = {
+        "step": step, "method": method, "n_questions": len({t.question_id for t in trajs}),
+        "n_trajectories": len(trajs),
+        "agent_reward": float(np.mean(rewards.agent)), "agent_f1": float(np.mean([t.f1 for t in trajs])),
+        "agent_format_ok": float(np.mean([t.format_ok for t in trajs])),
+        "searches_per_traj": float(np.mean([t.n_searches for t in trajs])),
+        "n_ranker_calls": len(calls),
+        "ranker_valid_rate": mean_or_nan([float(c.valid) for c in calls]),
+        "hit@5": mean_or_nan([c.hit_at.get(5, 0.0) for c in calls]),
+        "i_ans_rate": mean_or_nan([float(c.i_ans) for c in calls]),
+        "r_rel_pre": mean_or_nan([r.r_rel for r in ranked]),
+        "r_rel_post": mean_or_nan([ranked[i].r_rel for i in in_groups]),
+        "ranker_reward_pre": mean_or_nan([r.reward for r in kept]),
+        "ranker_reward_post": mean_or_nan([grouping.rewards[i] for i in in_groups]),
+        "ranker_main_pre": mean_or_nan([r.r_main for r in kept]),
+        "ranker_main_post": mean_or_nan([ranked[i].r_main for i in in_groups]),
+    }
+    rec.update({f"grouping_{k}": v for k, v in grouping.stats.items()})
+    for adapter, stats in update_stats.items():
+        rec.update({(f"{adapter}_{k}" if k == "grad_norm" else k): v for k, v in stats.items()})
+    return rec
+
+
+def call_rows(step: int, rewards: StepRewards, groups: StepGroups) -> list[dict]:
+    """One row per ranker call of the step: its sub-query, reward terms, group and advantage."""
+    return [{"step": step, "question_id": c.question_id, "traj_id": c.traj_id, "turn": c.turn, "sub_query": c.sub_query,
+             "i_ans": c.i_ans, "valid": c.valid, "r_rel": r.r_rel, "r_main": r.r_main, "reward": r.reward,
+             "kept": r.kept, "reason": r.reason, "group": g, "advantage": a, "hit@5": c.hit_at.get(5, 0.0)}
+            for c, r, g, a in zip(rewards.calls, rewards.ranker, groups.call_groups, groups.ranker_advantages)]

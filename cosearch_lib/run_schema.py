@@ -1,0 +1,213 @@
+"""What a training run writes, and how it is read back: the run folder's file names, the columns of
+its records (the metric glossaries), and whole-checkpoint checks.
+
+The trainer (``rl.trainer``) writes these files and ``records.training_runs`` reads them; both take
+the names from here, and this module imports nothing heavy (no torch, no pandas), so reading a
+run's records does not load the trainer. ``docs/METRICS.md`` is generated from the glossaries.
+
+A training run's folder (``papermill_runs/<profile>/training/<method>/``)::
+
+    steps.csv                     one row per step (STEP_GLOSSARY)
+    ranker_calls.parquet          one row per ranker call (rl.rewards.REWARD_GLOSSARY and its group)
+    validation.csv                one row per validation item and validation (VALIDATION_GLOSSARY)
+    checkpoints/step_N/           state.pt, adapters/ (peft folders), config.json, MANIFEST.json (last)
+    live_adapters/                adapters a disk-reading backend (vLLM) serves
+    tb/                           TensorBoard events (training.log_to)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+STEPS_FILE = "steps.csv"
+RANKER_CALLS_FILE = "ranker_calls.parquet"
+VALIDATION_FILE = "validation.csv"
+CHECKPOINTS_DIR = "checkpoints"
+LIVE_ADAPTERS_DIR = "live_adapters"
+TRACKER_DIR = "tb"
+
+#: Hit@k cutoffs of the ranker validation; each gives a ``val_ranker_hit@<k>`` step-record column.
+RANKER_VALIDATION_KS = (1, 3, 5)
+
+#: What the per-policy columns of a step record start with: a role's GRPO stats (``<role>_``) or an
+#: adapter's optimizer stats (``<adapter>_``): agent, ranker, the shared backbone's adapter, or the
+#: cross-encoder ranker.
+STAT_PREFIXES = ("agent", "ranker", "shared", "cross_encoder")
+
+
+#: Every column of the per-step records (``steps.csv``), for the README glossary. ``<role>`` is
+#: agent or ranker (the policy updated), ``<adapter>`` agent, ranker, shared or cross_encoder (the
+#: cross-encoder ranker of ``training.ranker_kind: cross_encoder``, whose stats read ``ranker_*``).
+STEP_GLOSSARY: dict[str, str] = {
+    "step": "0-based training step; -1: the validation before the first update (TrainConfig.validate_at_start), "
+            "a row with only step, method and the val_* columns",
+    "method": "training method (methods.TRAINING_METHODS)",
+    "n_questions": "questions rolled out this step", "n_trajectories": "trajectories (questions x G)",
+    "agent_reward": "mean agent reward, Eq. 4 (F1 if the protocol was kept, else -alpha)",
+    "agent_f1": "mean answer F1 of the trajectories (0 without a valid answer)",
+    "agent_format_ok": "share of trajectories that kept the protocol on every turn and answered",
+    "searches_per_traj": "mean searches run per trajectory",
+    "n_ranker_calls": "search calls this step (one ranking each)",
+    "ranker_valid_rate": "share of ranker outputs that followed the protocol (rule rankers: 1)",
+    "hit@5": "mean Hit@5 of the passages shown to the agent, over all search calls",
+    "i_ans_rate": "share of search calls whose N candidates held an answer passage (I_ans = 1)",
+    "r_rel_pre": "mean relevance reward over all search calls (before grouping filters)",
+    "r_rel_post": "mean relevance reward over the calls in surviving ranker groups",
+    "ranker_reward_pre": "mean composite ranker reward over kept calls (before grouping filters)",
+    "ranker_reward_post": "mean composite ranker reward over the calls in surviving groups",
+    "ranker_main_pre": "mean r_main (agent term of the composite) over kept calls",
+    "ranker_main_post": "mean r_main over the calls in surviving groups",
+    "grouping_<stat>": "semantic-grouping statistics of the step (rl.semantic_grouping.GROUPING_GLOSSARY)",
+    "<role>_loss": "GRPO loss of the role's update (surrogate + KL), token-weighted over micro-batches",
+    "<role>_pg_loss": "the clipped-surrogate part of the loss",
+    "<role>_kl": "token-mean k3 KL to the reference (base model, adapters off)",
+    "<role>_clip_frac": "share of tokens whose gradient the clip zeroed",
+    "<role>_ratio_mean": "mean importance ratio exp(logp - old logp) over tokens",
+    "<role>_ratio_max": "largest importance ratio",
+    "<role>_adv_mean": "mean advantage of the forwarded sequences",
+    "<role>_n_forwarded": "sequences forwarded (non-zero advantage)",
+    "<role>_n_tokens": "scored tokens in the forwarded sequences",
+    "<role>_pad_frac": "padding positions / all token positions forwarded in the role's micro-batches "
+                       "(TrainConfig.length_grouped_micro_batches lowers it)",
+    "<role>_first_abs_log_ratio": "mean |logp - old logp| over the scored tokens of the role's first micro-batch, "
+                                  "before any optimizer step: the drift between the rollout's sampling log-probs and "
+                                  "the update's teacher-forced ones (~0 in float32 on CPU; bf16 on a GPU shows it)",
+    "<adapter>_grad_norm": "adapter gradient norm before clipping (mean over minibatches)",
+    "<adapter>_update_s": "seconds spent updating the adapter",
+    "sync_s": "seconds spent saving the updated adapters and re-registering them with vLLM (vLLM backend only)",
+    "rollout_s": "seconds of the rollout stage (generation, retrieval, ranking)",
+    "reward_s": "seconds of the rewards stage (Eq. 4 per trajectory, Eq. 6 per ranker call; the judge's labels)",
+    "group_s": "seconds of the group stage (agent groups by question, semantic ranker groups, advantages)",
+    "update_s": "seconds of the update stage (every adapter's GRPO update)",
+    "validate_s": "seconds of the validation after the step (at the steps of val_f1)",
+    "step_s": "seconds of the step's stages from rollout to sync (validation excluded)",
+    "val_f1": "greedy avg F1 on the validation questions (every eval_every steps, after the last, and at step -1)",
+    "val_ranker_hit@1": "Hit@1 of the K passages the method's greedy ranking shows (retriever top-K for search_r1, "
+                        "Eq. 7 for oracle), mean over the held-out sub-queries of the validation questions (their "
+                        "gold-chain hops, relevance: the hop's answer; the question itself without a chain); "
+                        "at the steps of val_f1",
+    "val_ranker_hit@3": "Hit@3 of the same lists (the whole list when K < 3; see val_ranker_hit@1)",
+    "val_ranker_hit@5": "Hit@5 of the same lists (the whole list when K < 5)",
+    "val_ranker_valid_rate": "share of the held-out rankings that followed the protocol (rule rankings: 1)",
+}
+
+
+#: Columns of ``validation.csv``: one row per validation item (a validation question or a held-out
+#: sub-query) and validation; what notebook 03's paired intervals on the validation curves resample.
+VALIDATION_GLOSSARY: dict[str, str] = {
+    "step": "the step record whose val_* columns these rows make up (0-based step; -1: before the first update)",
+    "method": "training method (methods.TRAINING_METHODS)",
+    "kind": "agent: one validation question through the agent loop (f1); ranker: one held-out sub-query ranked "
+            "alone (hit@k, valid)",
+    "question_id": "the validation question (agent rows) or <question_id>/hop<h> (ranker rows: the gold chain's hop; "
+                   "/question when the question text stands in)",
+    "dataset": "the question's family; the bootstrap resamples within it",
+    "f1": "agent rows: greedy answer F1 of the question (val_f1 is their macro average over families)",
+    **{f"hit@{k}": f"ranker rows: Hit@{k} of the K passages the method's greedy ranking shows "
+                   f"(val_ranker_hit@{k} is their mean)" for k in RANKER_VALIDATION_KS},
+    "valid": "ranker rows: 1 when the ranking followed the protocol (rule rankings: always)",
+}
+VALIDATION_COLUMNS = tuple(VALIDATION_GLOSSARY)
+
+
+def describe_step_metric(name: str) -> str:
+    """The glossary entry of a step-record column (patterns included); KeyError when undocumented."""
+    if name in STEP_GLOSSARY:
+        return STEP_GLOSSARY[name]
+    if name.startswith("grouping_"):
+        return STEP_GLOSSARY["grouping_<stat>"]
+    for head in STAT_PREFIXES:
+        tail = name[len(head) + 1:] if name.startswith(f"{head}_") else None
+        for pattern in ((f"<role>_{tail}", f"<adapter>_{tail}") if tail else ()):
+            if pattern in STEP_GLOSSARY:
+                return STEP_GLOSSARY[pattern]
+    raise KeyError(f"step metric {name!r} has no glossary entry")
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_name(step: int) -> str:
+    """``step_000003``: the folder of the checkpoint taken after ``step`` steps."""
+    return f"step_{step:06d}"
+
+
+def checkpoint_folders(out_dir: str | Path) -> list[Path]:
+    """The checkpoint folders of a run, oldest first (folders still being written, ``*.tmp``, left out)."""
+    return sorted(p for p in (Path(out_dir) / CHECKPOINTS_DIR).glob("step_*") if not p.name.endswith(".tmp"))
+
+
+#: The file a checkpoint folder lists its files in (size and SHA-256 each), written last.
+CHECKPOINT_MANIFEST = "MANIFEST.json"
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checkpoint_manifest(folder: Path) -> Path:
+    """List every file of a checkpoint folder with its size and SHA-256 (``MANIFEST.json``)."""
+    files = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _file_digest(p)}
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != CHECKPOINT_MANIFEST}
+    path = folder / CHECKPOINT_MANIFEST
+    path.write_text(json.dumps(files, indent=1))
+    return path
+
+
+def checkpoint_problem(folder: str | Path) -> str | None:
+    """None when the checkpoint is whole, else what is wrong with it: no ``state.pt``, or a file
+    missing, truncated or changed against its manifest. Checkpoints written before manifests existed
+    are checked for ``state.pt`` only."""
+    folder = Path(folder)
+    if not (folder / "state.pt").exists():
+        return "no state.pt"
+    manifest = folder / CHECKPOINT_MANIFEST
+    if not manifest.exists():
+        return None
+    try:
+        files = json.loads(manifest.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return f"{CHECKPOINT_MANIFEST} unreadable"
+    for name, want in files.items():
+        path = folder / name
+        if not path.exists():
+            return f"{name} missing"
+        if path.stat().st_size != want["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, the manifest says {want['bytes']} (truncated?)"
+        if _file_digest(path) != want["sha256"]:
+            return f"{name} does not match its SHA-256 in the manifest (corrupted)"
+    return None
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    """The newest whole checkpoint of ``out_dir``. A newer one that is damaged
+    (:func:`checkpoint_problem`) is skipped with a warning naming it and what is wrong."""
+    done = checkpoint_folders(out_dir)
+    for path in reversed(done):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        warnings.warn(f"checkpoint {path} skipped: {problem}; trying the one before it", RuntimeWarning, stacklevel=2)
+    return None
+
+
+#: What a training run writes into its folder (removed by :func:`clear_run`).
+RUN_OUTPUTS = (CHECKPOINTS_DIR, STEPS_FILE, RANKER_CALLS_FILE, VALIDATION_FILE, LIVE_ADAPTERS_DIR, TRACKER_DIR)
+
+
+def clear_run(out_dir: str | Path) -> None:
+    """Delete a training folder's checkpoints and records (nothing else in it)."""
+    for name in RUN_OUTPUTS:
+        path = Path(out_dir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
