@@ -64,7 +64,7 @@ from cosearch_lib.config import ROLE_TABLE, ProtocolConfig, RolloutConfig, Sampl
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
 from cosearch_lib.eval.tables import summary_table
-from cosearch_lib.models.backends import TransformersBackend
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.paths import project_relative
 from cosearch_lib.progress import tqdm
