@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain
 
 from cosearch_lib.atomic_io import write_json, write_table
 from cosearch_lib.config import SamplingConfig
-from cosearch_lib.models.backends import TransformersBackend
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
 from cosearch_lib.paths import runs_dir
 from cosearch_lib.records.provenance import environment_snapshot

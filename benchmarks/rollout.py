@@ -52,7 +52,8 @@ from cosearch_lib.atomic_io import write_json, write_table
 from cosearch_lib.config import ProtocolConfig, RolloutConfig, SearchBudget, load_profile
 from cosearch_lib.data.qa_formats import load_qa
 from cosearch_lib.experiment import build_retriever, warm_start
-from cosearch_lib.models.backends import TransformersBackend, prefix_scope
+from cosearch_lib.models.generation.contract import prefix_scope
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.registry import load_causal_lm
 from cosearch_lib.paths import run_dir
 from cosearch_lib.records.provenance import environment_snapshot

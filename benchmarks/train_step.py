@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain
 from cosearch_lib.atomic_io import write_json, write_table
 from cosearch_lib.config import load_profile
 from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
-from cosearch_lib.models.backends import reference_logprobs
+from cosearch_lib.models.generation.teacher_forced import reference_logprobs
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.paths import run_dir
 from cosearch_lib.records.provenance import environment_snapshot

@@ -240,7 +240,7 @@ class SamplingConfig:
         return self.temperature == 0
 
 
-#: Generation backends (models.backends.make_backend).
+#: Generation backends (models.generation.backend_factory.make_backend).
 BACKEND_KINDS = ("transformers", "vllm", "unsloth")
 
 #: Backends :func:`load_policy_model` can train with ("vllm" alone only generates).
@@ -713,7 +713,7 @@ class ModelsConfig:
             raise ConfigError(f"models.backend must be transformers, vllm or unsloth, got {self.backend!r}")
 
     def transformers_options(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`cosearch_lib.models.backends.TransformersBackend` set by the profile."""
+        """Keyword arguments of :class:`cosearch_lib.models.generation.transformers_backend.TransformersBackend` set by the profile."""
         return {"batch_size": self.batch_size, "compile_decode": self.compile_decode}
 
 

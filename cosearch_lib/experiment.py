@@ -25,9 +25,10 @@ from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.methods import method_spec
-from cosearch_lib.models.backends import GenerationBackend, make_backend
 from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
+from cosearch_lib.models.generation.backend_factory import make_backend
+from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
 from cosearch_lib.paths import cache_dir, path_text, project_relative, run_dir

@@ -16,7 +16,8 @@ import torch
 from cosearch_lib.config import LoraSettings, ProtocolConfig, RolloutConfig, SamplingConfig, SearchBudget, TrainConfig
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import QAExample
-from cosearch_lib.models.backends import Generation, _check_prompts, _decoder, _Finisher, eos_token_ids
+from cosearch_lib.models.generation.contract import Generation, check_prompts
+from cosearch_lib.models.generation.sampling import Finisher, eos_token_ids, text_decoder
 from cosearch_lib.models.lora_policies import PolicySet, lora_model
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
@@ -68,7 +69,7 @@ class ScriptedBackend:
         self.logprob = logprob
         self.append_eos = append_eos
         self.eos_ids = eos_token_ids(tokenizer)
-        self.decode = _decoder(tokenizer)
+        self.decode = text_decoder(tokenizer)
         self.calls: list[tuple[list[list[int]], SamplingConfig, str | None, list[object] | None]] = []
         if callable(responses):
             self._respond = responses
@@ -94,12 +95,12 @@ class ScriptedBackend:
 
     def generate(self, prompts: list[list[int]], sampling: SamplingConfig, adapter: str | None = None,
                  row_keys: list[object] | None = None) -> list[Generation]:
-        _check_prompts(prompts)
+        check_prompts(prompts)
         if row_keys is not None and len(row_keys) != len(prompts):
             raise ValueError(f"row_keys has {len(row_keys)} entries for {len(prompts)} prompts")
         self.calls.append(([list(p) for p in prompts], sampling, adapter, None if row_keys is None else list(row_keys)))
         keys = row_keys if row_keys is not None else list(range(len(prompts)))
-        finisher = _Finisher(self.decode, self.eos_ids, sampling)
+        finisher = Finisher(self.decode, self.eos_ids, sampling)
         eos = self.tokenizer.eos_token_id
         results = []
         for prompt, key in zip(prompts, keys):

@@ -37,7 +37,7 @@ def test_the_layer_contract_holds():
         pytest.skip("import-linter is not installed (pip install -e .[dev])")
     out = subprocess.run([str(lint), "--no-cache"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-3000:]
-    assert out.stdout.count("KEPT") == 3
+    assert out.stdout.count("KEPT") == 4
 
 
 def test_no_module_imports_package_code_inside_a_function():
@@ -62,6 +62,62 @@ def test_no_module_imports_package_code_inside_a_function():
                     offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {mod}")
     # torch stays lazy only where it is optional (seeding, provenance); TYPE_CHECKING blocks are top-level Ifs
     assert not offenders, offenders
+
+
+def _private_imports(source: str) -> list[str]:
+    """``module.name`` for every underscore-prefixed name (or module) that ``source`` imports from
+    package code: ``from cosearch_lib.x import _y``, ``from .x import _y``, ``import cosearch_lib._x``.
+    Dunder names (``__version__``) are public; other packages' private names are their business."""
+    import ast
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            if node.level or module.split(".")[0] == "cosearch_lib":
+                found += [f"{module}.{a.name}" for a in node.names
+                          if private(a.name) or any(private(part) for part in module.lstrip(".").split(".") if part)]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names
+                      if a.name.split(".")[0] == "cosearch_lib" and any(private(part) for part in a.name.split("."))]
+    return found
+
+
+def test_the_private_import_check_finds_what_it_should():
+    source = """
+from cosearch_lib.models.registry import load_causal_lm, _hidden
+from .sibling import _helper
+from cosearch_lib.x._internal import thing
+import cosearch_lib.y._impl
+from torch import _C
+from cosearch_lib import __version__
+def f():
+    from cosearch_lib.eval.harness import _late
+"""
+    assert sorted(_private_imports(source)) == sorted([
+        "cosearch_lib.models.registry._hidden", ".sibling._helper", "cosearch_lib.x._internal.thing",
+        "cosearch_lib.y._impl", "cosearch_lib.eval.harness._late"])
+    assert _private_imports("from cosearch_lib.models.registry import load_causal_lm\nimport torch._dynamo\n") == []
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name with a leading underscore is its module's own: another module that needs it gets a
+    public name (one home, one contract), not a reach into the module's insides."""
+    offenders = {str(path.relative_to(ROOT)): found for path in sorted((ROOT / "cosearch_lib").rglob("*.py"))
+                 if (found := _private_imports(path.read_text()))}
+    assert not offenders, offenders
+
+
+def test_adapter_switching_imports_no_generation_engine():
+    """The policy update switches adapters; that must not load the transformers loop or vLLM."""
+    loaded = _modules_after("import cosearch_lib.models.generation.adapters")
+    engines = {"cosearch_lib.models.generation.transformers_backend", "cosearch_lib.models.generation.vllm_backend",
+               "cosearch_lib.models.generation.backend_factory", "vllm"}
+    assert "cosearch_lib.models.generation.adapters" in loaded
+    assert not loaded & engines, sorted(loaded & engines)
 
 
 def test_module_names_are_unique_across_the_package():

@@ -11,9 +11,9 @@ from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from cosearch_lib.config import SamplingConfig
-from cosearch_lib.models.backends import TransformersBackend
-from cosearch_lib.models.grouped_attention import GROUPED_SDPA, grouped_query_sdpa, use_grouped_attention
-from cosearch_lib.models.growing_cache import CHUNK, GrowingLayer, growing_cache
+from cosearch_lib.models.generation.grouped_attention import GROUPED_SDPA, grouped_query_sdpa, use_grouped_attention
+from cosearch_lib.models.generation.growing_cache import CHUNK, GrowingLayer, growing_cache
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 
 from tests.doubles import peaked_model, tiny_model
 
@@ -54,7 +54,7 @@ def test_grouped_attention_equals_the_sdpa_path_with_its_kv_copies(Tq, additive)
 
 
 def test_without_a_mask_or_grouping_the_stock_function_runs(monkeypatch):
-    from cosearch_lib.models import grouped_attention
+    from cosearch_lib.models.generation import grouped_attention
 
     calls = []
     monkeypatch.setattr(grouped_attention, "sdpa_attention_forward", lambda *a, **k: calls.append(a[4]) or ("stock", None))

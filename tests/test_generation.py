@@ -12,16 +12,12 @@ import pytest
 import torch
 
 from cosearch_lib.config import SamplingConfig
-from cosearch_lib.models.backends import (
-    Generation,
-    TransformersBackend,
-    VLLMBackend,
-    _sample,
-    find_stop,
-    make_backend,
-    reference_logprobs,
-    row_seeds,
-)
+from cosearch_lib.models.generation.backend_factory import make_backend
+from cosearch_lib.models.generation.contract import Generation, find_stop, row_seeds
+from cosearch_lib.models.generation.sampling import sample_tokens
+from cosearch_lib.models.generation.teacher_forced import reference_logprobs
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
+from cosearch_lib.models.generation.vllm_backend import VLLMBackend
 from cosearch_lib.seeding import derive_seed
 
 from tests.doubles import ScriptedBackend, peaked_model
@@ -77,20 +73,20 @@ def test_find_stop_returns_earliest_end():
 def test_sampler_frequencies_match_softmax_and_truncation():
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5]]).repeat(40000, 1)  # (N, 5)
     u = torch.rand(40000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    ids, lp = _sample(logits, u, SamplingConfig(temperature=0.7))
+    ids, lp = sample_tokens(logits, u, SamplingConfig(temperature=0.7))
     want = torch.softmax(logits[0] / 0.7, -1)
     freq = torch.bincount(ids, minlength=5).double() / len(ids)
     assert torch.allclose(freq, want.double(), atol=0.01)
     assert torch.allclose(lp, torch.log_softmax(logits / 0.7, -1).gather(-1, ids[:, None])[:, 0])
-    ids, lp = _sample(logits, u, SamplingConfig(temperature=1.0, top_k=2))
+    ids, lp = sample_tokens(logits, u, SamplingConfig(temperature=1.0, top_k=2))
     freq = torch.bincount(ids, minlength=5).double() / len(ids)
     top2 = torch.softmax(logits[0, :2], -1).double()
     assert freq[2:].sum() == 0 and torch.allclose(freq[:2], top2, atol=0.01)
     # logprobs are of the untruncated distribution, not the renormalised top-k one
     assert torch.allclose(lp, torch.log_softmax(logits, -1).gather(-1, ids[:, None])[:, 0])
-    ids, _ = _sample(logits, u, SamplingConfig(top_p=0.6))  # p = .563, .207, .126, ...: the nucleus is {0, 1}
+    ids, _ = sample_tokens(logits, u, SamplingConfig(top_p=0.6))  # p = .563, .207, .126, ...: the nucleus is {0, 1}
     assert set(ids.tolist()) == {0, 1}
-    ids, _ = _sample(logits, u, SamplingConfig(top_p=0.5))  # token 0 alone already holds 0.5
+    ids, _ = sample_tokens(logits, u, SamplingConfig(top_p=0.5))  # token 0 alone already holds 0.5
     assert set(ids.tolist()) == {0}
 
 

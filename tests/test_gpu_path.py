@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cosearch_lib.config import LoraSettings, ProtocolConfig, RolloutConfig, SearchBudget, TrainConfig
-from cosearch_lib.models.backends import VLLMBackend, _model_path
+from cosearch_lib.models.generation.vllm_backend import VLLMBackend, resolved_model_path
 from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, load_policy_model, lora_model, vllm_max_lora_rank
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
@@ -100,7 +100,7 @@ def test_unsloth_adapters_are_named_for_the_policy_set_and_warm_start_lands_in_i
     assert (model.peft_config["ranker"].r, model.peft_config["ranker"].lora_alpha) == (LORA.r, LORA.alpha)
 
     (load,) = calls["from_pretrained"]
-    assert load == {"model_name": _model_path(MODEL), "max_seq_length": 1024, "load_in_4bit": False,
+    assert load == {"model_name": resolved_model_path(MODEL), "max_seq_length": 1024, "load_in_4bit": False,
                     "fast_inference": True, "max_lora_rank": vllm_max_lora_rank(LORA.r), "gpu_memory_utilization": 0.3}
     assert load["model_name"] != MODEL and Path(load["model_name"]).is_dir()
     (peft_call,) = calls["get_peft_model"]

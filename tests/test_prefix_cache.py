@@ -16,9 +16,12 @@ from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import RetrievalOnlyRanker
 from cosearch_lib.agent.rollout import RolloutEngine
 from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, SearchBudget
-from cosearch_lib.models.backends import TransformersBackend, merged_adapter, prefix_scope, reference_logprobs
-from cosearch_lib.models.counter_rng import counter_uniforms, pcg_hash, seed_halves
-from cosearch_lib.models.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
+from cosearch_lib.models.generation.adapters import merged_adapter
+from cosearch_lib.models.generation.contract import prefix_scope
+from cosearch_lib.models.generation.counter_rng import counter_uniforms, pcg_hash, seed_halves
+from cosearch_lib.models.generation.prefix_cache import KVPrefix, PrefixStore, common_prefix_length
+from cosearch_lib.models.generation.teacher_forced import reference_logprobs
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 
 from tests.doubles import CORPUS, QUESTIONS, FixedRetriever, peaked_model
 

@@ -141,7 +141,8 @@ def test_invalid_turn_can_continue_with_a_corrective_note(tok, chat):
 @pytest.mark.slow
 def test_real_transformers_backend_records_match_teacher_forcing(tok, chat):
     """SmolLM2 rolls out for real; the recorded old logprobs equal a teacher-forced recomputation."""
-    from cosearch_lib.models.backends import TransformersBackend, reference_logprobs
+    from cosearch_lib.models.generation.teacher_forced import reference_logprobs
+    from cosearch_lib.models.generation.transformers_backend import TransformersBackend
     from cosearch_lib.models.registry import load_causal_lm
 
     model, tokenizer = load_causal_lm("smollm2-135m-instruct", device="cpu")

@@ -14,7 +14,7 @@ import torch
 
 import cosearch_lib.rl.trainer as trainer_mod
 from cosearch_lib.config import GRPOConfig, TrainConfig
-from cosearch_lib.models.backends import reference_logprobs
+from cosearch_lib.models.generation.teacher_forced import reference_logprobs
 from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, lora_model
 from cosearch_lib.rl.policy_update import (
     PolicySequence,
@@ -111,7 +111,7 @@ def _prefixed_sequences(tok, prefix, n=4, seed=0):
 def test_a_shared_prefix_run_once_gives_the_same_log_probs_and_gradient(tok, grouped):
     """The prefix runs once; two micro-batches read it and leave their gradient on it; one backward
     through the prefix then gives every LoRA weight the gradient of running it in every row."""
-    from cosearch_lib.models.grouped_attention import use_grouped_attention
+    from cosearch_lib.models.generation.grouped_attention import use_grouped_attention
     from cosearch_lib.rl.policy_update import SharedPrefix, _padded
 
     model = lora_model(peaked_model(tok, seed=2), {"agent": None}, LORA)  # 4 query heads on 2 key/value heads

@@ -27,7 +27,7 @@ from cosearch_lib.agent.prompts import agent_messages, format_observation
 from cosearch_lib.agent.rankers import Ranker, RankRequest
 from cosearch_lib.config import ProtocolConfig, RolloutConfig
 from cosearch_lib.metrics import answer_f1, exact_match, has_answer, hit_at_k, mean_hit
-from cosearch_lib.models.backends import prefix_scope
+from cosearch_lib.models.generation.contract import prefix_scope
 from cosearch_lib.progress import tqdm
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cosearch_lib.data.passage import make_contents
-from cosearch_lib.data.qa_formats import DataFormatError, _parse_json_object, _show
+from cosearch_lib.data.qa_formats import DataFormatError, parse_json_object, short_repr
 from cosearch_lib.progress import tqdm
 
 if TYPE_CHECKING:
@@ -71,10 +71,10 @@ def iter_corpus_lines(
 
 
 def _corpus_record(line: bytes, where: str) -> tuple[str, str]:
-    obj = _parse_json_object(line, where)
+    obj = parse_json_object(line, where)
     pid = obj.get("id")
     if isinstance(pid, bool) or not isinstance(pid, (str, int)) or str(pid) == "":
-        raise DataFormatError(f"{where}: field 'id' must be a non-empty string or integer, got {_show(pid)}")
+        raise DataFormatError(f"{where}: field 'id' must be a non-empty string or integer, got {short_repr(pid)}")
     contents = obj.get("contents")
     if contents is None and "text" in obj:
         # imported here: retrieval/ may import this module, and a top-level import would cycle
@@ -82,10 +82,10 @@ def _corpus_record(line: bytes, where: str) -> tuple[str, str]:
         title, text = obj.get("title", ""), obj["text"]
         for name, value in (("title", title), ("text", text)):
             if not isinstance(value, str):
-                raise DataFormatError(f"{where}: field {name!r} must be a string, got {_show(value)}")
+                raise DataFormatError(f"{where}: field {name!r} must be a string, got {short_repr(value)}")
         contents = make_contents(title, text)
     if not isinstance(contents, str):
         raise DataFormatError(
-            f"{where}: field 'contents' must be a string (or give 'title' and 'text'), got {_show(contents)}"
+            f"{where}: field 'contents' must be a string (or give 'title' and 'text'), got {short_repr(contents)}"
         )
     return str(pid), contents

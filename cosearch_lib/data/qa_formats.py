@@ -157,7 +157,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
     with _open_binary(path) as fh:
         for number, line in enumerate(fh, start=1):
             if line.strip():
-                yield number, _parse_json_object(line, f"{path} line {number}")
+                yield number, parse_json_object(line, f"{path} line {number}")
 
 
 def _json_rows(path: Path) -> Iterator[tuple[int, dict]]:
@@ -170,7 +170,7 @@ def _json_rows(path: Path) -> Iterator[tuple[int, dict]]:
         raise DataFormatError(f"{path}: expected a JSON array of row objects, got {type(data).__name__}")
     for number, row in enumerate(data):
         if not isinstance(row, dict):
-            raise DataFormatError(f"{path} row {number}: expected a JSON object, got {_show(row)}")
+            raise DataFormatError(f"{path} row {number}: expected a JSON object, got {short_repr(row)}")
         yield number, row
 
 
@@ -178,7 +178,8 @@ def _open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
 
 
-def _parse_json_object(line: bytes, where: str) -> dict:
+def parse_json_object(line: bytes, where: str) -> dict:
+    """One JSON line as a dict; a ``DataFormatError`` naming ``where`` if it is not valid JSON or not an object."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
@@ -186,7 +187,7 @@ def _parse_json_object(line: bytes, where: str) -> dict:
     except UnicodeDecodeError as e:
         raise DataFormatError(f"{where}: not valid UTF-8 ({e.reason} at byte {e.start})") from e
     if not isinstance(obj, dict):
-        raise DataFormatError(f"{where}: expected a JSON object, got {_show(obj)}")
+        raise DataFormatError(f"{where}: expected a JSON object, got {short_repr(obj)}")
     return obj
 
 
@@ -209,7 +210,7 @@ def example_from_row(
         col = source_col or "data_source"
         raise DataFormatError(
             f"{where}: column {col!r} must be a non-empty string (or pass data_source=...), "
-            f"got {_show(source_val)}"
+            f"got {short_repr(source_val)}"
         )
     question = _question(row, where)
     golds = _golden_answers(row, where)
@@ -233,7 +234,7 @@ def _question(row: dict, where: str) -> str:
         )
     col, value = found
     if not isinstance(value, str) or not value.strip():
-        raise DataFormatError(f"{where}: column {col!r} must be a non-empty string, got {_show(value)}")
+        raise DataFormatError(f"{where}: column {col!r} must be a non-empty string, got {short_repr(value)}")
     return value
 
 
@@ -253,7 +254,7 @@ def _golden_answers(row: dict, where: str) -> list[str]:
     )
     if not ok:
         raise DataFormatError(
-            f"{where}: column {col!r} must be a non-empty list of strings, got {_show(value)}"
+            f"{where}: column {col!r} must be a non-empty list of strings, got {short_repr(value)}"
         )
     return list(golds)
 
@@ -270,7 +271,7 @@ def _example_id(row: dict, where: str, source: str, split: str | None) -> str:
         return "_".join(str(p) for p in (source, split, index) if p is not None)
     if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
         raise DataFormatError(
-            f"{where}: column 'id' must be a non-empty string or integer, got {_show(value)}"
+            f"{where}: column 'id' must be a non-empty string or integer, got {short_repr(value)}"
         )
     return str(value)
 
@@ -327,6 +328,7 @@ def _unflatten(row: dict) -> dict:
     return out
 
 
-def _show(value: Any, width: int = 80) -> str:
+def short_repr(value: Any, width: int = 80) -> str:
+    """``repr(value)`` cut to ``width`` characters, for error messages that show a bad value."""
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."

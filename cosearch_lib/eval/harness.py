@@ -53,8 +53,8 @@ from cosearch_lib.config import ProtocolConfig, RolloutConfig, RuleSet, Sampling
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_at_k
-from cosearch_lib.models.backends import GenerationBackend
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer, is_cross_encoder_folder
+from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 
@@ -228,7 +228,7 @@ def evaluate(method: str, examples: Sequence[QAExample], ctx: HarnessContext, cf
     except _Skip as why:
         warnings.warn(f"skipping method {method!r}: {why}", MethodSkippedWarning, stacklevel=2)
         return empty_records()
-    frame = _with_none(pd.DataFrame(rows, columns=RECORD_COLUMNS))
+    frame = missing_as_none(pd.DataFrame(rows, columns=RECORD_COLUMNS))
     frame["split"] = cfg.split
     frame["wall_s"] = (time.perf_counter() - start) / max(len(frame), 1)
     return frame
@@ -252,7 +252,7 @@ def empty_records() -> pd.DataFrame:
     return pd.DataFrame(columns=RECORD_COLUMNS)
 
 
-def _with_none(records: pd.DataFrame) -> pd.DataFrame:
+def missing_as_none(records: pd.DataFrame) -> pd.DataFrame:
     """``prediction`` and ``error`` as object columns holding None (pandas would infer NaN-filled strings)."""
     for column in ("prediction", "error"):
         records[column] = records[column].astype(object).where(records[column].notna(), None)

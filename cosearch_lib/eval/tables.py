@@ -19,7 +19,7 @@ import pandas as pd
 
 from cosearch_lib.atomic_io import write_table
 from cosearch_lib.eval.benchmark_families import hop_group, order_key
-from cosearch_lib.eval.harness import RECORD_COLUMNS, _with_none
+from cosearch_lib.eval.harness import RECORD_COLUMNS, missing_as_none
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, compare_methods, method_interval
 
 #: What the tables built from evaluation records show.
@@ -242,4 +242,4 @@ def load_records(path: str | Path) -> pd.DataFrame:
         records["golds"] = records["golds"].map(json.loads)
     else:
         raise ValueError(f"records path must end in .parquet or .csv, got {path}")
-    return _with_none(records)
+    return missing_as_none(records)

@@ -23,8 +23,8 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
 from cosearch_lib.config import TRAIN_BACKENDS, LoraSettings
-from cosearch_lib.models.backends import _GPU_HINT, VLLMBackend, _model_path
-from cosearch_lib.models.registry import _fix_chat_tokens, load_causal_lm
+from cosearch_lib.models.generation.vllm_backend import GPU_EXTRA_HINT, VLLMBackend, resolved_model_path
+from cosearch_lib.models.registry import align_chat_tokens, load_causal_lm
 
 #: The name peft gives the adapter that ``FastLanguageModel.get_peft_model`` creates.
 UNSLOTH_DEFAULT_ADAPTER = "default"
@@ -193,11 +193,11 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
     try:
         from unsloth import FastLanguageModel
     except ImportError as err:
-        raise ImportError(f"backend 'unsloth' needs Unsloth (and vLLM), which is not installed; {_GPU_HINT}") from err
+        raise ImportError(f"backend 'unsloth' needs Unsloth (and vLLM), which is not installed; {GPU_EXTRA_HINT}") from err
     base, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=_model_path(model_name), max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
+        model_name=resolved_model_path(model_name), max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
         fast_inference=True, max_lora_rank=vllm_max_lora_rank(lora.r), gpu_memory_utilization=gpu_memory_utilization)
-    _fix_chat_tokens(tokenizer, base.config)
+    align_chat_tokens(tokenizer, base.config)
     model = _unsloth_adapters(FastLanguageModel, base, adapters, lora, seed=seed)
     return model, tokenizer, VLLMBackend.from_unsloth(model, tokenizer)
 

@@ -165,7 +165,7 @@ def _hub_snapshot(repo_id: str, allow_download: bool) -> Path:
     )
 
 
-def _fix_chat_tokens(tokenizer: Any, model_config: Any) -> None:
+def align_chat_tokens(tokenizer: Any, model_config: Any) -> None:
     """Align the tokenizer's eos/pad with the model config.
 
     The SmolLM2 GGUF's tokenizer metadata names ``<|im_start|>`` as eos while the model config
@@ -198,7 +198,7 @@ def convert_bundled_gguf(name: str) -> Path:
     model = AutoModelForCausalLM.from_pretrained(
         resolved.path, gguf_file=resolved.gguf_file, dtype=torch.float32
     )
-    _fix_chat_tokens(tokenizer, model.config)
+    align_chat_tokens(tokenizer, model.config)
     # The weights are now plain float32 tensors; drop the GGUF quantizer so save_pretrained accepts them.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -242,7 +242,7 @@ def load_causal_lm(name: str, *, dtype: Any = None, device: str | None = None, t
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
-    _fix_chat_tokens(tokenizer, model.config)
+    align_chat_tokens(tokenizer, model.config)
     return model.to(device).eval(), tokenizer
 
 

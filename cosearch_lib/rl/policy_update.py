@@ -30,9 +30,9 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from cosearch_lib.agent.rollout import Trajectory
 from cosearch_lib.config import GRPOConfig
-from cosearch_lib.models.backends import adapter_context
+from cosearch_lib.models.generation.adapters import adapter_context
+from cosearch_lib.models.generation.prefix_cache import runnable_prefix_length
 from cosearch_lib.models.lora_policies import PolicySet
-from cosearch_lib.models.prefix_cache import runnable_prefix_length
 from cosearch_lib.rl.grpo_loss import policy_loss, token_logprobs
 
 # --------------------------------------------------------------------------- sequences and updates

@@ -60,7 +60,7 @@ from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, s
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.eval.tables import summary_table
 from cosearch_lib.methods import Ranking, method_spec
-from cosearch_lib.models.backends import TransformersBackend
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.paths import project_relative
 from cosearch_lib.progress import tqdm

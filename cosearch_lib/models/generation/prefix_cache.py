@@ -12,7 +12,8 @@ and values of token prefixes already run through the model:
 
 Caches are only valid for the weights that made them. A store therefore lives either for one
 generation call or for a scope the caller opens around work with fixed weights (one rollout:
-:meth:`cosearch_lib.models.backends.TransformersBackend.prefix_scope`), never across an update.
+:meth:`cosearch_lib.models.generation.transformers_backend.TransformersBackend.prefix_scope`),
+never across an update.
 Memory is bounded: the least recently used prefixes go first once ``max_bytes`` is exceeded (a
 row whose prefix was evicted is simply computed in full).
 """
