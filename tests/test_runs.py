@@ -11,7 +11,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from cosearch_lib.atomic_io import atomic_dir, atomic_path, write_json, write_table
+from cosearch_lib.atomic_io import atomic_dir, atomic_path, current_umask, write_json, write_table
 from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.paths import describe_saved, project_root
 from cosearch_lib.records.docs import copy_run_records
@@ -46,6 +46,32 @@ def test_write_table_round_trips_csv_and_parquet(tmp_path):
         pd.testing.assert_frame_equal(back, df)
     with pytest.raises(ValueError, match=".csv or .parquet"):
         write_table(df, tmp_path / "t.txt")
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (``umask(0o077)``), restored afterwards."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield os.umask
+    os.umask(before)
+
+
+@pytest.mark.parametrize("mask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700), (0o002, 0o664, 0o775)])
+def test_atomic_writes_honour_the_umask_as_open_and_mkdir_do(tmp_path, umask, mask, file_mode, dir_mode):
+    umask(mask)
+    assert current_umask() == mask and current_umask() == mask  # reading it leaves it as it was
+    df = pd.DataFrame({"a": [1]})
+    written = [write_json({"v": 1}, tmp_path / "r.json"), write_table(df, tmp_path / "t.csv"),
+               write_table(df, tmp_path / "t.parquet")]
+    with atomic_dir(tmp_path / "folder") as tmp:
+        (tmp / "inside.txt").write_text("x")
+    with open(tmp_path / "plain.txt", "w") as plain:  # what the notebooks' own writes get
+        plain.write("x")
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in written} == {p.name: oct(file_mode) for p in written}
+    assert oct((tmp_path / "plain.txt").stat().st_mode & 0o777) == oct(file_mode)
+    assert oct((tmp_path / "folder").stat().st_mode & 0o777) == oct(dir_mode)
+    assert oct((tmp_path / "folder" / "inside.txt").stat().st_mode & 0o777) == oct(file_mode)
 
 
 def test_environment_snapshot_names_versions_and_device():

@@ -30,6 +30,7 @@ import torch
 from huggingface_hub import snapshot_download
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
+from cosearch_lib.atomic_io import apply_umask
 from cosearch_lib.paths import cache_dir
 
 #: Marker written last into a converted-model folder; its presence means the cache is complete.
@@ -206,6 +207,7 @@ def convert_bundled_gguf(name: str) -> Path:
     final = _converted_dir(key)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
+    apply_umask(tmp)  # mkdtemp's 0700 would hide the converted model from the rest of a cluster group
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
