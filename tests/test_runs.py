@@ -154,7 +154,8 @@ def _fake_runs(monkeypatch):
 
 def test_run_profile_checks_parameters_before_running_anything(monkeypatch):
     runner, calls = _fake_runs(monkeypatch)
-    with pytest.raises(ConfigError, match=r"-p \['stepz'\]: no selected notebook has such a parameter; valid: .*'steps'"):
+    with pytest.raises(ConfigError, match=r"-p \['stepz'\]: no selected notebook \(01_\w+, 03_\w+\) has such a parameter; "
+                                          r"valid: .*'steps'"):
         runner.run_profile("ci", ["01", "03"], parameters={"stepz": 2})
     assert calls == []  # nothing ran
 

@@ -20,6 +20,7 @@ import ast
 import gc
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,16 @@ def check_parameters(notebook: str | os.PathLike, params: dict[str, Any], where:
         if not _type_ok(value, known[name]):
             raise ConfigError(f"{where}: {Path(notebook).stem}.{name} expects {type(known[name]).__name__} "
                               f"(default {known[name]!r}), got {value!r}")
+
+
+def check_parameter_names(parameters: Mapping[str, Any], declared: Mapping[Path, Mapping[str, Any]]) -> None:
+    """``-p`` names: each must be declared by one of the selected notebooks (``declared``: notebook ->
+    its parameters cell), else a ConfigError that lists the parameters they do declare."""
+    stray = sorted(n for n in parameters if not any(n in d for d in declared.values()))
+    if stray:
+        valid = sorted(set().union(*declared.values()))
+        raise ConfigError(f"-p {stray}: no selected notebook ({', '.join(b.stem for b in declared)}) has such a "
+                          f"parameter; valid: {valid}")
 
 
 def _matches(key: str, notebook: Path) -> bool:
@@ -206,10 +217,7 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
     check_profile_notebooks(cfg, f"{profile}: notebooks")
     parameters = dict(parameters or {})
     declared = {b: notebook_parameters(b) for b in books}
-    stray = sorted(n for n in parameters if not any(n in d for d in declared.values()))
-    if stray:
-        valid = sorted(set().union(*declared.values()))
-        raise ConfigError(f"-p {stray}: no selected notebook has such a parameter; valid: {valid}")
+    check_parameter_names(parameters, declared)
     per_book = {b: {**profile_notebook_parameters(cfg, b), **{k: v for k, v in parameters.items() if k in declared[b]}}
                 for b in books}
     for b, params in per_book.items():
