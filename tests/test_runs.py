@@ -160,6 +160,47 @@ def test_run_profile_checks_parameters_before_running_anything(monkeypatch):
     assert calls == []  # nothing ran
 
 
+def test_a_bad_model_name_is_refused_before_the_warm_start_and_the_notebooks(monkeypatch, tmp_path):
+    import time
+
+    import cosearch_lib.records.papermill_runner as real
+    from cosearch_lib.models import registry
+
+    loaded = []
+    for loader in ("load_causal_lm", "load_encoder", "load_tokenizer"):  # nothing may be loaded to find out
+        if hasattr(registry, loader):
+            monkeypatch.setattr(registry, loader, lambda *a, _n=loader, **k: loaded.append(_n))
+    warm_start = real.run_warm_start
+    runner, calls = _fake_runs(monkeypatch)
+    profile = tmp_path / "typo.yaml"
+    profile.write_text("extends: ci\nprofile: typo\nmodels: {agent: no-such-model}\n")
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        runner.run_profile(str(profile), ["01", "03"])
+    assert time.perf_counter() - t0 < 2.0 and calls == [] and loaded == []  # before anything ran or loaded
+    assert str(err.value).startswith("models.agent: 'no-such-model' is not a bundled model")
+    assert "all-minilm-l6-v2, smollm2-135m-instruct" in str(err.value)
+    with pytest.raises(ConfigError, match="models.agent: 'no-such-model'"):  # `cosearch warm-start` checks too
+        warm_start(load_profile(str(profile)), out_dir=tmp_path)
+    assert not (tmp_path / "warmstart.run.json").exists()
+    profile.write_text("extends: ci\nprofile: typo\ntraining: {ranker_kind: cross_encoder}\n"
+                       "retrieval: {encoder: {model: ./no/such/folder}}\n")
+    with pytest.raises(ConfigError, match=r"retrieval.encoder.model: './no/such/folder' is no folder on this machine"):
+        runner.run_profile(str(profile), ["01"])
+    assert calls == [] and loaded == []
+
+
+@pytest.mark.parametrize("name", ["ci", "demo", "paper"])
+def test_committed_profiles_name_models_that_resolve_or_are_hub_ids(name, monkeypatch):
+    from cosearch_lib.records.papermill_runner import check_profile_models, profile_model_names
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    cfg = load_profile(name)
+    assert set(profile_model_names(cfg)) >= {"models.agent", "models.ranker", "retrieval.encoder.model"}
+    check_profile_models(cfg)
+
+
 def test_run_profile_sends_each_notebook_its_parameters_and_warm_starts_first(monkeypatch):
     runner, calls = _fake_runs(monkeypatch)
     runner.run_profile("ci", ["01", "03"], parameters={"steps": 1, "methods": "search_r1"})
