@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -49,35 +49,60 @@ def apply_umask(path: str | os.PathLike) -> None:
     os.chmod(path, full & ~current_umask())
 
 
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing ancestors; return the ones this call created, deepest first."""
+    created, missing = [], folder
+    while not missing.exists():
+        created.append(missing)
+        missing = missing.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def _remove_empty(created: list[Path]) -> None:
+    """Undo :func:`_make_parents` after a failure: remove the folders it made, while they are empty."""
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:  # something else now lives there (or it went already): keep the rest
+            return
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp path beside ``path``; on success rename it over ``path``, on error delete it."""
+    """Yield a temp path beside ``path``; on success rename it over ``path``, on error delete it
+    (and any parent folders this call created)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_parents(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
         apply_umask(tmp)
         os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
+    except BaseException:
+        with suppress(FileNotFoundError):
             os.unlink(tmp)
+        _remove_empty(created)
+        raise
 
 
 @contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temp folder beside ``path``; on success it replaces ``path`` (an older folder
-    there is removed only then), on error it is deleted and ``path`` is left as it was."""
+    there is removed only then), on error it is deleted, with any parent folders this call created,
+    and ``path`` is left as it was: a failed build leaves nothing behind."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_parents(path.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     apply_umask(tmp)
     try:
         yield tmp
         replace_dir(tmp, path)
-    finally:
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(created)
+        raise
 
 
 def replace_dir(finished: str | os.PathLike, path: str | os.PathLike) -> None:
