@@ -1,5 +1,10 @@
 """Atomic writes: a file is written to a temporary name and renamed into place, so an
 interrupted run never leaves a half-written table, record or figure where a finished one is expected.
+
+``tempfile`` creates its files 0600 and its folders 0700, private to the writer whatever the
+umask; records written that way could not be read by the rest of a cluster group. So a temporary
+file or folder gets the mode a plain ``open`` or ``mkdir`` would have given it
+(:func:`apply_umask`: 0644 and 0755 under the usual umask 022) before it is renamed into place.
 """
 
 from __future__ import annotations
@@ -9,38 +14,95 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 
+def _umask_at_import() -> int:
+    # os.umask can only be read by setting it; done once here, while importing is single-threaded
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK_AT_IMPORT = _umask_at_import()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc/self/status), so that it is safe
+    while other threads create files; elsewhere the umask the process had when this module loaded."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return _UMASK_AT_IMPORT
+
+
+def apply_umask(path: str | os.PathLike) -> None:
+    """Give ``path`` the mode ``open``/``mkdir`` would have: 0o666 (a file) or 0o777 (a folder) less
+    the umask (``tempfile`` makes them 0600/0700 instead)."""
+    full = 0o777 if os.path.isdir(path) else 0o666
+    os.chmod(path, full & ~current_umask())
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing ancestors; return the ones this call created, deepest first."""
+    created, missing = [], folder
+    while not missing.exists():
+        created.append(missing)
+        missing = missing.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def _remove_empty(created: list[Path]) -> None:
+    """Undo :func:`_make_parents` after a failure: remove the folders it made, while they are empty."""
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:  # something else now lives there (or it went already): keep the rest
+            return
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp path beside ``path``; on success rename it over ``path``, on error delete it."""
+    """Yield a temp path beside ``path``; on success rename it over ``path``, on error delete it
+    (and any parent folders this call created)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_parents(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
+        apply_umask(tmp)
         os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
+    except BaseException:
+        with suppress(FileNotFoundError):
             os.unlink(tmp)
+        _remove_empty(created)
+        raise
 
 
 @contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temp folder beside ``path``; on success it replaces ``path`` (an older folder
-    there is removed only then), on error it is deleted and ``path`` is left as it was."""
+    there is removed only then), on error it is deleted, with any parent folders this call created,
+    and ``path`` is left as it was: a failed build leaves nothing behind."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_parents(path.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    apply_umask(tmp)
     try:
         yield tmp
         replace_dir(tmp, path)
-    finally:
+    except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(created)
+        raise
 
 
 def replace_dir(finished: str | os.PathLike, path: str | os.PathLike) -> None:

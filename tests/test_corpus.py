@@ -116,9 +116,12 @@ def test_vectorised_insert_invariant_on_random_hashes() -> None:
 def test_duplicate_ids_rejected(tmp_path: Path) -> None:
     ids = ["a", "b", "c", "b"]
     source = write_corpus(tmp_path / "w.jsonl", corpus_rows(ids))
-    with pytest.raises(DataFormatError, match=r"duplicate id 'b' at rows 1 and 3"):
+    with pytest.raises(DataFormatError, match=r"w\.jsonl line 4: duplicate id 'b', first on line 2 \(rows 1 and 3\)"):
         CorpusStore.build(source, tmp_path / "s", progress=False)
     assert not (tmp_path / "s").exists()
+    spaced = write_corpus(tmp_path / "spaced.jsonl", corpus_rows(["a", "-", *ids[1:]]), raw_lines={2: ""})  # a blank line is no row
+    with pytest.raises(DataFormatError, match=r"spaced\.jsonl line 5: duplicate id 'b', first on line 3 \(rows 1 and 3\)"):
+        CorpusStore.build(spaced, tmp_path / "s", progress=False)
 
 
 def test_rows_scores_and_bounds(tmp_path: Path) -> None:
@@ -138,13 +141,22 @@ def test_rows_scores_and_bounds(tmp_path: Path) -> None:
     assert [p.id for p in store] == [str(i) for i in range(10)]
 
 
-def test_malformed_line_names_file_and_line_and_leaves_nothing(tmp_path: Path) -> None:
-    source = write_corpus(tmp_path / "w.jsonl.gz", corpus_rows(n=20), raw_lines={13: '{"id": "12", "contents": ['})
-    out = tmp_path / "stores" / "wiki"
-    with pytest.raises(DataFormatError, match=r"w\.jsonl\.gz line 13"):
+@pytest.mark.parametrize("bad_line, what", [
+    ('{"id": "12", "contents": [', r"not valid JSON \(Expecting value at column 27\)"),
+    ('{"id": "12", "contents": 7}', r"field 'contents' must be a string"),
+    ('{"id": null, "contents": "x"}', r"field 'id' must be a non-empty string or integer, got None"),
+    ('["12", "x"]', r"expected a JSON object"),
+])
+def test_a_bad_row_names_file_line_and_problem_and_leaves_nothing(tmp_path: Path, bad_line: str, what: str) -> None:
+    source = write_corpus(tmp_path / "w.jsonl.gz", corpus_rows(n=20), raw_lines={13: bad_line})
+    out = tmp_path / "corpora" / "wiki-1a2b" / "store"  # as retrieval.artifacts lays out a real corpus
+    with pytest.raises(DataFormatError, match=rf"^{tmp_path}/w\.jsonl\.gz line 13: {what}"):
         CorpusStore.build(source, out, progress=False)
-    assert not out.exists()
-    assert list((tmp_path / "stores").iterdir()) == []  # no temp build folder either
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.jsonl.gz"]  # no store, temp or empty corpus folder
+    (tmp_path / "corpora").mkdir()  # a folder that was there before the build stays
+    with pytest.raises(DataFormatError):
+        CorpusStore.build(source, out, progress=False)
+    assert list((tmp_path / "corpora").iterdir()) == []
 
 
 def test_failure_mid_build_is_atomic(tmp_path: Path, monkeypatch) -> None:
@@ -157,7 +169,7 @@ def test_failure_mid_build_is_atomic(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(corpus_mod, "_insert_linear_probe", boom)
     with pytest.raises(KeyboardInterrupt):
         CorpusStore.build(source, out, progress=False)
-    assert list((tmp_path / "stores").iterdir()) == []
+    assert not (tmp_path / "stores").exists()  # neither the store nor the folder the build made for it
     monkeypatch.undo()
 
     # a failed *re*build keeps the old store intact

@@ -13,6 +13,7 @@ import yaml
 
 from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.records import grid as grids
+from cosearch_lib.records import papermill_runner
 from cosearch_lib.records.grid import Grid, GridCell, load_grid, run_grid, slurm_scripts, submit_slurm, write_cell_profile
 
 GRID = {"grid": "table3", "notebooks": ["03"], "aggregate": ["02"], "parameters": {"methods": "cosearch"},
@@ -305,8 +306,13 @@ def test_cosearch_run_runs_the_profiles_reduced_grid_right_before_the_notebooks_
     calls.clear()
     grids.run_workbook(str(profile), ["01"], runner=runner, progress=False)  # nothing aggregates: no grid
     assert calls == [("small", ["01"], {})]
-    with pytest.raises(ConfigError, match="no selected notebook has such a parameter"):
+    with pytest.raises(ConfigError, match="no selected notebook") as err:
         grids.run_workbook(str(profile), ["01"], parameters={"n_per_dataset": 3}, runner=runner, progress=False)
+    valid = sorted(papermill_runner.notebook_parameters(papermill_runner.select_notebooks(["01"])[0]))
+    assert "n_per_dataset" not in valid and f"01_retriever_setup) has such a parameter; valid: {valid}" in str(err.value)
+    with pytest.raises(ConfigError, match=r"-p \['metods'\]: .*valid: \[.*'methods'"):
+        grids.run_workbook(str(profile), ["03", "04"], parameters={"metods": "cosearch"}, runner=runner, progress=False)
+    assert calls == [("small", ["01"], {})]  # refused before anything ran
     profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "small", "grids": {"run": {"table3": ["nope"]}}}))
     calls.clear()
     with pytest.raises(KeyError, match="no cell 'nope'"):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from cosearch_lib.config import ConfigError
 from cosearch_lib.models import registry as models
-from cosearch_lib.models.registry import ModelNotFoundError, bundled_name, resolve_model
+from cosearch_lib.models.registry import ModelNotFoundError, bundled_name, check_model_name, resolve_model
 
 
 def test_bundled_names_and_aliases_resolve_case_insensitively():
@@ -40,6 +41,31 @@ def test_unknown_hub_name_offline_says_how_to_get_it(monkeypatch, tmp_path):
         resolve_model("intfloat/e5-base-v2")
     msg = str(err.value)
     assert "huggingface-cli download intfloat/e5-base-v2" in msg and "local model folder" in msg
+
+
+def test_model_names_are_checked_without_loading_anything(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(models, "_cached_snapshot", lambda repo_id: None)  # an empty Hugging Face cache
+    assert check_model_name("models.agent", "smollm2-135m-instruct") == "bundled"
+    assert check_model_name("models.agent", "HuggingFaceTB/SmolLM2-135M-Instruct") == "bundled"
+    assert check_model_name("models.agent", "Qwen/Qwen2.5-7B-Instruct") == "hub"  # online: the syntax is enough
+    (tmp_path / "config.json").write_text("{}")
+    assert check_model_name("models.agent", str(tmp_path)) == "local"
+    bad = [("no-such-model", "is not a bundled model, a local folder or a hub id of the form org/name"),
+           ("", "is not a model name"), ("./models/mine", "is no folder on this machine"),
+           (str(tmp_path.parent), "is a folder without config.json"), ("org/name with spaces", "is not a bundled model")]
+    for name, why in bad:
+        with pytest.raises(ConfigError) as err:
+            check_model_name("models.ranker", name)
+        assert str(err.value).startswith(f"models.ranker: {name!r} {why}"), str(err.value)
+        assert "bundled name (all-minilm-l6-v2, smollm2-135m-instruct)" in str(err.value)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=r"models.agent: 'Qwen/Qwen2.5-7B-Instruct' is not in the Hugging Face cache "
+                                          r"and downloads are off .*huggingface-cli download Qwen/Qwen2.5-7B-Instruct"):
+        check_model_name("models.agent", "Qwen/Qwen2.5-7B-Instruct")
+    monkeypatch.setattr(models, "_cached_snapshot", lambda repo_id: tmp_path)
+    assert check_model_name("models.agent", "Qwen/Qwen2.5-7B-Instruct") == "hub"  # offline, but cached
 
 
 def test_folder_without_config_is_rejected(tmp_path):

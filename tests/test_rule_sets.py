@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cosearch_lib.agent.parsers import parse_agent_turn, parse_ranking, released_answer
-from cosearch_lib.agent.rankers import RetrievalOnlyRanker
+from cosearch_lib.agent.parsers import DEFAULT_END_MARKERS, parse_agent_turn, parse_ranking, released_answer
+from cosearch_lib.agent.rankers import LLMRanker, RankRequest, RetrievalOnlyRanker
 from cosearch_lib.agent.rollout import RolloutEngine
 from cosearch_lib.config import (
     RULE_OPTIONS,
@@ -24,6 +24,7 @@ from cosearch_lib.config import (
     RankerRewardConfig,
     RolloutConfig,
     RuleSet,
+    SamplingConfig,
     SearchBudget,
     load_profile,
 )
@@ -169,6 +170,48 @@ def test_ranker_validity_in_both_modes(text, strict, released):
         out = parse_ranking(text, n_candidates=5, k=2, protocol=mode)
         assert (out.error or "ok") == want, (mode, text, out)
         assert out.valid == (want == "ok") and (out.order == [1, 0]) == (want == "ok")
+
+
+@pytest.mark.parametrize("marker", DEFAULT_END_MARKERS)
+@pytest.mark.parametrize("space", ["", "\n"])
+def test_a_trailing_end_marker_is_stripped_on_paper_and_judged_as_given_by_the_release(marker, space):
+    text = f"<reason>r</reason><rerank>[2] > [1]</rerank>{space}{marker}{space}"
+    strict = parse_ranking(text, n_candidates=5, k=2, protocol="strict")
+    released = parse_ranking(text, n_candidates=5, k=2, protocol="released")
+    assert strict.valid and strict.order == [1, 0]
+    assert not released.valid and released.error == "bad_tail" and released.order == []
+    # the release strips nothing even when the caller names the marker; whitespace alone is fine
+    assert parse_ranking(text, 5, 2, strip_suffixes=(marker,), protocol="released").error == "bad_tail"
+    assert parse_ranking(f"{space}<reason>r</reason><rerank>[2] > [1]</rerank>{space}", 5, 2, protocol="released").valid
+
+
+@pytest.mark.parametrize("marker", DEFAULT_END_MARKERS)
+@pytest.mark.parametrize("turn, kind", [
+    ('<reason>r</reason><tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>', "search"),
+    ("<reason>r</reason><answer>Paris</answer>", "answer"),
+])
+def test_a_trailing_end_marker_leaves_both_agent_verdicts_valid(marker, turn, kind):
+    # paper: the marker is stripped before the strict check; released: the text is read as given,
+    # and the release's verdict counts tags, which the marker does not touch
+    for mode in ("strict", "released"):
+        action = parse_agent_turn(turn + marker, protocol=mode)
+        assert (action.kind, action.format_ok, action.error) == (kind, True, None), (mode, action)
+    # only the strict parser strips: a second marker is extra text on paper, nothing to the release
+    assert parse_agent_turn(turn + marker + marker, protocol="strict").error == "extra_text"
+    assert parse_agent_turn(turn + marker + marker, protocol="released").format_ok
+
+
+def test_the_llm_ranker_judges_a_literal_end_marker_by_its_rule_set(tok, chat):
+    backend = ScriptedBackend(tok, lambda prompt, key: "<reason>r</reason><rerank>[2] > [1]</rerank></s>")
+    request = RankRequest("q0?", "q", [Passage(str(i), f"passage {i}") for i in range(3)], k=2, row_key=(0, 0, 0, 0))
+    verdicts = {}
+    for rules in (PAPER, RELEASED):
+        ranker = LLMRanker(backend, chat, ProtocolConfig(search=SearchBudget(topk=2)), SamplingConfig(max_new_tokens=64),
+                           output_protocol=rules.ranker_output)
+        (ranking,) = ranker.rank([request])
+        assert ranking.output_text.endswith("</rerank></s>")  # the model wrote it; the backend kept it
+        verdicts[rules.name] = (ranking.valid, ranking.order, ranking.error)
+    assert verdicts == {"paper": (True, [1, 0], None), "released": (False, [0, 1], "bad_tail")}
 
 
 # ------------------------------------------------------------------------------ 4. agent format verdict

@@ -11,7 +11,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from cosearch_lib.atomic_io import atomic_dir, atomic_path, write_json, write_table
+from cosearch_lib.atomic_io import atomic_dir, atomic_path, current_umask, write_json, write_table
 from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.paths import describe_saved, project_root
 from cosearch_lib.records.docs import copy_run_records
@@ -46,6 +46,32 @@ def test_write_table_round_trips_csv_and_parquet(tmp_path):
         pd.testing.assert_frame_equal(back, df)
     with pytest.raises(ValueError, match=".csv or .parquet"):
         write_table(df, tmp_path / "t.txt")
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (``umask(0o077)``), restored afterwards."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield os.umask
+    os.umask(before)
+
+
+@pytest.mark.parametrize("mask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700), (0o002, 0o664, 0o775)])
+def test_atomic_writes_honour_the_umask_as_open_and_mkdir_do(tmp_path, umask, mask, file_mode, dir_mode):
+    umask(mask)
+    assert current_umask() == mask and current_umask() == mask  # reading it leaves it as it was
+    df = pd.DataFrame({"a": [1]})
+    written = [write_json({"v": 1}, tmp_path / "r.json"), write_table(df, tmp_path / "t.csv"),
+               write_table(df, tmp_path / "t.parquet")]
+    with atomic_dir(tmp_path / "folder") as tmp:
+        (tmp / "inside.txt").write_text("x")
+    with open(tmp_path / "plain.txt", "w") as plain:  # what the notebooks' own writes get
+        plain.write("x")
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in written} == {p.name: oct(file_mode) for p in written}
+    assert oct((tmp_path / "plain.txt").stat().st_mode & 0o777) == oct(file_mode)
+    assert oct((tmp_path / "folder").stat().st_mode & 0o777) == oct(dir_mode)
+    assert oct((tmp_path / "folder" / "inside.txt").stat().st_mode & 0o777) == oct(file_mode)
 
 
 def test_environment_snapshot_names_versions_and_device():
@@ -128,9 +154,51 @@ def _fake_runs(monkeypatch):
 
 def test_run_profile_checks_parameters_before_running_anything(monkeypatch):
     runner, calls = _fake_runs(monkeypatch)
-    with pytest.raises(ConfigError, match=r"-p \['stepz'\]: no selected notebook has such a parameter; valid: .*'steps'"):
+    with pytest.raises(ConfigError, match=r"-p \['stepz'\]: no selected notebook \(01_\w+, 03_\w+\) has such a parameter; "
+                                          r"valid: .*'steps'"):
         runner.run_profile("ci", ["01", "03"], parameters={"stepz": 2})
     assert calls == []  # nothing ran
+
+
+def test_a_bad_model_name_is_refused_before_the_warm_start_and_the_notebooks(monkeypatch, tmp_path):
+    import time
+
+    import cosearch_lib.records.papermill_runner as real
+    from cosearch_lib.models import registry
+
+    loaded = []
+    for loader in ("load_causal_lm", "load_encoder", "load_tokenizer"):  # nothing may be loaded to find out
+        if hasattr(registry, loader):
+            monkeypatch.setattr(registry, loader, lambda *a, _n=loader, **k: loaded.append(_n))
+    warm_start = real.run_warm_start
+    runner, calls = _fake_runs(monkeypatch)
+    profile = tmp_path / "typo.yaml"
+    profile.write_text("extends: ci\nprofile: typo\nmodels: {agent: no-such-model}\n")
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        runner.run_profile(str(profile), ["01", "03"])
+    assert time.perf_counter() - t0 < 2.0 and calls == [] and loaded == []  # before anything ran or loaded
+    assert str(err.value).startswith("models.agent: 'no-such-model' is not a bundled model")
+    assert "all-minilm-l6-v2, smollm2-135m-instruct" in str(err.value)
+    with pytest.raises(ConfigError, match="models.agent: 'no-such-model'"):  # `cosearch warm-start` checks too
+        warm_start(load_profile(str(profile)), out_dir=tmp_path)
+    assert not (tmp_path / "warmstart.run.json").exists()
+    profile.write_text("extends: ci\nprofile: typo\ntraining: {ranker_kind: cross_encoder}\n"
+                       "retrieval: {encoder: {model: ./no/such/folder}}\n")
+    with pytest.raises(ConfigError, match=r"retrieval.encoder.model: './no/such/folder' is no folder on this machine"):
+        runner.run_profile(str(profile), ["01"])
+    assert calls == [] and loaded == []
+
+
+@pytest.mark.parametrize("name", ["ci", "demo", "paper"])
+def test_committed_profiles_name_models_that_resolve_or_are_hub_ids(name, monkeypatch):
+    from cosearch_lib.records.papermill_runner import check_profile_models, profile_model_names
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    cfg = load_profile(name)
+    assert set(profile_model_names(cfg)) >= {"models.agent", "models.ranker", "retrieval.encoder.model"}
+    check_profile_models(cfg)
 
 
 def test_run_profile_sends_each_notebook_its_parameters_and_warm_starts_first(monkeypatch):

@@ -354,20 +354,6 @@ def test_an_idle_server_answers_a_lone_request_without_waiting_for_a_batch_windo
     assert stats["batch_windows"] == 0  # no request was held back for company
 
 
-def test_a_huge_body_gets_a_413_that_a_plain_urllib_client_can_read(backend):
-    import json
-    import urllib.error
-    import urllib.request
-
-    huge = b'{"queries": ["' + b"y" * 10_000_000 + b'"]}'  # 10 MB against a 1 MB limit
-    with serve_in_background(backend, _cfg()) as url:
-        request = urllib.request.Request(f"{url}/retrieve", data=huge, headers={"content-type": "application/json"})
-        with pytest.raises(urllib.error.HTTPError) as err:  # not a URLError: connection reset by peer
-            urllib.request.urlopen(request, timeout=30)
-        assert err.value.code == 413 and json.loads(err.value.read())["error"]["code"] == "body_too_large"
-        assert httpx.post(f"{url}/retrieve", json={"queries": ["castle"], "topk": 1}).status_code == 200  # still serving
-
-
 # ---------------------------------------------------------------------- faults a long run meets
 
 
@@ -433,3 +419,23 @@ def test_clients_that_disconnect_mid_request_leave_the_server_serving():
         stats = srv.stats.snapshot()
     assert ok.status_code == 200 and len(ok.json()["result"][0]) == 1
     assert stats["backend_errors"] == 0
+
+
+@pytest.mark.parametrize("method, path, status, code", [
+    ("POST", "/nope", 404, "not_found"),
+    ("GET", "/retrieve", 405, "method_not_allowed"),
+    ("PUT", "/health", 405, "method_not_allowed"),
+    ("POST", "/retrieve", 413, "body_too_large"),
+])
+def test_a_10_mb_body_to_any_path_gets_a_json_error_a_plain_urllib_client_can_read(backend, method, path, status, code):
+    import json
+    import urllib.error
+    import urllib.request
+
+    huge = b'{"queries": ["' + b"y" * 10_000_000 + b'"]}'  # 10 MB; the limit is 1 MB
+    with serve_in_background(backend, _cfg()) as url:
+        request = urllib.request.Request(f"{url}{path}", data=huge, method=method, headers={"content-type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as err:  # not a URLError: connection reset by peer
+            urllib.request.urlopen(request, timeout=30)
+        assert err.value.code == status and json.loads(err.value.read())["error"]["code"] == code
+        assert httpx.post(f"{url}/retrieve", json={"queries": ["castle"], "topk": 1}).status_code == 200  # still serving

@@ -7,7 +7,10 @@ a lenient parser would pay the policy for malformed turns. ``protocol="released"
 authors' released checks instead (the ``released`` rule set, config.RuleSet): the ranker's output
 needs exactly one reason block, and only what follows the last ``</reason>`` is checked; an agent
 turn's format is the count and order of its tags, and its action is whatever one valid search call
-or answer block it holds. ``parse_answer_only`` reads the one-generation baselines (direct, CoT, RAG).
+or answer block it holds. The strict protocol ignores one trailing end-of-turn marker
+(``DEFAULT_END_MARKERS``); the released one reads the decoded text exactly as given, as the release
+does, so a literal ``</s>`` after ``</rerank>`` makes a released ranking invalid.
+``parse_answer_only`` reads the one-generation baselines (direct, CoT, RAG).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from cosearch_lib.config import RULE_OPTIONS
 #: The two protocols (config.RULE_OPTIONS "agent_format" and "ranker_output").
 PROTOCOLS = RULE_OPTIONS["agent_format"]
 
-#: End-of-turn strings a caller may leave on generated text; the parsers ignore one trailing copy.
+#: End-of-turn strings a caller may leave on generated text; the strict parsers ignore one trailing
+#: copy (a model that writes the marker as plain text has still finished its turn). The released
+#: parsers strip nothing: the authors' code validates the decoded text as it is.
 DEFAULT_END_MARKERS: tuple[str, ...] = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "</s>")
 
 
@@ -121,7 +126,8 @@ def parse_agent_turn(text: str, strip_suffixes: Sequence[str] = DEFAULT_END_MARK
                      protocol: str = "strict") -> AgentAction:
     """Parse one agent turn: ``<reason>..</reason>`` then one ``<tool_call>`` or one ``<answer>``.
 
-    ``protocol="released"``: :func:`parse_agent_turn_released`. Otherwise:
+    ``protocol="released"``: :func:`parse_agent_turn_released` on ``text`` as given
+    (``strip_suffixes`` is not used). Otherwise:
 
     Whitespace around and between tags, and inside the JSON, is fine; anything else is an invalid
     turn with an error code: no_tags, nested_tags, mismatched_tag, stray_close_tag, unclosed_tag,
@@ -131,7 +137,7 @@ def parse_agent_turn(text: str, strip_suffixes: Sequence[str] = DEFAULT_END_MARK
     """
     _check_protocol(protocol)
     if protocol == "released":
-        return parse_agent_turn_released(text, strip_suffixes)
+        return parse_agent_turn_released(text)
     body = _strip_end_marker(text, strip_suffixes)
     blocks, outside, error = _scan(body, _AGENT_TAGS)
     if error is None and not blocks:
@@ -215,8 +221,8 @@ def released_answer(texts: Sequence[str]) -> str | None:
     return found[-1].strip() if found else None
 
 
-def parse_agent_turn_released(text: str, strip_suffixes: Sequence[str] = DEFAULT_END_MARKERS) -> AgentAction:
-    """An agent turn as the authors' released loop and reward read it.
+def parse_agent_turn_released(text: str) -> AgentAction:
+    """An agent turn as the authors' released loop and reward read it, from the text exactly as given.
 
     Action: the turn searches when exactly one ``<tool_call>`` block holds valid JSON naming the
     ``search`` tool with a non-empty string query; otherwise the episode ends, and it is an answer
@@ -225,22 +231,23 @@ def parse_agent_turn_released(text: str, strip_suffixes: Sequence[str] = DEFAULT
     non-empty contents; an ending turn the same with ``<answer>``. Text outside the tags, the
     call's JSON and its tool name are not part of the verdict (a bad call simply is not run).
     Error codes: tag_count, tag_order, empty_reason, missing_query, empty_answer, no_action.
+    Nothing is stripped first: the verdict counts tags, so a trailing end-of-turn marker changes
+    nothing here, but the text is judged as the release judges it.
     """
-    body = _strip_end_marker(text, strip_suffixes)
-    reason_match = _REASON_BLOCK.search(body)
+    reason_match = _REASON_BLOCK.search(text)
     reason = reason_match.group(1).strip() if reason_match else None
     queries = []
-    for payload in _TOOL_CALL_BLOCK.findall(body):
+    for payload in _TOOL_CALL_BLOCK.findall(text):
         query, error = _parse_tool_call(payload)
         if error is None:
             queries.append(query)
     if len(queries) == 1:
-        error = _released_tags_error(body, "tool_call")
+        error = _released_tags_error(text, "tool_call")
         return AgentAction("search", reason=reason, query=queries[0], format_ok=error is None, error=error)
-    answers = _ANSWER_BLOCK.findall(body)
+    answers = _ANSWER_BLOCK.findall(text)
     if not answers:
         return AgentAction("invalid", reason=reason, error="no_action")
-    error = _released_tags_error(body, "answer")
+    error = _released_tags_error(text, "answer")
     return AgentAction("answer", reason=reason, answer=answers[-1].strip(), format_ok=error is None, error=error)
 
 
@@ -267,7 +274,8 @@ def parse_ranking(
 ) -> RankerOutput:
     """Parse ``<reason>..</reason><rerank>[i1] > ... > [ik]</rerank>`` against N candidates.
 
-    ``protocol="released"``: :func:`parse_ranking_released`. Otherwise:
+    ``protocol="released"``: :func:`parse_ranking_released` on ``text`` as given
+    (``strip_suffixes`` is not used). Otherwise:
 
     Error codes: no_tags, nested_tags, mismatched_tag, stray_close_tag, unclosed_tag, extra_text,
     missing_reason, multiple_reasons, wrong_order, empty_reason, missing_rerank, multiple_rerank,
@@ -277,7 +285,7 @@ def parse_ranking(
     if not 1 <= k <= n_candidates:
         raise ValueError(f"need 1 <= k <= n_candidates, got k={k}, n_candidates={n_candidates}")
     if protocol == "released":
-        return parse_ranking_released(text, n_candidates, k, strip_suffixes)
+        return parse_ranking_released(text, n_candidates, k)
     body = _strip_end_marker(text, strip_suffixes)
     blocks, outside, error = _scan(body, _RANK_TAGS)
     reason = next((b.content.strip() for b in blocks if b.tag == "reason"), None)
@@ -318,9 +326,8 @@ _RELEASED_TAIL = re.compile(r"^\s*<rerank>(?P<rank>.*?)</rerank>\s*$", re.S)
 _RELEASED_INDEX = re.compile(r"\[(\d+)\]")
 
 
-def parse_ranking_released(text: str, n_candidates: int, k: int,
-                           strip_suffixes: Sequence[str] = DEFAULT_END_MARKERS) -> RankerOutput:
-    """A ranking as the authors' released validator reads it.
+def parse_ranking_released(text: str, n_candidates: int, k: int) -> RankerOutput:
+    """A ranking as the authors' released validator reads it, from the text exactly as given.
 
     Valid when: the text holds exactly one ``<reason>...</reason>`` match (non-greedy, so a nested
     ``<reason>`` inside it counts once; its content may be empty; text before it is fine); what
@@ -328,16 +335,16 @@ def parse_ranking_released(text: str, n_candidates: int, k: int,
     nothing else; the block's stripped content is ``[i]`` then exactly k-1 ``> [j]``, brackets
     tight around the digits (``[ 1 ]`` is refused, ``[1]>[2]`` is fine); the k indices are in
     1..N and distinct. Error codes: missing_reason, multiple_reasons, bad_tail, bad_syntax,
-    too_few, too_many, out_of_range, duplicate_index.
+    too_few, too_many, out_of_range, duplicate_index. No end-of-turn marker is stripped first, so
+    ``...</rerank></s>`` has a bad tail (the release's validator sees the same text).
     """
     if not 1 <= k <= n_candidates:
         raise ValueError(f"need 1 <= k <= n_candidates, got k={k}, n_candidates={n_candidates}")
-    body = _strip_end_marker(text, strip_suffixes)
-    reasons = _REASON_BLOCK.findall(body)
+    reasons = _REASON_BLOCK.findall(text)
     reason = reasons[0].strip() if reasons else None
     error = None if len(reasons) == 1 else ("missing_reason" if not reasons else "multiple_reasons")
-    last = body.rfind("</reason>")
-    tail = (body[last + len("</reason>"):] if last != -1 else body).strip()
+    last = text.rfind("</reason>")
+    tail = (text[last + len("</reason>"):] if last != -1 else text).strip()
     match = _RELEASED_TAIL.match(tail)
     if match is None:
         return RankerOutput([], reason=reason, error=error or "bad_tail")

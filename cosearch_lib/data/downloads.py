@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from cosearch_lib.atomic_io import apply_umask
 from cosearch_lib.paths import data_dir
 from cosearch_lib.progress import tqdm
 
@@ -129,6 +130,7 @@ def merge_parts(
         written = tmp.stat().st_size
         if written != expected:
             raise OSError(f"merged {dest.name} has {written} bytes, expected {expected} (sum of parts)")
+        apply_umask(tmp)  # mkstemp's 0600 would hide the file from the rest of a cluster group
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -183,7 +183,9 @@ def parse_json_object(line: bytes, where: str) -> dict:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
-        raise DataFormatError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
+        # a line cut short fails past its newline, where colno restarts at 1: report the line's end
+        column = min(e.pos, len(e.doc.rstrip("\r\n"))) + 1
+        raise DataFormatError(f"{where}: not valid JSON ({e.msg} at column {column})") from e
     except UnicodeDecodeError as e:
         raise DataFormatError(f"{where}: not valid UTF-8 ({e.reason} at byte {e.start})") from e
     if not isinstance(obj, dict):

@@ -47,7 +47,7 @@ def paper_table(name: str) -> pd.DataFrame:
 
 
 def paper_oracle_gap(agent: str) -> pd.DataFrame:
-    """Table 1 for the ``"7B"`` or ``"3B"`` agent, shaped like :func:`evaluation.oracle_gap_table`:
+    """Table 1 for the ``"7B"`` or ``"3B"`` agent, shaped like :func:`eval.tables.oracle_gap_table`:
     rows standard / oracle / relative gain %, columns single-hop avg, multi-hop avg, avg."""
     t1 = paper_table("table1")
     part = t1[t1["agent"] == agent].set_index("setting")
@@ -62,7 +62,7 @@ def paper_oracle_gap(agent: str) -> pd.DataFrame:
 
 
 def oracle_gap_beside_paper(ours: pd.DataFrame, label: str, agents: tuple[str, ...] = ("3B", "7B")) -> pd.DataFrame:
-    """Our Table 1 (from :func:`evaluation.oracle_gap_table`) stacked above the paper's, with a
+    """Our Table 1 (from :func:`eval.tables.oracle_gap_table`) stacked above the paper's, with a
     ``source`` index level: ``label`` for ours, ``paper <agent>`` for each of ``agents``."""
     parts = {label: ours[list(AVG_COLUMNS)]}
     parts.update({f"paper {a}": paper_oracle_gap(a) for a in agents})
@@ -71,7 +71,7 @@ def oracle_gap_beside_paper(ours: pd.DataFrame, label: str, agents: tuple[str, .
 
 def paper_turn_distribution() -> pd.DataFrame:
     """Table 7 (agent size not stated in our notes) with our method ids as rows (those we have), columns 0..6 and mean, like
-    :func:`evaluation.turn_distribution`."""
+    :func:`eval.tables.turn_distribution`."""
     t7 = paper_table("table7")
     back = {v: k for k, v in PAPER_METHOD.items()}
     table = t7.set_index(t7["method"].map(back)).drop(columns="method")

@@ -47,7 +47,7 @@ def first_relevant_ranks(retriever, examples, *, topn: int, batch_size: int = 64
     """One row per question, the question itself as the query: the 1-based rank of the first
     answer-containing passage in the top ``topn`` (NaN when none), and how many contain an answer.
 
-    ``examples`` are ``data.QAExample`` objects (anything with id, question, golden_answers,
+    ``examples`` are ``data.qa_formats.QAExample`` objects (anything with id, question, golden_answers,
     data_source). Yes/no questions are skipped and counted in ``df.attrs["excluded_yes_no"]``.
     """
     items, skipped = [], {}

@@ -143,7 +143,7 @@ def sync_adapters(policies: PolicySet, backend: Any, folder: str | Path,
     register each with ``backend.add_adapter(name, path)``, so a generation engine that reads LoRA
     weights from disk (vLLM) samples with the current weights. Returns {adapter: folder}.
 
-    vLLM caches adapter weights by integer id; :meth:`generation.VLLMBackend.add_adapter` hands out
+    vLLM caches adapter weights by integer id; :meth:`models.backends.VLLMBackend.add_adapter` hands out
     a fresh id on every registration, so re-registering after each update makes it reload them."""
     names = list(dict.fromkeys(a for a in policies.roles.values() if a)) if adapters is None else list(adapters)
     if not names:
@@ -165,13 +165,13 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
     ``adapters`` maps adapter names ("agent", "ranker" or "shared") to a saved adapter folder (a
     warm start) or None (fresh from ``lora``), as in :func:`lora_model`.
 
-    * ``backend="transformers"``: :func:`models.load_causal_lm` + :func:`lora_model`; no generation
+    * ``backend="transformers"``: :func:`models.registry.load_causal_lm` + :func:`lora_model`; no generation
       backend (the trainer samples with the policy model itself).
     * ``backend="unsloth"`` (GPU): ``FastLanguageModel.from_pretrained(fast_inference=True)`` loads the
       base and starts vLLM on the same weights (``max_lora_rank``: :func:`vllm_max_lora_rank`, vLLM taking
       ``gpu_memory_utilization`` of the GPU, a 16-bit base unless ``load_in_4bit``); the adapters are
       then built as described in :func:`_unsloth_adapters`, and the generation backend is
-      :meth:`generation.VLLMBackend.from_unsloth` (adapters still to register: the trainer does it).
+      :meth:`models.backends.VLLMBackend.from_unsloth` (adapters still to register: the trainer does it).
     * ``backend="vllm"`` is rejected: a vLLM engine alone cannot update weights.
     """
     if not adapters:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ import torch
 from huggingface_hub import snapshot_download
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
+from cosearch_lib.atomic_io import apply_umask
+from cosearch_lib.config import ConfigError
 from cosearch_lib.paths import cache_dir
 
 #: Marker written last into a converted-model folder; its presence means the cache is complete.
@@ -165,6 +168,60 @@ def _hub_snapshot(repo_id: str, allow_download: bool) -> Path:
     )
 
 
+#: The shape of a hub id: ``org/name`` (letters, digits, ``-``, ``_``, ``.``), as the hub writes them.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+
+
+def _hub_offline() -> bool:
+    return any(os.environ.get(var, "0").lower() in {"1", "true", "yes"} for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _cached_snapshot(repo_id: str) -> Path | None:
+    """The hub model's folder in the local Hugging Face cache (no network), or None."""
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # not cached, or not a valid id
+        return None
+
+
+def check_model_name(key: str, name: Any) -> str:
+    """Check, before any work, that the profile's ``key`` (e.g. ``models.agent``) names a model that
+    can resolve; no weights are read and the network is not used. Returns "bundled", "local" or "hub".
+
+    A bundled name (or alias) needs its package; a local folder needs a ``config.json``; a hub id
+    passes when it is in the Hugging Face cache, or, unless ``HF_HUB_OFFLINE`` is set, when it is a
+    well-formed ``org/name`` (it downloads when the run needs it: a cluster's valid ids keep
+    working). Anything else raises a ConfigError naming the key, the value and the bundled names,
+    instead of failing after the warm start has loaded other models."""
+    bundled = ", ".join(sorted(BUNDLED))
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"{key}: {name!r} {why}. A model is a bundled name ({bundled}), a local Hugging Face "
+                           f"model folder (with config.json) or a hub id such as intfloat/e5-base-v2")
+
+    if not isinstance(name, str) or not name.strip():
+        raise refuse("is not a model name")
+    if bundled_name(name) is not None:
+        try:
+            resolve_model(name)  # locates the package's files; reads no weights
+        except ModelNotFoundError as err:
+            raise refuse(f"is bundled, but its files are missing ({err})") from None
+        return "bundled"
+    local = Path(name).expanduser()
+    if local.exists():
+        if not (local / "config.json").exists():
+            raise refuse(f"is a folder without config.json ({local})")
+        return "local"
+    if _HUB_ID.match(name) is None:
+        looks_local = name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
+        raise refuse("is no folder on this machine" if looks_local else
+                     "is not a bundled model, a local folder or a hub id of the form org/name")
+    if _cached_snapshot(name) is None and _hub_offline():
+        raise refuse(f"is not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE); on a machine "
+                     f"with internet run `huggingface-cli download {name}` and copy the cache, or use a local folder")
+    return "hub"
+
+
 def align_chat_tokens(tokenizer: Any, model_config: Any) -> None:
     """Align the tokenizer's eos/pad with the model config.
 
@@ -206,6 +263,7 @@ def convert_bundled_gguf(name: str) -> Path:
     final = _converted_dir(key)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=final.parent))
+    apply_umask(tmp)  # mkdtemp's 0700 would hide the converted model from the rest of a cluster group
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

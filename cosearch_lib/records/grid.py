@@ -42,7 +42,13 @@ import yaml
 from cosearch_lib.atomic_io import atomic_path, write_json
 from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, profile_path, read_yaml_mapping
 from cosearch_lib.paths import params_dir, project_relative, project_root, run_dir
-from cosearch_lib.records.papermill_runner import notebook_parameters, run_profile, select_notebooks
+from cosearch_lib.records.papermill_runner import (
+    check_parameter_names,
+    check_profile_models,
+    notebook_parameters,
+    run_profile,
+    select_notebooks,
+)
 from cosearch_lib.stop_signals import EXIT_STOPPED, pending_stop
 
 GRID_KEYS = ("grid", "description", "notebooks", "aggregate", "parameters", "cells")
@@ -259,9 +265,8 @@ def run_workbook(profile: str | Path, notebooks: Sequence[str] | None = None, *,
     aggregate notebooks list it as missing, with the command that runs it."""
     cfg = load_profile(profile)
     books = select_notebooks(list(notebooks) if notebooks else None)
-    stray = sorted(set(parameters or {}) - set(_known(parameters, books)))
-    if stray:
-        raise ConfigError(f"-p {stray}: no selected notebook has such a parameter")
+    check_parameter_names(parameters or {}, {b: notebook_parameters(b) for b in books})
+    check_profile_models(cfg)  # before a grid cell or the warm start loads any other model
     grids = [load_grid(name) for name in cfg.grids.run]
     for grid in grids:
         for name in cfg.grids.run[grid.name]:

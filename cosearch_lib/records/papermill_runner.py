@@ -7,7 +7,9 @@ A notebook's parameters come from three places, later ones winning: the profile'
 scalars (``profile``, ``seed``), the profile's ``notebooks: {<notebook>: {name: value}}`` section,
 and ``cosearch run -p name=value``. Every name is checked against the notebook's ``parameters``
 cell before anything runs: an unknown name is an error that lists the valid ones (papermill itself
-would only warn and run the defaults).
+would only warn and run the defaults). So is every model name of the profile
+(:func:`check_profile_models`): a typo is reported at once, not after the warm start has loaded
+the encoder.
 
 Before the notebooks that use the warm-started policies (02 and later), the runner trains or loads
 the profile's warm start as its own step, so its cost is reported on its own line and in
@@ -20,6 +22,7 @@ import ast
 import gc
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ import yaml
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, papermill_parameters
 from cosearch_lib.experiment import build_retriever, warm_start, warmstart_dir
+from cosearch_lib.models.registry import check_model_name
 from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
 from cosearch_lib.stop_signals import StopRequested, pending_stop
@@ -95,6 +99,32 @@ def check_parameters(notebook: str | os.PathLike, params: dict[str, Any], where:
         if not _type_ok(value, known[name]):
             raise ConfigError(f"{where}: {Path(notebook).stem}.{name} expects {type(known[name]).__name__} "
                               f"(default {known[name]!r}), got {value!r}")
+
+
+def check_parameter_names(parameters: Mapping[str, Any], declared: Mapping[Path, Mapping[str, Any]]) -> None:
+    """``-p`` names: each must be declared by one of the selected notebooks (``declared``: notebook ->
+    its parameters cell), else a ConfigError that lists the parameters they do declare."""
+    stray = sorted(n for n in parameters if not any(n in d for d in declared.values()))
+    if stray:
+        valid = sorted(set().union(*declared.values()))
+        raise ConfigError(f"-p {stray}: no selected notebook ({', '.join(b.stem for b in declared)}) has such a "
+                          f"parameter; valid: {valid}")
+
+
+def profile_model_names(cfg: ProfileConfig) -> dict[str, str]:
+    """The models a run of the profile loads, by profile key (``models.agent``: its name)."""
+    names = {"models.agent": cfg.models.agent, "models.ranker": cfg.models.ranker,
+             "retrieval.encoder.model": cfg.retrieval.encoder.model}
+    if cfg.training.ranker_kind == "cross_encoder":
+        names["training.cross_encoder.model"] = cfg.training.cross_encoder.model
+    return names
+
+
+def check_profile_models(cfg: ProfileConfig) -> None:
+    """Every model the profile names can resolve (:func:`cosearch_lib.models.registry.check_model_name`:
+    no weights loaded), checked before the warm start and the notebooks spend minutes on the others."""
+    for key, name in profile_model_names(cfg).items():
+        check_model_name(key, name)
 
 
 def _matches(key: str, notebook: Path) -> bool:
@@ -175,6 +205,7 @@ def run_notebook(
 
 def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = None, progress: bool = True) -> dict[str, Any]:
     """Train (or load from the cache) the profile's warm-start adapters; write ``warmstart.run.json``."""
+    check_profile_models(cfg)
     t0 = time.perf_counter()
     cached = all((warmstart_dir(cfg) / role / "adapter_config.json").exists() for role in ("agent", "ranker"))
     retriever = None if cached else build_retriever(cfg, progress=progress)  # only training reads the retriever
@@ -200,16 +231,14 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
 
     ``parameters`` (e.g. from ``-p``) go to every selected notebook that declares them; a name no
     selected notebook declares is an error, raised before anything runs, as is a bad ``notebooks:``
-    section in the profile."""
+    section in the profile, or a model name that cannot resolve."""
     cfg = load_profile(profile)
     books = select_notebooks(notebooks)
     check_profile_notebooks(cfg, f"{profile}: notebooks")
+    check_profile_models(cfg)
     parameters = dict(parameters or {})
     declared = {b: notebook_parameters(b) for b in books}
-    stray = sorted(n for n in parameters if not any(n in d for d in declared.values()))
-    if stray:
-        valid = sorted(set().union(*declared.values()))
-        raise ConfigError(f"-p {stray}: no selected notebook has such a parameter; valid: {valid}")
+    check_parameter_names(parameters, declared)
     per_book = {b: {**profile_notebook_parameters(cfg, b), **{k: v for k, v in parameters.items() if k in declared[b]}}
                 for b in books}
     for b, params in per_book.items():

@@ -26,15 +26,13 @@ import hashlib
 import json
 import mmap
 import os
-import shutil
-import tempfile
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cosearch_lib.atomic_io import atomic_dir
 from cosearch_lib.data.corpus_stream import iter_corpus_lines
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import DataFormatError
@@ -100,20 +98,16 @@ class CorpusStore:
     ) -> CorpusStore:
         """Stream ``corpus_path`` (.jsonl / .jsonl.gz) once into a store at ``out_dir``.
 
-        Built in a temp folder beside ``out_dir`` and renamed into place, so a crash or Ctrl-C
-        leaves either the old store or none, never a half-built one. ``hash_slots`` overrides
-        the id-table size (tests use it to force collisions).
+        Built in a temp folder beside ``out_dir`` and renamed into place (``atomic_io.atomic_dir``),
+        so a bad row, a crash or Ctrl-C leaves either the old store or nothing at all: no half-built
+        store, and no empty folder that the build created for it. A bad row's error names the file,
+        its line and what is wrong. ``hash_slots`` overrides the id-table size (tests use it to
+        force collisions).
         """
         corpus_path, out_dir = Path(corpus_path), Path(out_dir)
         _check_replaceable(out_dir)
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.building-"))
-        try:
+        with atomic_dir(out_dir) as tmp:
             _build_into(corpus_path, tmp, progress=progress, hash_slots=hash_slots)
-            _swap_into_place(tmp, out_dir)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return cls(out_dir)
 
     @classmethod
@@ -271,16 +265,6 @@ def _check_replaceable(out_dir: Path) -> None:
             raise FileExistsError(f"{out_dir} exists and is not a corpus store; refusing to replace it")
 
 
-def _swap_into_place(tmp: Path, out_dir: Path) -> None:
-    if not out_dir.exists():
-        os.replace(tmp, out_dir)
-        return
-    trash = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-    os.replace(out_dir, trash)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(trash, ignore_errors=True)
-
-
 def _fingerprint(path: Path) -> dict[str, Any]:
     st = path.stat()
     return {"source": str(path.resolve()), "source_size": st.st_size, "source_mtime_ns": st.st_mtime_ns}
@@ -394,13 +378,24 @@ def _check_unique_ids(tmp: Path, hashes: np.ndarray, corpus_path: Path) -> None:
             for row in sorted(int(r) for r in order[ordered == h]):
                 key = ids[int(id_offsets[row]) : int(id_offsets[row + 1])]
                 if key in seen:
+                    lines = _lines_of(corpus_path, (seen[key], row))
                     raise DataFormatError(
-                        f"{corpus_path}: duplicate id {key.decode(*_ENC)!r} at rows {seen[key]} and {row}"
+                        f"{corpus_path} line {lines[row]}: duplicate id {key.decode(*_ENC)!r}, first on line "
+                        f"{lines[seen[key]]} (rows {seen[key]} and {row})"
                     )
                 seen[key] = row
     finally:
         if isinstance(ids, mmap.mmap):
             ids.close()
+
+
+def _lines_of(corpus_path: Path, rows: Sequence[int]) -> dict[int, int]:
+    """1-based file lines of passage ``rows`` (blank lines are not rows): read again, only for an error."""
+    wanted, found = set(rows), {}
+    for row, (line, _, _) in enumerate(iter_corpus_lines(corpus_path, limit=max(rows) + 1)):
+        if row in wanted:
+            found[row] = line
+    return found
 
 
 def _insert_linear_probe(hashes: np.ndarray, slots: int) -> np.ndarray:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cosearch_lib.atomic_io import apply_umask
 from cosearch_lib.progress import tqdm
 
 INDEX_KINDS = ("flat", "hnsw")
@@ -79,6 +80,7 @@ def save_index(index, path: str | os.PathLike) -> Path:
     os.close(fd)
     try:
         faiss.write_index(index, tmp)
+        apply_umask(tmp)  # mkstemp's 0600 would hide the index from the rest of a cluster group
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -25,7 +25,9 @@ at once instead of holding it for ``batch_wait_ms``.
 Errors are JSON ``{"error": {"code", "message", "field"}}``: 400 malformed JSON, 413 body too
 large, 408 body not sent within ``body_timeout_s``, 422 invalid fields, 404/405 unknown path/method,
 500 backend failure, 503 (with ``Retry-After``) overloaded or
-shutting down, 504 timed out. Bad input never produces a 500.
+shutting down, 504 timed out. Bad input never produces a 500. Whatever the path, a body the
+server did not read is drained before the error goes out (:class:`DrainUnreadBody`), so a client
+that sends its whole body first reads the error instead of a connection reset.
 """
 
 from __future__ import annotations
@@ -386,39 +388,72 @@ def _backend_name(backend: Any) -> str:
     return name if isinstance(name, str) else type(backend).__name__
 
 
-#: A refused body is read and thrown away up to this many bytes before the 413 is sent, so a client
-#: that writes its whole body before reading (Python's urllib, requests) gets the answer instead of a
-#: connection reset; a larger one is cut off without reading it.
+#: A body the server answers without reading (an error: 404, 405, 413, ...) is read and thrown away
+#: up to this many bytes before the answer is sent, so a client that writes its whole body before
+#: reading (Python's urllib, requests) gets the answer instead of a connection reset; a larger one
+#: is cut off without reading it.
 DRAIN_LIMIT_BYTES = 64 * 1024 * 1024
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    """Read at most ``limit`` bytes; a larger body (declared or counted) is drained up to
-    :data:`DRAIN_LIMIT_BYTES` and refused with 413."""
+    """Read at most ``limit`` bytes; a larger body (declared or counted) is refused with 413 (the
+    rest is drained by :class:`DrainUnreadBody` before the answer goes out)."""
     too_large = RequestError(413, "body_too_large", f"request body exceeds {limit} bytes")
     declared = request.headers.get("content-length")
-    stream = request.stream()
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        if int(declared) <= DRAIN_LIMIT_BYTES:
-            await _drain(stream, 0)
         raise too_large
     chunks, size = [], 0
-    async for chunk in stream:
+    async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            await _drain(stream, size)
             raise too_large
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-async def _drain(stream: Any, already: int) -> None:
-    """Read and discard the rest of ``stream`` (a request's body), at most :data:`DRAIN_LIMIT_BYTES` in all."""
-    size = already
-    async for chunk in stream:
-        size += len(chunk)
-        if size > DRAIN_LIMIT_BYTES:
+class DrainUnreadBody:
+    """ASGI middleware: before a response starts, read and discard whatever of the request body
+    the app left unread (at most :data:`DRAIN_LIMIT_BYTES` in all, and only until ``timeout_s``
+    after the request came in, so a stalled sender's 408 is not held back further).
+
+    Why here and not in a route: an unknown path (404), a wrong method (405) or a refused body
+    (413) is answered without reading the body, and the server then closes a connection that still
+    has unread bytes in its receive buffer, which the kernel turns into a reset; a client still
+    writing its body sees "connection reset by peer" instead of the JSON error."""
+
+    def __init__(self, app: Any, *, timeout_s: float) -> None:
+        self.app, self.timeout_s = app, timeout_s
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length", b"")
+        state = {"done": declared.isdigit() and int(declared) == 0, "read": 0}
+
+        async def tracked_receive() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                state["read"] += len(message.get("body", b""))
+                state["done"] = state["done"] or not message.get("more_body", False)
+            elif message["type"] == "http.disconnect":
+                state["done"] = True
+            return message
+
+        async def drain() -> None:
+            while not state["done"] and state["read"] <= DRAIN_LIMIT_BYTES:
+                await tracked_receive()
+
+        async def draining_send(message: dict) -> None:
+            too_big = declared.isdigit() and int(declared) > DRAIN_LIMIT_BYTES
+            if message["type"] == "http.response.start" and not state["done"] and not too_big:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(drain(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            await send(message)
+
+        await self.app(scope, tracked_receive, draining_send)
 
 
 def create_app(backend: SearchBackend, cfg: ServerConfig | None = None) -> FastAPI:
@@ -437,6 +472,7 @@ def create_app(backend: SearchBackend, cfg: ServerConfig | None = None) -> FastA
     app = FastAPI(title="CoSearch retrieval server", lifespan=lifespan, docs_url=None,
                   redoc_url=None, openapi_url=None)
     app.state.stats, app.state.batcher, app.state.config = stats, batcher, cfg
+    app.add_middleware(DrainUnreadBody, timeout_s=cfg.body_timeout_s)
 
     def error_response(err: RequestError, headers: dict | None = None) -> JSONResponse:
         if 400 <= err.status < 500:

@@ -4,7 +4,7 @@ No model, no optimiser, no trainer: the training loop (``rl/trainer.py`` through
 tensors here and calls ``.backward()`` on what comes back. The same functions serve both CoSearch
 policies (the search agent and the document ranker), docs/METHOD.md, GRPO objective.
 
-* :class:`GRPOConfig`: the loss hyper-parameters, one line of doc each.
+* :class:`cosearch_lib.config.GRPOConfig` (defined in config, read here): the loss hyper-parameters.
 * :func:`group_advantages`: ``A_i = (r_i - mean_g) / (std_g + eps)`` per group, vectorised.
 * :func:`token_logprobs`: ``log softmax(logits / temperature)`` gathered at the sampled ids.
 * :func:`kl_k3`: the low-variance per-token estimator of ``KL(pi || ref)``.

@@ -318,7 +318,7 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
     """Train a fresh LoRA adapter on ``rows`` with TRL's SFTTrainer and save it to ``out_dir``
     (written to a temporary folder, then renamed: an interrupted run leaves nothing half-written).
 
-    ``lora`` is a :class:`policies.LoraSettings`. Returns the training summary (loss per logged
+    ``lora`` is a :class:`config.LoraSettings`. Returns the training summary (loss per logged
     step, wall time, token counts), also written as ``out_dir/warmstart.json``."""
 
     out_dir = Path(out_dir)

@@ -56,8 +56,8 @@ def plot_oracle_gap(beside: pd.DataFrame, *, metric: str = "F1", title: str = ""
     """Table 1 as bars: one panel per source (ours, paper 3B, ...), standard vs oracle for the
     single-hop, multi-hop and overall averages, relative gain written over each pair.
 
-    ``beside``: :func:`paper.oracle_gap_beside_paper` (index levels source, row). ``intervals``:
-    {source: :func:`tables.oracle_gap_intervals`} for the sources with records (ours; the paper's
+    ``beside``: :func:`eval.paper_reference.oracle_gap_beside_paper` (index levels source, row). ``intervals``:
+    {source: :func:`eval.tables.oracle_gap_intervals`} for the sources with records (ours; the paper's
     rows have none): error bars show each setting's own bootstrap interval, and the paired
     oracle - standard difference with its interval is written under the gain. Overlapping error
     bars do not mean "no difference": the paired interval (Δ) is the one that says."""
@@ -112,7 +112,7 @@ def _ci_highs(ci: pd.DataFrame | None, col: str) -> list[float]:
 def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
     """Table 7 as stacked bars: % of questions answered after 0, 1, ... searches per method, then
     the rows that never answered (grey, hatched), one panel per source. ``beside``:
-    :func:`paper.turns_beside_paper` (index levels source, method)."""
+    :func:`eval.paper_reference.turns_beside_paper` (index levels source, method)."""
     sources = list(dict.fromkeys(beside.index.get_level_values("source")))
     fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 0.5 + 0.55 * beside.index.size / len(sources) + 1.5),
                              sharex=True, squeeze=False)
