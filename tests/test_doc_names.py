@@ -46,13 +46,7 @@ SKIPPED_DOCS = {"LOG.md"}
 #: Stale names in files that were being rewritten in parallel when this test was written, so they
 #: were left for the merge: (file, name) -> the name that exists. Fix the file, then delete its
 #: entry here (a test fails while an entry names something that no longer needs it).
-PENDING_FIXES = {
-    ("cosearch_lib/experiment.py", "training.EVAL_METHOD"): "rl.trainer.EVAL_METHOD",
-    ("cosearch_lib/rl/policy_update.py", "grpo.policy_loss"): "rl.grpo_loss.policy_loss",
-    ("cosearch_lib/rl/trainer.py", "grouping.GROUPING_GLOSSARY"): "rl.semantic_grouping.GROUPING_GLOSSARY",
-    # generated from rl/trainer.py's STEP_GLOSSARY: regenerate with `cosearch docs` after fixing it there
-    ("docs/METRICS.md", "grouping.GROUPING_GLOSSARY"): "rl.semantic_grouping.GROUPING_GLOSSARY",
-}
+PENDING_FIXES: dict[tuple[str, str], str] = {}
 
 #: a last part that makes a dotted word a file name, not a Python name
 FILE_SUFFIXES = {
@@ -320,7 +314,7 @@ def _uses(text: str, **kw) -> list[NameUse]:
 
 
 @pytest.mark.parametrize("text, bad", [
-    ("see `cosearch_lib.rl.trainer.JointTrainer` and `rl.trainer.STEP_GLOSSARY`", []),
+    ("see `cosearch_lib.rl.trainer.JointTrainer` and `run_schema.STEP_GLOSSARY`", []),
     ("the step: `cosearch_lib.rl.trainer.JointTrainer.train_step`, fields `config.GRPOConfig.clip_eps`", []),
     ("a planted `cosearch_lib.rl.trainer.NoSuchTrainer` and `rl.no_such_module.f`",
      ["cosearch_lib.rl.trainer.NoSuchTrainer", "rl.no_such_module.f"]),

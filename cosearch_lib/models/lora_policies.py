@@ -143,7 +143,7 @@ def sync_adapters(policies: PolicySet, backend: Any, folder: str | Path,
     register each with ``backend.add_adapter(name, path)``, so a generation engine that reads LoRA
     weights from disk (vLLM) samples with the current weights. Returns {adapter: folder}.
 
-    vLLM caches adapter weights by integer id; :meth:`models.backends.VLLMBackend.add_adapter` hands out
+    vLLM caches adapter weights by integer id; :meth:`models.generation.vllm_backend.VLLMBackend.add_adapter` hands out
     a fresh id on every registration, so re-registering after each update makes it reload them."""
     names = list(dict.fromkeys(a for a in policies.roles.values() if a)) if adapters is None else list(adapters)
     if not names:
@@ -171,7 +171,7 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
       base and starts vLLM on the same weights (``max_lora_rank``: :func:`vllm_max_lora_rank`, vLLM taking
       ``gpu_memory_utilization`` of the GPU, a 16-bit base unless ``load_in_4bit``); the adapters are
       then built as described in :func:`_unsloth_adapters`, and the generation backend is
-      :meth:`models.backends.VLLMBackend.from_unsloth` (adapters still to register: the trainer does it).
+      :meth:`models.generation.vllm_backend.VLLMBackend.from_unsloth` (adapters still to register: the trainer does it).
     * ``backend="vllm"`` is rejected: a vLLM engine alone cannot update weights.
     """
     if not adapters:
