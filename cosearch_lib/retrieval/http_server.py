@@ -34,15 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
@@ -53,320 +48,16 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cosearch_lib.config import ServerConfig
-from cosearch_lib.data.passage import Passage
+from cosearch_lib.retrieval.request_batcher import Batcher, ServerStats
+from cosearch_lib.retrieval.retrieve_protocol import (
+    BackendFailure,
+    RequestError,
+    format_or_fail,
+    invalid_field,
+    parse_body,
+    validate_request,
+)
 from cosearch_lib.retrieval.retriever import SearchBackend
-
-
-@dataclass
-class ServerStats:
-    """Counters exposed by ``/stats`` and ``/health``; they prove batching happened."""
-
-    requests: int = 0  # /retrieve requests that passed validation
-    queries: int = 0  # queries in those requests
-    backend_calls: int = 0  # calls to backend.search
-    backend_queries: int = 0  # queries sent to the backend (sum over calls)
-    max_batch_queries_seen: int = 0  # largest number of queries in one backend call
-    max_batch_requests_seen: int = 0  # most request chunks merged into one backend call
-    rejected: int = 0  # requests answered with a 4xx
-    backend_errors: int = 0  # backend calls that raised or returned a malformed result
-    backend_seconds: float = 0.0  # wall time spent inside backend.search
-    batch_windows: int = 0  # batches that waited batch_wait_ms for more requests (only under concurrent load)
-
-    def snapshot(self) -> dict[str, Any]:
-        out: dict[str, Any] = asdict(self)
-        calls = max(self.backend_calls, 1)
-        out["mean_batch_queries"] = self.backend_queries / calls if self.backend_calls else 0.0
-        out["mean_backend_ms"] = 1e3 * self.backend_seconds / calls if self.backend_calls else 0.0
-        return out
-
-
-# --------------------------------------------------------------------------------------- errors
-
-
-class RequestError(Exception):
-    """A request the server refuses; rendered as ``{"error": {"code", "message", "field"}}``."""
-
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
-
-    def payload(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, "field": self.field}}
-
-
-class BackendFailure(Exception):
-    """backend.search raised or returned something that is not one list per query."""
-
-
-def _invalid(code: str, message: str, field: str | None) -> RequestError:
-    return RequestError(422, code, message, field)
-
-
-# ----------------------------------------------------------------------------------- validation
-
-
-@dataclass(frozen=True)
-class RetrieveRequest:
-    """A validated ``/retrieve`` body."""
-
-    queries: list[str]  # the query strings, as sent
-    topk: int  # passages per query
-    return_scores: bool  # wrap documents as {"document", "score"} (true) or send bare documents
-
-
-def _type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """Bytes -> JSON object; 400 if it is not JSON, 422 if it is JSON but not an object."""
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise RequestError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise _invalid("wrong_type", f"request body must be a JSON object, got {_type_name(body)}",
-                       None)
-    return body
-
-
-def _check_queries(value: Any, cfg: ServerConfig) -> list[str]:
-    if value is None:
-        raise _invalid("missing_field", "'queries' is required: a list of query strings", "queries")
-    if not isinstance(value, list):
-        raise _invalid("wrong_type", f"'queries' must be a list of strings, got "
-                       f"{_type_name(value)}", "queries")
-    if not value:
-        raise _invalid("empty_value", "'queries' must contain at least one query", "queries")
-    if len(value) > cfg.max_queries_per_request:
-        raise _invalid("too_many_queries", f"{len(value)} queries in one request; the limit is "
-                       f"{cfg.max_queries_per_request}", "queries")
-    for i, query in enumerate(value):
-        where = f"queries[{i}]"
-        if not isinstance(query, str):
-            raise _invalid("wrong_type", f"{where} must be a string, got {_type_name(query)}",
-                           where)
-        if not query.strip():
-            raise _invalid("empty_value", f"{where} is empty or whitespace", where)
-        if len(query) > cfg.max_query_chars:
-            raise _invalid("too_long", f"{where} has {len(query)} characters; the limit is "
-                           f"{cfg.max_query_chars}", where)
-    return value
-
-
-def _check_topk(value: Any, default: int, max_topk: int, corpus_size: int | None) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _invalid("wrong_type", f"'topk' must be an integer, got {_type_name(value)} "
-                       f"{value!r}", "topk")
-    if not 1 <= value <= max_topk:
-        bound = f" (corpus has {corpus_size} passages)" if corpus_size == max_topk else ""
-        raise _invalid("out_of_range", f"'topk' must be in 1..{max_topk}{bound}, got {value}",
-                       "topk")
-    return value
-
-
-def validate_request(body: dict[str, Any], cfg: ServerConfig,
-                     corpus_size: int | None = None) -> RetrieveRequest:
-    """Check every field of a ``/retrieve`` body; unknown fields are ignored on purpose."""
-    queries = _check_queries(body.get("queries"), cfg)
-    max_topk = min(cfg.max_topk, corpus_size) if corpus_size else cfg.max_topk
-    topk = _check_topk(body.get("topk"), min(cfg.default_topk, max_topk), max_topk, corpus_size)
-    scores = body.get("return_scores", False)
-    if not isinstance(scores, bool):
-        raise _invalid("wrong_type", f"'return_scores' must be true or false, got "
-                       f"{_type_name(scores)} {scores!r}", "return_scores")
-    return RetrieveRequest(queries=queries, topk=topk, return_scores=scores)
-
-
-# -------------------------------------------------------------------------------------- batcher
-
-
-@dataclass
-class _Job:
-    """One slice of a request's queries waiting for a backend call."""
-
-    queries: list[str]  # at most cfg.max_batch_queries queries
-    topk: int  # this request's topk (the call uses the batch's maximum)
-    future: asyncio.Future  # resolved with one list of Passages per query
-
-
-class Batcher:
-    """Merges concurrent requests into few ``backend.search`` calls (see module docstring)."""
-
-    def __init__(self, backend: SearchBackend, cfg: ServerConfig, stats: ServerStats) -> None:
-        self.backend, self.cfg, self.stats = backend, cfg, stats
-        self._pending: deque[_Job] = deque()
-        self._pending_queries = 0
-        self._wakeup: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._last_batch_jobs = 0  # requests merged into the previous backend call: >1 means concurrent load
-
-    def start(self) -> None:
-        """Start the batching task on the running loop (idempotent)."""
-        if self._task is not None and not self._task.done():
-            return
-        self._wakeup = asyncio.Event()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cosearch-backend")
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="cosearch-batcher")
-
-    async def stop(self) -> None:
-        """Cancel the task and fail whatever is still queued with 503."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        while self._pending:
-            _fail(self._pending.popleft(), RequestError(503, "shutting_down",
-                                                        "the retrieval server is shutting down"))
-        self._pending_queries = 0
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-
-    async def submit(self, queries: list[str], topk: int) -> list[list[Passage]]:
-        """Queue ``queries`` (split into backend-sized slices) and wait for their results."""
-        self.start()
-        if self._pending_queries + len(queries) > self.cfg.max_pending_queries:
-            raise RequestError(503, "overloaded", f"{self._pending_queries} queries already "
-                               f"queued (limit {self.cfg.max_pending_queries}); retry later")
-        loop = asyncio.get_running_loop()
-        step = self.cfg.max_batch_queries
-        jobs = [_Job(queries[i:i + step], topk, loop.create_future())
-                for i in range(0, len(queries), step)]
-        self._pending.extend(jobs)
-        self._pending_queries += len(queries)
-        assert self._wakeup is not None
-        self._wakeup.set()
-        try:  # return_exceptions: every slice's outcome is retrieved, the first failure raised
-            parts = await asyncio.wait_for(
-                asyncio.gather(*(j.future for j in jobs), return_exceptions=True),
-                self.cfg.request_timeout_s)
-        except asyncio.TimeoutError:
-            raise RequestError(504, "timeout", f"no answer within {self.cfg.request_timeout_s} "
-                               "s; the backend is busy or stuck") from None
-        for part in parts:
-            if isinstance(part, BaseException):
-                raise part
-        return [ranked for part in parts for ranked in part]
-
-    async def _run(self) -> None:
-        while True:
-            batch = await self._collect()
-            try:
-                await self._execute(batch)
-            except Exception as exc:  # noqa: BLE001 - keep the batcher alive whatever happens
-                for job in batch:
-                    _fail(job, BackendFailure(f"batcher error: {exc!r}"))
-
-    async def _collect(self) -> list[_Job]:
-        """Wait for a first job; under concurrent load (the previous call merged several requests, or
-        several are queued) wait up to batch_wait_ms for more; then pop what fits."""
-        assert self._wakeup is not None
-        while not self._pending:
-            self._wakeup.clear()
-            await self._wakeup.wait()
-        await asyncio.sleep(0)  # let requests that have already arrived enqueue themselves
-        if self._last_batch_jobs <= 1 and len(self._pending) <= 1:
-            return self._pop_batch()  # idle server: no window for a lone request
-        self.stats.batch_windows += 1
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.cfg.batch_wait_ms / 1e3
-        while self._pending_queries < self.cfg.max_batch_queries:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            self._wakeup.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
-        return self._pop_batch()
-
-    def _pop_batch(self) -> list[_Job]:
-        batch: list[_Job] = []
-        size = 0
-        while self._pending:
-            job = self._pending[0]
-            if batch and size + len(job.queries) > self.cfg.max_batch_queries:
-                break
-            self._pending.popleft()
-            self._pending_queries -= len(job.queries)
-            if job.future.done():  # the client timed out or went away: skip its work
-                continue
-            batch.append(job)
-            size += len(job.queries)
-        return batch
-
-    async def _execute(self, batch: list[_Job]) -> None:
-        self._last_batch_jobs = len(batch)
-        if not batch:
-            return
-        queries = [q for job in batch for q in job.queries]
-        topk = max(job.topk for job in batch)
-        started = time.perf_counter()
-        try:
-            ranked = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self.backend.search, queries, topk)
-            _check_backend_result(ranked, len(queries))
-        except Exception as exc:  # noqa: BLE001 - any backend failure becomes a JSON error
-            self.stats.backend_errors += 1
-            for job in batch:
-                _fail(job, BackendFailure(f"{type(exc).__name__}: {exc}"))
-            return
-        finally:
-            self._record_call(len(queries), len(batch), time.perf_counter() - started)
-        offset = 0
-        for job in batch:
-            part = [list(r[:job.topk]) for r in ranked[offset:offset + len(job.queries)]]
-            offset += len(job.queries)
-            if not job.future.done():
-                job.future.set_result(part)
-
-    def _record_call(self, n_queries: int, n_jobs: int, seconds: float) -> None:
-        s = self.stats
-        s.backend_calls += 1
-        s.backend_queries += n_queries
-        s.backend_seconds += seconds
-        s.max_batch_queries_seen = max(s.max_batch_queries_seen, n_queries)
-        s.max_batch_requests_seen = max(s.max_batch_requests_seen, n_jobs)
-
-
-def _fail(job: _Job, exc: Exception) -> None:
-    if not job.future.done():
-        job.future.set_exception(exc)
-
-
-def _check_backend_result(ranked: Any, n_queries: int) -> None:
-    if not isinstance(ranked, (list, tuple)) or len(ranked) != n_queries:
-        got = len(ranked) if isinstance(ranked, (list, tuple)) else type(ranked).__name__
-        raise BackendFailure(f"backend.search returned {got} result lists for {n_queries} queries")
-
-
-# ---------------------------------------------------------------------------------- formatting
-
-
-def _json_score(score: Any) -> float | None:
-    """JSON has no NaN/inf (FAISS pads missing hits with -inf-like values): send null instead."""
-    value = float(score)
-    return value if math.isfinite(value) else None
-
-
-def format_result(ranked: list[list[Passage]], return_scores: bool) -> dict[str, Any]:
-    """Search-R1's response body (see module docstring for both shapes)."""
-    if return_scores:
-        result = [[{"document": p.to_document(), "score": _json_score(p.score)} for p in row]
-                  for row in ranked]
-    else:
-        result = [[p.to_document() for p in row] for row in ranked]
-    return {"result": result}
-
-
-def _format_or_fail(ranked: list[list[Passage]], return_scores: bool) -> dict[str, Any]:
-    try:
-        return format_result(ranked, return_scores)
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise BackendFailure(f"backend.search must return lists of Passage: {exc}") from None
-
 
 # ------------------------------------------------------------------------------------------ app
 
@@ -488,7 +179,7 @@ def create_app(backend: SearchBackend, cfg: ServerConfig | None = None) -> FastA
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(_invalid("invalid_request", str(exc), None))
+        return error_response(invalid_field("invalid_request", str(exc), None))
 
     @app.exception_handler(Exception)
     async def internal_error(_req: Request, exc: Exception) -> JSONResponse:
@@ -507,7 +198,7 @@ def create_app(backend: SearchBackend, cfg: ServerConfig | None = None) -> FastA
             stats.requests += 1
             stats.queries += len(req.queries)
             ranked = await batcher.submit(req.queries, req.topk)
-            body = _format_or_fail(ranked, req.return_scores)
+            body = format_or_fail(ranked, req.return_scores)
         except RequestError as err:
             retry = {"Retry-After": str(cfg.retry_after_s)} if err.status == 503 else None
             return error_response(err, headers=retry)
