@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosearch_lib.config import load_profile  # noqa: E402
-from cosearch_lib.methods import TRAINING_METHODS, method_spec  # noqa: E402
+from cosearch_lib.config.methods import TRAINING_METHODS, method_spec  # noqa: E402
 
 #: Throughputs on one H100 80 GB, bf16, Qwen2.5-7B architecture with random weights (tokens/s).
 MEASURED = {
@@ -45,7 +45,7 @@ METHODS_PER_CELL = {"table3": ("cosearch",), "table4": ("search_r1", "fixed_rank
 
 def step_seconds(args: argparse.Namespace, cfg, method: str = "cosearch") -> dict[str, float]:
     """Seconds of one GRPO step of one training method, by part: the ranker LLM runs only for the
-    methods that rank with it (``methods.MethodSpec.has_ranker_policy``) and is trained only by those that train it."""
+    methods that rank with it (``config.methods.MethodSpec.has_ranker_policy``) and is trained only by those that train it."""
     spec = method_spec(method)
     ranker_trained = spec.trains_ranker
     t = cfg.training

@@ -21,10 +21,10 @@ import pandas as pd
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.config import CrossEncoderConfig, ProfileConfig, load_profile
+from cosearch_lib.config.methods import method_spec
 from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
-from cosearch_lib.methods import method_spec
 from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
 from cosearch_lib.models.generation.backend_factory import make_backend

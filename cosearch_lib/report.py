@@ -29,9 +29,9 @@ from matplotlib.patches import Patch
 
 from cosearch_lib.atomic_io import atomic_path, save_figure, write_table
 from cosearch_lib.config import load_profile
+from cosearch_lib.config.methods import method_spec
 from cosearch_lib.eval.paper_reference import PAPER_METHOD, oracle_gap_beside_paper, paper_table, turns_beside_paper
 from cosearch_lib.eval.tables import load_records, oracle_gap_intervals, oracle_gap_table, summary_table, turn_distribution
-from cosearch_lib.methods import method_spec
 from cosearch_lib.paths import figures_dir, project_relative, run_dir
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
 from cosearch_lib.records.docs import describe_f1_metric

@@ -45,7 +45,7 @@ STAT_PREFIXES = ("agent", "ranker", "shared", "cross_encoder")
 STEP_GLOSSARY: dict[str, str] = {
     "step": "0-based training step; -1: the validation before the first update (TrainConfig.validate_at_start), "
             "a row with only step, method and the val_* columns",
-    "method": "training method (methods.TRAINING_METHODS)",
+    "method": "training method (config.methods.TRAINING_METHODS)",
     "n_questions": "questions rolled out this step", "n_trajectories": "trajectories (questions x G)",
     "agent_reward": "mean agent reward, Eq. 4 (F1 if the protocol was kept, else -alpha)",
     "agent_f1": "mean answer F1 of the trajectories (0 without a valid answer)",
@@ -100,7 +100,7 @@ STEP_GLOSSARY: dict[str, str] = {
 #: sub-query) and validation; what notebook 03's paired intervals on the validation curves resample.
 VALIDATION_GLOSSARY: dict[str, str] = {
     "step": "the step record whose val_* columns these rows make up (0-based step; -1: before the first update)",
-    "method": "training method (methods.TRAINING_METHODS)",
+    "method": "training method (config.methods.TRAINING_METHODS)",
     "kind": "agent: one validation question through the agent loop (f1); ranker: one held-out sub-query ranked "
             "alone (hit@k, valid)",
     "question_id": "the validation question (agent rows) or <question_id>/hop<h> (ranker rows: the gold chain's hop; "

@@ -13,7 +13,16 @@ from typing import Any
 
 import torch
 
-from cosearch_lib.config import LoraSettings, ProtocolConfig, RolloutConfig, SamplingConfig, SearchBudget, TrainConfig
+from cosearch_lib.config import (
+    PAPER_RULES,
+    GroupingConfig,
+    LoraSettings,
+    ProtocolConfig,
+    RolloutConfig,
+    SamplingConfig,
+    SearchBudget,
+    TrainConfig,
+)
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.models.generation.contract import Generation, check_prompts
@@ -170,18 +179,17 @@ def script(prompt, key):
 
 def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, val_questions=(), eval_every=0,
             cross_encoder=None, rules=None, **kw):
-    """The scripted joint trainer; ``rules`` (a config.RuleSet) reaches every stage, as a profile's ``rules:`` does."""
+    """The scripted joint trainer; ``rules`` (a config.RuleSet; None: the paper's) reaches every stage by
+    construction, as a profile's ``rules:`` does."""
+    rules = PAPER_RULES if rules is None else rules
     cfg = TrainConfig(method=method, steps=steps, questions_per_step=2, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
-                      micro_batch=1, eval_every=eval_every, shared_backbone=shared, **kw)
-    cfg.grouping.k_min = 2
-    if rules is not None:
-        cfg.agent_reward.rules = cfg.ranker_reward.rules = cfg.grouping.rules = rules
+                      micro_batch=1, eval_every=eval_every, shared_backbone=shared,
+                      grouping=GroupingConfig(k_min=2, rules=rules), rules=rules, **kw)
     roles = cfg.roles()
     peft = lora_model(model, dict.fromkeys(dict.fromkeys(v for v in roles.values() if v)), LORA)
     policies = PolicySet(peft, roles, cfg.trainable(), {"agent": 1e-2, "ranker": 1e-2, "shared": 1e-2})
-    rollout = RolloutConfig(search=SearchBudget(max_searches=2, topn=6, topk=3), temperature=1.0, agent_max_new_tokens=64)
-    if rules is not None:
-        rollout.rules = rules
+    rollout = RolloutConfig(search=SearchBudget(max_searches=2, topn=6, topk=3), temperature=1.0, agent_max_new_tokens=64,
+                            rules=rules)
     inputs = TrainerInputs(policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
                            val_questions=val_questions, backend=ScriptedBackend(tok, script), cross_encoder=cross_encoder)
     return JointTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False)

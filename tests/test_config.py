@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import pytest
 
-from cosearch_lib.config import ConfigError, ProfileConfig, available_profiles, from_dict, load_profile, papermill_parameters
+from cosearch_lib.config import (
+    RULE_SETS,
+    AgentRewardConfig,
+    ConfigError,
+    EvaluationConfig,
+    GroupingConfig,
+    GRPOConfig,
+    LoraSettings,
+    ProfileConfig,
+    ProtocolConfig,
+    RankerRewardConfig,
+    RolloutConfig,
+    RuleSet,
+    SamplingConfig,
+    SearchBudget,
+    ServerConfig,
+    SlurmConfig,
+    TrainConfig,
+    WarmStartConfig,
+    WorldConfig,
+    available_profiles,
+    from_dict,
+    load_profile,
+    papermill_parameters,
+)
 
 
 @pytest.mark.parametrize("name", ["ci", "demo"])
@@ -37,7 +63,7 @@ def test_wrong_types_and_ranges_are_errors(tmp_path):
         from_dict(ProfileConfig, {"seed": True})
     with pytest.raises(ConfigError, match="search.topk <= search.topn"):
         from_dict(ProfileConfig, {"search": {"topn": 3, "topk": 5}})
-    with pytest.raises(ConfigError, match="encoder: .*pooling"):
+    with pytest.raises(ConfigError, match=r"^retrieval\.encoder\.pooling must be one of 'mean', 'cls', got 'max'$"):
         from_dict(ProfileConfig, {"retrieval": {"encoder": {"pooling": "max"}}})
     bad = tmp_path / "bad.yaml"
     bad.write_text("profile: [unclosed\n")
@@ -130,3 +156,117 @@ def test_laptop_profile_reuses_the_demo_warm_start():
     assert laptop.fingerprint(*shaping) == demo.fingerprint(*shaping)
     assert laptop.evaluation.n_per_dataset > demo.evaluation.n_per_dataset
     assert laptop.training.steps > demo.training.steps
+
+
+# ------------------------------------------------------------------------------ one error type, naming the key
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: SearchBudget(topn=0), "search.topn must be an integer >= 1, got 0"),
+    (lambda: SearchBudget(topk=True), "search.topk must be an integer >= 1, got True"),
+    (lambda: WorldConfig(n_people=5), "world.n_people must be an integer >= 6 (two per component), got 5"),
+    (lambda: WorldConfig(spouse_rate=1.5), "world.spouse_rate must be a finite number in [0, 1], got 1.5"),
+    (lambda: ServerConfig(port=70000), "server.port must be an integer in [0, 65535] (0 picks a free port), got 70000"),
+    (lambda: ServerConfig(default_topk=200), "server.default_topk must be <= server.max_topk (100), got 200"),
+    (lambda: SamplingConfig(top_p=0), "SamplingConfig.top_p must be a finite number in (0, 1], got 0"),
+    (lambda: LoraSettings(dropout=1.0), "lora.dropout must be a finite number in [0, 1), got 1.0"),
+    (lambda: ProtocolConfig(max_observation_chars=10), "protocol.max_observation_chars must be an integer >= 30 "
+                                                       "(room for the <information> tags and one character), got 10"),
+    (lambda: GRPOConfig(clip_eps=1.5), "training.grpo.clip_eps must be a finite number in (0, 1), got 1.5"),
+    (lambda: GRPOConfig(kl_coef=float("nan")), "training.grpo.kl_coef must be a finite number >= 0, got nan"),
+    (lambda: AgentRewardConfig(alpha=-0.1), "training.agent_reward.alpha must be a finite number >= 0 (a penalty size), got -0.1"),
+    (lambda: RankerRewardConfig(hit_ks=(0, 3)), "training.ranker_reward.hit_ks must be a non-empty sequence of integers >= 1, "
+                                                "got (0, 3)"),
+    (lambda: GroupingConfig(k_min=2.5), "training.grouping.k_min must be an integer >= 1 or null, got 2.5"),
+    (lambda: GroupingConfig(dedupe_identical=1), "training.grouping.dedupe_identical must be a bool or null, got 1"),
+    (lambda: TrainConfig(group_size=1), "training.group_size must be an integer >= 2 (GRPO compares samples), got 1"),
+    (lambda: TrainConfig(log_to=("mlflow",)), "training.log_to: unknown tracker kind(s) ['mlflow']; expected any of "
+                                              "('tensorboard', 'wandb')"),
+    (lambda: WarmStartConfig(epochs=0), "warmstart.epochs must be a finite number > 0, got 0"),
+    (lambda: SlurmConfig(extra=("constraint=a100",)), "slurm.extra must be one sbatch option starting with '--' per entry, "
+                                                      "got 'constraint=a100'"),
+    (lambda: EvaluationConfig(f1="em"), "evaluation.f1 must be one of 'plain', 'yes_no', got 'em'"),
+    (lambda: RuleSet(zero_variance="approx"), "rules.zero_variance must be one of 'tolerance', 'exact', got 'approx'"),
+    (lambda: TrainConfig(rules="verl"), "rules must be one of 'paper', 'released', got 'verl'"),
+])
+def test_every_bad_value_is_a_config_error_naming_the_key_the_value_and_what_is_allowed(build, message):
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$") as err:
+        build()
+    assert isinstance(err.value, ValueError)  # `except ValueError` still catches it
+
+
+def test_a_profile_error_is_the_section_error_under_the_file_name(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("training: {grpo: {clip_eps: 1.5}}\n")
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: training\\.grpo\\.clip_eps must be a finite number "
+                                          r"in \(0, 1\), got 1\.5$"):
+        load_profile(path)
+
+
+# ------------------------------------------------------------------------------ shared objects, given by construction
+
+
+@pytest.mark.parametrize("name", ["paper", "released"])
+def test_a_config_built_alone_gets_the_rules_a_profile_gives_it(name):
+    rules = RULE_SETS[name]
+    profile = from_dict(ProfileConfig, {"rules": name})
+    alone = TrainConfig(rules=name)
+    assert alone == profile.training == TrainConfig(rules=rules) and RolloutConfig(rules=name) == profile.rollout
+    assert alone.rules is rules and profile.rollout.rules is rules
+    assert all(getattr(alone, s).rules is rules for s in ("agent_reward", "ranker_reward", "grouping"))
+
+    def resolved(t):  # not fields, so == above does not compare them
+        return (t.agent_reward.uses_yes_no_rule, t.ranker_reward.form, t.ranker_reward.format_fail_policy,
+                t.ranker_reward.invalid_penalized, t.grouping.min_size, t.grouping.dedupe)
+    assert resolved(alone) == resolved(profile.training)
+    assert resolved(alone)[1] == ("released" if name == "released" else "paper")
+    # nested sections written in a profile equal the same sections built by hand with the rule set
+    written = from_dict(ProfileConfig, {"rules": name, "training": {"steps": 3, "grouping": {"k_min": 2},
+                                                                    "ranker_reward": {"hit_ks": [1, 3]}}})
+    by_hand = TrainConfig(rules=name, steps=3, grouping=GroupingConfig(k_min=2, rules=name),
+                          ranker_reward=RankerRewardConfig(hit_ks=(1, 3), rules=rules))
+    assert written.training == by_hand and written.training.grouping.rules is rules
+    # sections built by hand make the same profile, and are taken as given (never edited)
+    again = ProfileConfig(rules=name, training=by_hand, rollout=RolloutConfig(rules=name))
+    assert again == written and again.training is by_hand and again.rollout.search is again.search
+    assert again.fingerprint() == written.fingerprint()
+    # a copy with other settings (experiment.build_trainer) keeps the rule set
+    assert dataclasses.replace(profile.training, steps=5).grouping.rules is rules
+
+
+def test_a_nested_config_with_another_rule_set_or_budget_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"^training\.grouping\.rules must be training's rule set 'released', got 'paper'"):
+        TrainConfig(rules="released", grouping=GroupingConfig(k_min=2))
+    with pytest.raises(ConfigError, match=r"^training\.agent_reward\.rules must be training's rule set 'paper', "
+                                          r"got 'released'"):
+        TrainConfig(agent_reward=AgentRewardConfig(rules="released"))
+    with pytest.raises(ConfigError, match=r"^training\.rules must be the profile's rule set 'released', got 'paper'"):
+        ProfileConfig(rules="released", training=TrainConfig())
+    with pytest.raises(ConfigError, match=r"^rollout\.rules must be the profile's rule set 'paper', got 'released'"):
+        ProfileConfig(rollout=RolloutConfig(rules="released"))
+    custom = RuleSet("custom", f1_arithmetic="precision_recall")
+    assert TrainConfig(rules=custom).grouping.rules is custom
+    with pytest.raises(ConfigError, match=r"^training\.ranker_reward\.rules must be training's rule set RuleSet\(name='custom'"):
+        TrainConfig(rules=custom, ranker_reward=RankerRewardConfig())
+    with pytest.raises(ConfigError, match=r"^training\.rules: set in the profile's top-level 'rules:' section"):
+        from_dict(ProfileConfig, {"training": {"rules": "released"}})
+    with pytest.raises(ConfigError, match=r"^protocol\.search must be the profile's search budget "
+                                          r"SearchBudget\(topn=50, topk=3, max_searches=6\) .*, got SearchBudget\(topn=50, topk=5"):
+        ProfileConfig(search=SearchBudget(topk=3), protocol=ProtocolConfig())
+    cfg = ProfileConfig(protocol=ProtocolConfig(worked_example=False))  # an equal budget: the profile's object replaces it
+    assert cfg.protocol.search is cfg.search and cfg.rollout.search is cfg.search and not cfg.protocol.worked_example
+
+
+def test_resolved_settings_are_computed_once_and_follow_a_later_assignment():
+    g = GroupingConfig(rules="released")
+    assert (g.min_size, g.dedupe) == (4, True)
+    g.k_min, g.dedupe_identical = 2, False
+    assert (g.min_size, g.dedupe) == (2, False)
+    r = RankerRewardConfig()
+    assert (r.form, r.format_fail_policy, r.invalid_penalized) == ("paper", "filter", False)
+    r.variant = "released"
+    assert (r.form, r.format_fail_policy, r.invalid_penalized) == ("released", "penalize", True)
+    a = AgentRewardConfig()
+    assert a.uses_yes_no_rule
+    a.rules = RULE_SETS["released"]
+    assert not a.uses_yes_no_rule

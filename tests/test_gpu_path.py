@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cosearch_lib.config import LoraSettings, ProtocolConfig, RolloutConfig, SearchBudget, TrainConfig
+from cosearch_lib.config import GroupingConfig, LoraSettings, ProtocolConfig, RolloutConfig, SearchBudget, TrainConfig
 from cosearch_lib.models.generation.vllm_backend import VLLMBackend, resolved_model_path
 from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, load_policy_model, lora_model, vllm_max_lora_rank
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
@@ -160,8 +160,7 @@ class RegisteringBackend(ScriptedBackend):
 
 def _trainer(tok, model, out_dir, backend, method="cosearch", **kw):
     cfg = TrainConfig(method=method, steps=2, questions_per_step=2, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
-                      micro_batch=2, eval_every=0, **kw)
-    cfg.grouping.k_min = 2
+                      micro_batch=2, eval_every=0, grouping=GroupingConfig(k_min=2), **kw)
     policies = PolicySet(model, cfg.roles(), cfg.trainable(), {"agent": 1e-2, "ranker": 1e-2, "shared": 1e-2})
     rollout = RolloutConfig(search=SearchBudget(max_searches=2, topn=6, topk=3), temperature=1.0, agent_max_new_tokens=64)
     inputs = TrainerInputs(policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),

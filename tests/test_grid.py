@@ -138,7 +138,8 @@ def test_slurm_scripts_carry_the_profile_resources_and_one_cell_per_array_task(t
     assert header == list(range(1, len(header) + 1))  # resource lines at the top, where a user edits them
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"extends": "ci", "slurm": {"extra": ["constraint=a100"]}}))
-    with pytest.raises(ValueError, match="extra: each entry is one sbatch option"):
+    with pytest.raises(ValueError, match=r"bad\.yaml: slurm\.extra must be one sbatch option starting with '--' per entry, "
+                                         r"got 'constraint=a100'$"):
         load_profile(bad)
 
 
@@ -277,7 +278,8 @@ def test_a_profile_names_its_reduced_grid_and_the_budget_of_every_cell(tmp_path,
     assert grids.cell_parameters(cfg, grid, grid.cell("full")) == {"methods": "fixed_ranker", "steps": 1}
     assert grids.cell_parameters(cfg, grid, grid.cell("k1")) == {"methods": "search_r1,cosearch", "steps": 1}
     for bad, message in [({"run": {"table3": []}}, "non-empty list"), ({"run": {"table3": "full"}}, "non-empty list"),
-                         ({"parameters": [1]}, "parameters: expected a mapping"), ({"cells": {}}, "unknown key")]:
+                         ({"parameters": [1]}, r"grids\.parameters must be a mapping of notebook parameter -> value, got \[1\]$"),
+                         ({"cells": {}}, "unknown key")]:
         profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "small", "grids": bad}))
         with pytest.raises(ConfigError, match=message):
             load_profile(profile)

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 from cosearch_lib.config import TrainConfig
+from cosearch_lib.config.methods import METHODS, ROLES, TRAINING_METHODS, Ranking, method_rows, method_spec
 from cosearch_lib.eval.harness import EVAL_METHODS
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.eval.paper_reference import PAPER_METHOD
-from cosearch_lib.methods import METHODS, ROLES, TRAINING_METHODS, Ranking, method_rows, method_spec
 
 
 def test_every_method_is_evaluated_by_a_harness_method_of_the_paper_row_it_claims():
@@ -34,7 +34,7 @@ def test_a_method_spec_decides_what_trains_and_what_ranks():
 
 
 def test_an_unknown_method_is_a_value_error_that_lists_the_methods():
-    with pytest.raises(ValueError, match="unknown training method 'ppo'; expected one of search_r1, fixed_ranker"):
+    with pytest.raises(ValueError, match="training.method must be one of search_r1, fixed_ranker, cosearch, oracle, got .ppo."):
         method_spec("ppo")
     with pytest.raises(ValueError, match="ppo"):
         TrainConfig(method="ppo")

@@ -224,7 +224,8 @@ def test_profile_notebook_sections_are_validated(tmp_path, monkeypatch):
                        ({"99": {"steps": 5}}, r"notebooks.99: matches 0 notebooks")):
         with pytest.raises(ConfigError, match=match):
             check_profile_notebooks(from_dict(ProfileConfig, {"notebooks": bad}))
-    with pytest.raises(ConfigError, match="notebooks: expected a mapping"):
+    with pytest.raises(ConfigError, match=r"^notebooks must be a mapping of notebook -> \{parameter: value\}, "
+                                          r"got \{'03': 'steps=5'\}$"):
         from_dict(ProfileConfig, {"notebooks": {"03": "steps=5"}})
 
 

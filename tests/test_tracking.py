@@ -129,11 +129,12 @@ def test_a_tracker_that_fails_to_start_is_skipped_with_a_warning(monkeypatch, tm
 
 
 def test_unknown_kinds_are_config_errors():
-    with pytest.raises(ValueError, match=r"unknown tracker kind\(s\) \['mlflow'\]"):
+    with pytest.raises(ConfigError, match=r"unknown tracker kind\(s\) \['mlflow'\]"):
         make_tracker(("mlflow",), "unused", "r", {})
-    with pytest.raises(ValueError, match="TrainConfig.log_to: unknown tracker kind"):
+    with pytest.raises(ConfigError, match=r"^training\.log_to: unknown tracker kind\(s\) \['mlflow'\]; "
+                                          r"expected any of \('tensorboard', 'wandb'\)$"):
         TrainConfig(log_to=("tensorboard", "mlflow"))
-    with pytest.raises(ValueError, match="wandb_project"):
+    with pytest.raises(ConfigError, match="^training\\.wandb_project must be a non-empty string, got ''$"):
         TrainConfig(wandb_project="")
     assert check_kinds("wandb") == ("wandb",) and TrainConfig(log_to="tensorboard").log_to == ("tensorboard",)
     cfg = from_dict(ProfileConfig, {"training": {"log_to": ["tensorboard", "wandb"], "wandb_project": "p"}})

@@ -67,7 +67,7 @@ def test_trained_eval_settings_map_each_method_to_its_harness_method_and_adapter
     shared = trained_eval_settings("cosearch", {"shared": "s"}, warm)
     assert shared["agent_adapter"] == shared["trained_ranker_adapter"] == "s"
     assert trained_eval_settings("oracle", {"agent": "o"}, warm) == {"methods": ("agent_oracle",), "agent_adapter": "o"}
-    with pytest.raises(ValueError, match="unknown training method"):
+    with pytest.raises(ValueError, match="training.method must be one of"):
         trained_eval_settings("ppo", {"agent": "x"}, warm)
     with pytest.raises(ValueError, match="no agent adapter"):
         trained_eval_settings("search_r1", {"ranker": "x"}, warm)

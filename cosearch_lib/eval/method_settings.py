@@ -1,5 +1,5 @@
 """Which evaluation the policies of a training method get: the harness method of its spec
-(``methods.MethodSpec.eval_method``) and the ``HarnessConfig`` adapter fields that load its
+(``config.methods.MethodSpec.eval_method``) and the ``HarnessConfig`` adapter fields that load its
 policies, from the adapters at hand (names loaded in a model, or checkpoint folders).
 
 The trainer's validation and ``experiment.evaluate_before_after`` both evaluate through this, so a
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cosearch_lib.methods import MethodSpec
+from cosearch_lib.config.methods import MethodSpec
 from cosearch_lib.paths import path_text
 
 

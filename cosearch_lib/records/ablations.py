@@ -22,10 +22,10 @@ from pathlib import Path
 import pandas as pd
 
 from cosearch_lib.config import load_profile
+from cosearch_lib.config.methods import TRAINING_METHODS, method_spec
 from cosearch_lib.eval.intervals import method_interval
 from cosearch_lib.eval.paper_reference import paper_table
 from cosearch_lib.eval.tables import AVG_COLUMNS, comparison_table, load_records, summary_table
-from cosearch_lib.methods import TRAINING_METHODS, method_spec
 from cosearch_lib.records.grid import Grid, cell_dir, cell_status, write_cell_profile
 
 #: The evaluation records notebook 03 writes into a run folder.

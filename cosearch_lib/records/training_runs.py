@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from cosearch_lib.config.methods import TRAINING_METHODS
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval, interval_excludes_zero, verdicts
 from cosearch_lib.eval.tables import comparison_table
-from cosearch_lib.methods import TRAINING_METHODS
 from cosearch_lib.models.cross_encoder import is_cross_encoder_folder
 from cosearch_lib.paths import run_dir
 from cosearch_lib.rl.warm_start import warmstart_summary
@@ -36,7 +36,7 @@ def training_root(profile: str) -> Path:
 
 def read_steps(root: str | Path, methods: Sequence[str] | None = None) -> pd.DataFrame:
     """The step records of every method under ``root`` (or the named ones), concatenated in
-    :data:`cosearch_lib.methods.TRAINING_METHODS` order. Raises FileNotFoundError naming what is missing."""
+    :data:`cosearch_lib.config.methods.TRAINING_METHODS` order. Raises FileNotFoundError naming what is missing."""
     root = Path(root)
     wanted = list(methods) if methods is not None else [m for m in TRAINING_METHODS if (root / m / STEPS_FILE).exists()]
     missing = [m for m in wanted if not (root / m / STEPS_FILE).exists()]

@@ -27,7 +27,7 @@ own with ``step = -1`` (only ``step``, ``method`` and the ``val_*`` columns): th
 over steps completed (``step + 1``), then start at 0 from the warm start's point.
 
 What a method ranks with, trains and is evaluated as comes from its spec
-(:func:`cosearch_lib.methods.method_spec`); the step has no per-method branches.
+(:func:`cosearch_lib.config.methods.method_spec`); the step has no per-method branches.
 
 Departures from the paper: LoRA adapters on one shared base instead of two full models (so the
 reference policy of the KL term is the base with adapters disabled); a much smaller rollout batch
@@ -55,11 +55,11 @@ from cosearch_lib.agent.rankers import CrossEncoderPolicyRanker, LLMRanker, Orac
 from cosearch_lib.agent.rollout import RolloutEngine
 from cosearch_lib.atomic_io import replace_dir, write_table
 from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
+from cosearch_lib.config.methods import Ranking, method_spec
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.eval.tables import summary_table
-from cosearch_lib.methods import Ranking, method_spec
 from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.paths import project_relative

@@ -1,7 +1,7 @@
 """The training methods, each a named record: how it ranks, which policies it trains, how its
 policies are evaluated, and what it starts from.
 
-A method is looked up by name (:func:`method_spec`) everywhere: the trainer, the wiring in
+A method is looked up by name (:func:`method_spec`, re-exported by ``cosearch_lib.config``) everywhere: the trainer, the wiring in
 ``experiment``, the report, the notebooks and the benchmarks. Nothing else switches on a
 method's name, so adding a method is one :data:`METHODS` entry (plus, for a new way of ranking,
 one :class:`Ranking` member and the ranker that implements it in ``agent.rankers``).
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+
+from cosearch_lib.config.checks import invalid
 
 #: Roles a policy can play.
 ROLES = ("agent", "ranker")
@@ -84,20 +86,16 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
           "answer-containing candidates are promoted (Eq. 7); only the agent trains"),
 )}
 
-#: The method names, in table order.
+#: The method names, in table order (those registered at import; :func:`method_spec` reads :data:`METHODS` itself).
 TRAINING_METHODS = tuple(METHODS)
 
 
-class UnknownMethodError(ValueError):
-    """A method name that :data:`METHODS` does not hold."""
-
-
 def method_spec(name: str) -> MethodSpec:
-    """The :class:`MethodSpec` called ``name``; :class:`UnknownMethodError` listing the methods otherwise."""
+    """The :class:`MethodSpec` called ``name``; a :class:`ConfigError` naming the methods otherwise."""
     try:
         return METHODS[name]
     except (KeyError, TypeError):
-        raise UnknownMethodError(f"unknown training method {name!r}; expected one of {', '.join(TRAINING_METHODS)}") from None
+        raise invalid("training.method", name, f"one of {', '.join(METHODS)}") from None
 
 
 def method_rows(names: tuple[str, ...] | list[str] = TRAINING_METHODS) -> list[dict[str, str]]:

@@ -1,0 +1,166 @@
+"""How a joint GRPO run trains: the methods and who plays which role, the trainable cross-encoder,
+live tracking, the run's settings (:class:`TrainConfig`) and the supervised warm start before it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import InitVar, dataclass, field
+
+from cosearch_lib.config.checks import _SHARED, _SPEED_ONLY, ConfigError, Fields, invalid
+from cosearch_lib.config.grpo import AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
+from cosearch_lib.config.methods import MethodSpec, method_spec
+from cosearch_lib.config.rules import RuleSet, check_same_rules, rule_set
+
+#: What plays the ranker policy of the methods that rank with one (``Ranking.POLICY``): the
+#: generative LLM ranker (a LoRA adapter) or the trainable cross-encoder.
+RANKER_KINDS = ("llm", "cross_encoder")
+
+
+@dataclass
+class CrossEncoderConfig:
+    """The trainable cross-encoder of ``training.ranker_kind: cross_encoder`` (Table 3's ablation)."""
+
+    model: str = "all-minilm-l6-v2"  # the encoder it starts from (bundled name, local folder or hub id)
+    lr: float = 2e-5  # AdamW learning rate of the encoder, warm start and GRPO
+    head_lr: float = 1e-3  # of the scoring head (it starts at zero; at the encoder's rate it barely moves: measured, docs/LOG.md)
+    max_length: int = 192  # tokens of one (sub-query, passage) pair
+    warm_start_epochs: int = 2  # listwise passes over warmstart.n_ranker gold hops before GRPO (0: none)
+
+    def __post_init__(self) -> None:
+        check = Fields("training.cross_encoder", self)
+        check.numbers("lr", "head_lr", low=0, low_open=True)
+        check.ints("max_length", minimum=8)
+        check.ints("warm_start_epochs", minimum=0)
+
+
+#: Tracker kinds -> the pip package each needs.
+TRACKER_KINDS: dict[str, str] = {"tensorboard": "tensorboard", "wandb": "wandb"}
+
+
+def check_kinds(kinds: Sequence[str] | str) -> tuple[str, ...]:
+    """``kinds`` as a tuple of known tracker kinds (a single string is one kind); ConfigError otherwise."""
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    unknown = [k for k in kinds if k not in TRACKER_KINDS]
+    if unknown:
+        raise ConfigError(f"unknown tracker kind(s) {unknown}; expected any of {tuple(TRACKER_KINDS)}")
+    return tuple(dict.fromkeys(kinds))
+
+
+#: The configs of a run that read the rule set (built with the run's, or checked against it).
+_RULED = {"agent_reward": AgentRewardConfig, "ranker_reward": RankerRewardConfig, "grouping": GroupingConfig}
+
+
+@dataclass
+class TrainConfig:
+    """One training run. The rule set (``rules``, a RuleSet or its name; the profile's top-level
+    ``rules:``) reaches the reward and grouping configs by construction: those left out are built
+    with it, those given must already hold it. ``cfg.rules`` is that rule set afterwards (not a
+    field: the nested configs record it)."""
+
+    method: str = "cosearch"  # a training method of config.methods.METHODS: what ranks, what trains
+    steps: int = 100  # training steps (paper: ~100)
+    questions_per_step: int = 8  # questions rolled out per step (paper: 512)
+    group_size: int = 8  # G: rollouts per question (paper: 8)
+    split: str = "train"  # QA split the questions come from
+    agent_lr: float = 1e-5  # AdamW learning rate of the agent's LoRA (paper, full fine-tuning: 1e-6)
+    ranker_lr: float = 1e-5  # AdamW learning rate of the ranker's LoRA
+    minibatches: int = 1  # optimizer steps per training step, each on a slice of the step's sequences
+    micro_batch: int = 4  # sequences per forward/backward pass (memory, not maths)
+    length_grouped_micro_batches: bool = True  # build micro-batches from sequences of similar length (less padding; same gradient)
+    gradient_checkpointing: bool = False  # recompute activations in the update's backward pass: trades recompute for activation memory; needed for 3B-7B shapes on one GPU
+    shared_prefix_update: bool = field(default=True, metadata=_SPEED_ONLY)  # the prompt prefix a role's sequences share runs once per optimizer step, not once per sequence (same gradient); off under gradient checkpointing
+    max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
+    shared_backbone: bool = False  # ablation: one adapter plays both roles
+    ranker_kind: str = "llm"  # "llm": the generative ranker (paper); "cross_encoder": a trainable cross-encoder (ablation)
+    cross_encoder: CrossEncoderConfig = field(default_factory=CrossEncoderConfig)  # used with ranker_kind cross_encoder
+    eval_every: int = 20  # E: validation (agent F1, ranker Hit@k on held-out sub-queries) every E steps (and after the last); 0 = never
+    validate_at_start: bool = False  # also validate before the first update: a step -1 row of the step records (the starting point of the curves)
+    val_split: str = "dev"  # split of the validation questions
+    val_per_dataset: int = 5  # validation questions per family
+    checkpoint_every: int = 1  # steps between checkpoints (0 = only after the last step)
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)  # loss: clip range, KL weight, aggregation
+    agent_reward: AgentRewardConfig = None  # Eq. 4 (None: built with the rule set)
+    ranker_reward: RankerRewardConfig = None  # Eq. 6 / released variant (None: built with the rule set)
+    grouping: GroupingConfig = None  # Alg. 2 and its ablations (None: built with the rule set)
+    log_to: tuple[str, ...] = ()  # live logging of the step records: "tensorboard" and/or "wandb" (rl/tracking.py)
+    wandb_project: str = "cosearch"  # W&B project of the runs (with "wandb" in log_to)
+    rules: InitVar[RuleSet | str] = field(default="paper", metadata=_SHARED)  # the rule set of the nested reward and grouping configs: the profile's ``rules``
+
+    def __post_init__(self, rules: RuleSet | str) -> None:
+        method_spec(self.method)  # a ConfigError listing the methods
+        rules = rule_set(rules)
+        self.rules = rules  # an attribute, not a field: dataclasses.replace hands it to the copy
+        for name, cls in _RULED.items():
+            if getattr(self, name) is None:
+                setattr(self, name, cls(rules=rules))
+            check_same_rules(f"training.{name}.rules", getattr(self, name).rules, rules, "training")
+        check = Fields("training", self)
+        check.ints("steps", "questions_per_step", "minibatches", "micro_batch", minimum=1)
+        check.ints("group_size", minimum=2, why="GRPO compares samples")
+        if self.grpo.aggregation == "seq-mean-token-sum-norm":
+            raise invalid("training.grpo.aggregation", self.grpo.aggregation, "'token-mean' or 'seq-mean-token-mean' "
+                          "(the trainer splits batches into micro-batches)")
+        check.ints("eval_every", "checkpoint_every", "keep_checkpoints", minimum=0)
+        check.bools("length_grouped_micro_batches", "gradient_checkpointing", "shared_prefix_update", "validate_at_start")
+        try:
+            self.log_to = check_kinds(self.log_to)
+        except ConfigError as err:
+            raise ConfigError(f"training.log_to: {err}") from None
+        check.choice("ranker_kind", RANKER_KINDS)
+        if self.ranker_kind == "cross_encoder" and self.shared_backbone:
+            raise check.fail("shared_backbone", "False with ranker_kind 'cross_encoder' (a shared backbone plays both "
+                             "roles with one LLM adapter)")
+        check.strs("wandb_project")
+
+    @property
+    def spec(self) -> MethodSpec:
+        """The method's record (config.methods): how it ranks, which roles it trains."""
+        return method_spec(self.method)
+
+    @property
+    def ranking(self) -> str:
+        """How the method ranks: "retrieval", "oracle" or "policy" (the ranker policy)."""
+        return self.spec.ranking.value
+
+    def roles(self) -> dict[str, str | None]:
+        """role -> adapter name (None: the role is played by a rule or by the cross-encoder, not a LoRA adapter)."""
+        ranker = "ranker" if self.spec.has_ranker_policy and self.ranker_kind == "llm" else None
+        if self.shared_backbone:
+            return {"agent": "shared", "ranker": "shared" if ranker else None}
+        return {"agent": "agent", "ranker": ranker}
+
+    @property
+    def uses_cross_encoder(self) -> bool:
+        """The method ranks with its ranker policy and that policy is the cross-encoder (no ranker adapter)."""
+        return self.spec.has_ranker_policy and self.ranker_kind == "cross_encoder"
+
+    def trainable(self) -> set[str]:
+        """The adapters GRPO updates: those playing a role the method trains."""
+        roles = self.roles()
+        return {roles[r] for r in self.spec.trains if roles[r]}
+
+
+# --------------------------------------------------------------------------- supervised warm start
+
+
+@dataclass
+class WarmStartConfig:
+    enabled: bool = True  # False: no warm start (GRPO starts from the model as shipped, as the paper's 7B runs do)
+    split: str = "train"  # QA split the gold data comes from
+    n_agent: int = 256  # gold agent trajectories to train on
+    n_ranker: int = 256  # gold rankings to train on
+    epochs: float = 1.0  # passes over each role's gold data
+    learning_rate: float = 2e-4  # AdamW learning rate of the LoRA weights
+    batch_size: int = 4  # sequences per optimizer step (per device)
+    grad_accum: int = 1  # micro-batches accumulated per optimizer step
+    warmup_ratio: float = 0.05  # linear warm-up share of the steps, then linear decay
+    max_length: int = 4096  # sequences are cut to this many tokens (their start is kept)
+    logging_steps: int = 5  # optimizer steps between logged losses
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory for large models, slower (TRL's default is on)
+
+    def __post_init__(self) -> None:
+        check = Fields("warmstart", self)
+        check.ints("n_agent", "n_ranker", minimum=0)
+        check.ints("batch_size", "grad_accum", "max_length", "logging_steps", minimum=1)
+        check.numbers("epochs", "learning_rate", low=0, low_open=True)
