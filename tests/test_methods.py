@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from cosearch_lib.config import TrainConfig
-from cosearch_lib.config.methods import METHODS, ROLES, TRAINING_METHODS, Ranking, method_rows, method_spec
+from cosearch_lib.config.methods import METHODS, ROLES, TRAINING_METHODS, RankedBy, method_rows, method_spec
 from cosearch_lib.eval.harness import EVAL_METHODS
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.eval.paper_reference import PAPER_METHOD
@@ -24,9 +24,9 @@ def test_every_method_is_evaluated_by_a_harness_method_of_the_paper_row_it_claim
 
 
 def test_a_method_spec_decides_what_trains_and_what_ranks():
-    assert method_spec("cosearch").trains_ranker and method_spec("cosearch").ranking is Ranking.POLICY
+    assert method_spec("cosearch").trains_ranker and method_spec("cosearch").ranked_by is RankedBy.POLICY
     assert not method_spec("fixed_ranker").trains_ranker and method_spec("fixed_ranker").has_ranker_policy
-    assert method_spec("oracle").ranking is Ranking.ORACLE and not method_spec("oracle").has_ranker_policy
+    assert method_spec("oracle").ranked_by is RankedBy.ORACLE and not method_spec("oracle").has_ranker_policy
     assert method_spec("search_r1").evaluated_as("cross_encoder") == "agent_retrieval"
     assert method_spec("cosearch").evaluated_as("cross_encoder") == "agent_cross_encoder"
     rows = method_rows(["oracle", "cosearch"])

@@ -45,7 +45,7 @@ from cosearch_lib.config.generation import (
     SamplingConfig,
 )
 from cosearch_lib.config.grpo import AGGREGATIONS, AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
-from cosearch_lib.config.methods import METHODS, TRAINING_METHODS, MethodSpec, Ranking, method_rows, method_spec
+from cosearch_lib.config.methods import METHODS, TRAINING_METHODS, MethodSpec, RankedBy, method_rows, method_spec
 from cosearch_lib.config.profile import (
     EVAL_F1_METRICS,
     EvaluationConfig,
@@ -76,7 +76,7 @@ __all__ = [
     "AGENT_STOPS", "AGGREGATIONS", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN",
     "METHODS", "PAPER_RULES", "RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
     "TRAIN_BACKENDS", "AgentRewardConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",
-    "EvaluationConfig", "Fields", "MethodSpec", "Ranking", "GRPOConfig", "GridsConfig", "GroupingConfig", "LoraSettings", "ModelsConfig",
+    "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LoraSettings", "ModelsConfig",
     "ProfileConfig", "ProtocolConfig", "RankerRewardConfig", "RetrievalConfig", "RolloutConfig", "RuleSet",
     "SamplingConfig", "SearchBudget", "ServerConfig", "SlurmConfig", "TrainConfig", "WarmStartConfig",
     "WorldConfig", "available_profiles", "check_bool", "check_choice", "check_int", "check_kinds", "check_number",

@@ -19,11 +19,11 @@ class ConfigError(ValueError):
 
 
 #: Marks a field that receives the profile's one shared object (from_dict injects it; a YAML section may not set it).
-_SHARED = {"shared": True}
+SHARED = {"shared": True}
 #: Marks the ProfileConfig field that *is* that shared object (its top-level ``search:`` or ``rules:``).
-_SHARES = {"shares": True}
+SHARES = {"shares": True}
 #: Marks a field that changes only how fast results come, not which: left out of cache fingerprints.
-_SPEED_ONLY = {"speed_only": True}
+SPEED_ONLY = {"speed_only": True}
 
 
 def invalid(key: str, value: Any, allowed: str) -> ConfigError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cosearch_lib.config.checks import _SHARED, _SPEED_ONLY, Fields
+from cosearch_lib.config.checks import SHARED, SPEED_ONLY, Fields
 from cosearch_lib.config.retrieval import SearchBudget
 from cosearch_lib.config.rules import PAPER_RULES, RuleSet, rule_set
 
@@ -67,7 +67,7 @@ class ModelsConfig:
     ranker: str = "smollm2-135m-instruct"  # generative ranker policy (the same name shares one loaded base)
     backend: str = "transformers"  # generation backend: "transformers" (CPU/GPU), "vllm" or "unsloth" (GPU)
     batch_size: int = 8  # prompts per forward pass of the transformers backend
-    compile_decode: bool | None = field(default=None, metadata=_SPEED_ONLY)  # transformers backend: compiled decode step on a static cache (None: on a GPU only)
+    compile_decode: bool | None = field(default=None, metadata=SPEED_ONLY)  # transformers backend: compiled decode step on a static cache (None: on a GPU only)
 
     def __post_init__(self) -> None:
         Fields("models", self).choice("backend", BACKEND_KINDS)
@@ -88,7 +88,7 @@ class ProtocolConfig:
     ranker_passage_chars: int = 600  # cap on one candidate in the ranker prompt; CPU budget: the paper shows whole passages
     instructions_in_system: bool = False  # put the instructions in a system message (some templates, e.g. Gemma's, reject one)
     worked_example: bool = True  # show one worked search/answer example in the agent prompt (~150 tokens; a warm-started agent needs none)
-    search: SearchBudget = field(default_factory=SearchBudget, metadata=_SHARED)  # K and the cap stated in the prompts: the profile's ``search``
+    search: SearchBudget = field(default_factory=SearchBudget, metadata=SHARED)  # K and the cap stated in the prompts: the profile's ``search``
 
     def __post_init__(self) -> None:
         check = Fields("protocol", self)
@@ -110,8 +110,8 @@ class RolloutConfig:
     ranker_temperature: float | None = None  # ranker's own temperature; None = same as the agent's
     max_context_tokens: int = 8192  # a trajectory longer than this is cut (finish "max_tokens")
     stop_on_invalid: bool = True  # retire a trajectory at its first protocol violation (else: corrective note, go on)
-    search: SearchBudget = field(default_factory=SearchBudget, metadata=_SHARED)  # N, K and the cap: the profile's ``search``
-    rules: RuleSet = field(default=PAPER_RULES, metadata=_SHARED)  # ranker validity, agent format, pseudo-relevance: the profile's ``rules`` (a RuleSet or its name)
+    search: SearchBudget = field(default_factory=SearchBudget, metadata=SHARED)  # N, K and the cap: the profile's ``search``
+    rules: RuleSet = field(default=PAPER_RULES, metadata=SHARED)  # ranker validity, agent format, pseudo-relevance: the profile's ``rules`` (a RuleSet or its name)
 
     def __post_init__(self) -> None:
         self.rules = rule_set(self.rules)

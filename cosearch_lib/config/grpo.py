@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cosearch_lib.config.checks import _SHARED, Fields, invalid
+from cosearch_lib.config.checks import SHARED, Fields, invalid
 from cosearch_lib.config.rules import PAPER_RULES, RuleSet, rule_set
 
 _VARIANTS = ("paper", "released")
@@ -44,7 +44,7 @@ class _Resolved:
 class AgentRewardConfig(_Resolved):
     alpha: float = 0.2  # format penalty: a trajectory with any protocol violation gets -alpha
     yes_no_rule: bool | None = None  # HotpotQA yes/no rule inside the reward's token F1; None = the rule set's (paper: yes, released: no)
-    rules: RuleSet = field(default=PAPER_RULES, metadata=_SHARED)  # F1 arithmetic: the profile's ``rules`` (a RuleSet or its name)
+    rules: RuleSet = field(default=PAPER_RULES, metadata=SHARED)  # F1 arithmetic: the profile's ``rules`` (a RuleSet or its name)
 
     def __post_init__(self) -> None:
         self.rules = rule_set(self.rules)
@@ -79,7 +79,7 @@ class RankerRewardConfig(_Resolved):
     invalid_ranker_penalty: float = -0.2  # reward of an invalid ranker output, when invalid outputs are penalised
     penalize_invalid_ranker: bool | None = None  # None = variant's rule (paper: no, score the fallback; released: yes)
     agent_format_fail: str | None = None  # format-failed trajectories' calls: "filter" | "penalize"; None = variant's
-    rules: RuleSet = field(default=PAPER_RULES, metadata=_SHARED)  # the profile's ``rules`` (decides ``variant`` when it is None; a RuleSet or its name)
+    rules: RuleSet = field(default=PAPER_RULES, metadata=SHARED)  # the profile's ``rules`` (decides ``variant`` when it is None; a RuleSet or its name)
 
     def __post_init__(self) -> None:
         self.rules = rule_set(self.rules)
@@ -135,7 +135,7 @@ class GroupingConfig(_Resolved):
     k_min: int | None = None  # discard clusters with fewer members than this; None = the rule set's (paper: 3; release drops size <= 3, i.e. 4)
     drop_zero_variance: bool = True  # drop groups whose rewards are all equal (they carry no GRPO gradient)
     dedupe_identical: bool | None = None  # average the rewards of identical calls (same prompt and ranking); None = the rule set's (paper: no, released: yes)
-    rules: RuleSet = field(default=PAPER_RULES, metadata=_SHARED)  # similarity arithmetic, dedupe key, flatness test: the profile's ``rules`` (a RuleSet or its name)
+    rules: RuleSet = field(default=PAPER_RULES, metadata=SHARED)  # similarity arithmetic, dedupe key, flatness test: the profile's ``rules`` (a RuleSet or its name)
 
     def __post_init__(self) -> None:
         self.rules = rule_set(self.rules)

@@ -4,7 +4,7 @@ policies are evaluated, and what it starts from.
 A method is looked up by name (:func:`method_spec`, re-exported by ``cosearch_lib.config``) everywhere: the trainer, the wiring in
 ``experiment``, the report, the notebooks and the benchmarks. Nothing else switches on a
 method's name, so adding a method is one :data:`METHODS` entry (plus, for a new way of ranking,
-one :class:`Ranking` member and the ranker that implements it in ``agent.rankers``).
+one :class:`RankedBy` member and the ranker that implements it in ``agent.rankers``).
 
 =================  ==============  =============  ======================  ==============================
 method             ranking         trains         evaluated as            paper row
@@ -31,7 +31,7 @@ from cosearch_lib.config.checks import invalid
 ROLES = ("agent", "ranker")
 
 
-class Ranking(str, Enum):
+class RankedBy(str, Enum):
     """How a method turns the retriever's N candidates into the K passages the agent reads."""
 
     RETRIEVAL = "retrieval"  # the retriever's own top-K (no ranker)
@@ -44,7 +44,7 @@ class MethodSpec:
     """One training method."""
 
     name: str  # the id profiles, records and run folders use
-    ranking: Ranking  # how the agent's searches are ranked
+    ranked_by: RankedBy  # how the agent's searches are ranked
     trains: tuple[str, ...]  # the roles whose policy GRPO updates (of ROLES)
     eval_method: str  # the evaluation harness method that evaluates its policies (eval.harness.EVAL_METHODS)
     warm_start: tuple[str, ...]  # the roles whose warm-started policy it starts from (a frozen ranker included)
@@ -54,7 +54,7 @@ class MethodSpec:
     @property
     def has_ranker_policy(self) -> bool:
         """Its searches are ranked by the ranker policy (so a ranker adapter or cross-encoder exists)."""
-        return self.ranking is Ranking.POLICY
+        return self.ranked_by is RankedBy.POLICY
 
     @property
     def trains_ranker(self) -> bool:
@@ -68,21 +68,21 @@ class MethodSpec:
         return "agent_cross_encoder" if self.has_ranker_policy and ranker_kind == "cross_encoder" else self.eval_method
 
 
-def _spec(name: str, ranking: Ranking, trains: tuple[str, ...], eval_method: str, paper_name: str,
+def _spec(name: str, ranked_by: RankedBy, trains: tuple[str, ...], eval_method: str, paper_name: str,
           summary: str) -> MethodSpec:
-    warm = ("agent", "ranker") if ranking is Ranking.POLICY else ("agent",)
-    return MethodSpec(name, ranking, trains, eval_method, warm, paper_name, summary)
+    warm = ("agent", "ranker") if ranked_by is RankedBy.POLICY else ("agent",)
+    return MethodSpec(name, ranked_by, trains, eval_method, warm, paper_name, summary)
 
 
 #: Every training method, in the order tables list them.
 METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
-    _spec("search_r1", Ranking.RETRIEVAL, ("agent",), "agent_retrieval", "Retrieval Only",
+    _spec("search_r1", RankedBy.RETRIEVAL, ("agent",), "agent_retrieval", "Retrieval Only",
           "the agent reads the retriever's top-K; only the agent trains"),
-    _spec("fixed_ranker", Ranking.POLICY, ("agent",), "agent_fixed_ranker", "Fixed Ranker",
+    _spec("fixed_ranker", RankedBy.POLICY, ("agent",), "agent_fixed_ranker", "Fixed Ranker",
           "the agent trains; the ranker policy ranks but stays frozen at its start"),
-    _spec("cosearch", Ranking.POLICY, ("agent", "ranker"), "agent_trained_ranker", "CoSearch",
+    _spec("cosearch", RankedBy.POLICY, ("agent", "ranker"), "agent_trained_ranker", "CoSearch",
           "agent and ranker policies train jointly (composite ranker reward, semantic groups)"),
-    _spec("oracle", Ranking.ORACLE, ("agent",), "agent_oracle", "Oracle",
+    _spec("oracle", RankedBy.ORACLE, ("agent",), "agent_oracle", "Oracle",
           "answer-containing candidates are promoted (Eq. 7); only the agent trains"),
 )}
 
@@ -101,5 +101,5 @@ def method_spec(name: str) -> MethodSpec:
 def method_rows(names: tuple[str, ...] | list[str] = TRAINING_METHODS) -> list[dict[str, str]]:
     """One row per named method (for a table): ranking, roles trained, evaluation method, paper row."""
     specs = [method_spec(n) for n in names]
-    return [{"method": s.name, "ranking": s.ranking.value, "trains": ", ".join(s.trains), "evaluated as": s.eval_method,
+    return [{"method": s.name, "ranking": s.ranked_by.value, "trains": ", ".join(s.trains), "evaluated as": s.eval_method,
              "paper": s.paper_name, "what": s.summary} for s in specs]

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from cosearch_lib.config.checks import _SHARES, ConfigError, Fields, check_choice, invalid
+from cosearch_lib.config.checks import SHARES, ConfigError, Fields, check_choice, invalid
 from cosearch_lib.config.generation import LoraSettings, ModelsConfig, ProtocolConfig, RolloutConfig
 from cosearch_lib.config.retrieval import RetrievalConfig, SearchBudget, ServerConfig
 from cosearch_lib.config.rules import RULE_SETS, check_same_rules
@@ -30,7 +30,7 @@ from cosearch_lib.paths import params_dir
 
 
 def _fingerprinted(obj: Any) -> Any:
-    """``dataclasses.asdict`` without the fields marked :data:`_SPEED_ONLY` (the same JSON otherwise)."""
+    """``dataclasses.asdict`` without the fields marked :data:`SPEED_ONLY` (the same JSON otherwise)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _fingerprinted(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                 if not f.metadata.get("speed_only")}
@@ -118,8 +118,8 @@ class ProfileConfig:
 
     profile: str = "demo"  # profile name; executed notebooks land in papermill_runs/<profile>/
     seed: int = 0  # the one seed every random choice derives from
-    rules: str = field(default="paper", metadata=_SHARES)  # rule set: "paper" (the paper's equations, strict protocol) or "released" (the authors' code); docs/METHOD.md
-    search: SearchBudget = field(default_factory=SearchBudget, metadata=_SHARES)  # N, K and the search cap, shared by reference with protocol and rollout
+    rules: str = field(default="paper", metadata=SHARES)  # rule set: "paper" (the paper's equations, strict protocol) or "released" (the authors' code); docs/METHOD.md
+    search: SearchBudget = field(default_factory=SearchBudget, metadata=SHARES)  # N, K and the search cap, shared by reference with protocol and rollout
     world: WorldConfig = field(default_factory=WorldConfig)  # the embedded world (used when data.corpus_path is None)
     data: DataConfig = field(default_factory=DataConfig)  # real corpora / QA files for cluster runs
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)  # encoder and index
@@ -168,7 +168,7 @@ class ProfileConfig:
 
     def fingerprint(self, *sections: str) -> str:
         """A short stable hash of the named sections (all when none), for cache folder names; fields
-        that only change speed (:data:`_SPEED_ONLY`) are left out."""
+        that only change speed (:data:`SPEED_ONLY`) are left out."""
         d = _fingerprinted(self)
         picked = {k: d[k] for k in sections} if sections else d
         return hashlib.sha1(json.dumps(picked, sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -192,9 +192,9 @@ def _default(f: dataclasses.Field) -> Any:
 def from_dict(cls: type, data: dict | None, where: str = "", shared: dict[str, Any] | None = None) -> Any:
     """Build dataclass ``cls`` from a (possibly nested) dict, rejecting unknown keys by name.
 
-    The profile's one search budget and rule set (fields marked ``_SHARES``) are built first; every
+    The profile's one search budget and rule set (fields marked ``SHARES``) are built first; every
     nested dataclass is then constructed with them in its fields (or init-only variables) marked
-    ``_SHARED`` (``shared``: name -> that value), which a YAML section may not set itself."""
+    ``SHARED`` (``shared``: name -> that value), which a YAML section may not set itself."""
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")

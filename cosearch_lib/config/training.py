@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
 
-from cosearch_lib.config.checks import _SHARED, _SPEED_ONLY, ConfigError, Fields, invalid
+from cosearch_lib.config.checks import SHARED, SPEED_ONLY, ConfigError, Fields, invalid
 from cosearch_lib.config.grpo import AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
 from cosearch_lib.config.methods import MethodSpec, method_spec
 from cosearch_lib.config.rules import RuleSet, check_same_rules, rule_set
 
-#: What plays the ranker policy of the methods that rank with one (``Ranking.POLICY``): the
+#: What plays the ranker policy of the methods that rank with one (``RankedBy.POLICY``): the
 #: generative LLM ranker (a LoRA adapter) or the trainable cross-encoder.
 RANKER_KINDS = ("llm", "cross_encoder")
 
@@ -68,7 +68,7 @@ class TrainConfig:
     micro_batch: int = 4  # sequences per forward/backward pass (memory, not maths)
     length_grouped_micro_batches: bool = True  # build micro-batches from sequences of similar length (less padding; same gradient)
     gradient_checkpointing: bool = False  # recompute activations in the update's backward pass: trades recompute for activation memory; needed for 3B-7B shapes on one GPU
-    shared_prefix_update: bool = field(default=True, metadata=_SPEED_ONLY)  # the prompt prefix a role's sequences share runs once per optimizer step, not once per sequence (same gradient); off under gradient checkpointing
+    shared_prefix_update: bool = field(default=True, metadata=SPEED_ONLY)  # the prompt prefix a role's sequences share runs once per optimizer step, not once per sequence (same gradient); off under gradient checkpointing
     max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
     shared_backbone: bool = False  # ablation: one adapter plays both roles
     ranker_kind: str = "llm"  # "llm": the generative ranker (paper); "cross_encoder": a trainable cross-encoder (ablation)
@@ -85,7 +85,7 @@ class TrainConfig:
     grouping: GroupingConfig = None  # Alg. 2 and its ablations (None: built with the rule set)
     log_to: tuple[str, ...] = ()  # live logging of the step records: "tensorboard" and/or "wandb" (rl/tracking.py)
     wandb_project: str = "cosearch"  # W&B project of the runs (with "wandb" in log_to)
-    rules: InitVar[RuleSet | str] = field(default="paper", metadata=_SHARED)  # the rule set of the nested reward and grouping configs: the profile's ``rules``
+    rules: InitVar[RuleSet | str] = field(default="paper", metadata=SHARED)  # the rule set of the nested reward and grouping configs: the profile's ``rules``
 
     def __post_init__(self, rules: RuleSet | str) -> None:
         method_spec(self.method)  # a ConfigError listing the methods
@@ -121,7 +121,7 @@ class TrainConfig:
     @property
     def ranking(self) -> str:
         """How the method ranks: "retrieval", "oracle" or "policy" (the ranker policy)."""
-        return self.spec.ranking.value
+        return self.spec.ranked_by.value
 
     def roles(self) -> dict[str, str | None]:
         """role -> adapter name (None: the role is played by a rule or by the cross-encoder, not a LoRA adapter)."""

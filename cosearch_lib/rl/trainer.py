@@ -55,7 +55,7 @@ from cosearch_lib.agent.rankers import CrossEncoderPolicyRanker, LLMRanker, Orac
 from cosearch_lib.agent.rollout import RolloutEngine
 from cosearch_lib.atomic_io import replace_dir, write_table
 from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
-from cosearch_lib.config.methods import Ranking, method_spec
+from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
@@ -180,9 +180,9 @@ class JointTrainer:
     def _method_ranker(self, sampling: SamplingConfig) -> Ranker:
         """The method's ranking: a rule (retrieval top-K, oracle) or the ranker policy sampling with ``sampling``."""
         rules = self.rollout_cfg.rules
-        if self.spec.ranking is Ranking.RETRIEVAL:
+        if self.spec.ranked_by is RankedBy.RETRIEVAL:
             return RetrievalOnlyRanker()
-        if self.spec.ranking is Ranking.ORACLE:
+        if self.spec.ranked_by is RankedBy.ORACLE:
             return OracleRanker(rules.trivial_golds)
         if self.cross_encoder is not None:
             return CrossEncoderPolicyRanker(self.cross_encoder, temperature=sampling.temperature, seed=self.seed)
