@@ -122,6 +122,17 @@ def test_adapter_switching_imports_no_generation_engine():
     assert not loaded & engines, sorted(loaded & engines)
 
 
+#: The most lines a module of the package may have: a hub is split by stage, not grown.
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_of_the_package_exceeds_the_size_limit():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "cosearch_lib").rglob("*.py")}
+    assert len(sizes) > 60  # the walk found the package
+    too_big = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not too_big, f"split these by stage (limit {MAX_MODULE_LINES} lines): {too_big}"
+
+
 def test_module_names_are_unique_across_the_package():
     stems = [p.stem for p in (ROOT / "cosearch_lib").rglob("*.py") if p.stem != "__init__"]
     dupes = sorted({s for s in stems if stems.count(s) > 1})
