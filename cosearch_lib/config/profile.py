@@ -30,7 +30,7 @@ from cosearch_lib.paths import params_dir
 
 
 def _fingerprinted(obj: Any) -> Any:
-    """``dataclasses.asdict`` without the fields marked :data:`SPEED_ONLY` (the same JSON otherwise)."""
+    """``dataclasses.asdict`` without the fields marked :data:`~cosearch_lib.config.checks.SPEED_ONLY` (the same JSON otherwise)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _fingerprinted(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                 if not f.metadata.get("speed_only")}
@@ -168,7 +168,7 @@ class ProfileConfig:
 
     def fingerprint(self, *sections: str) -> str:
         """A short stable hash of the named sections (all when none), for cache folder names; fields
-        that only change speed (:data:`SPEED_ONLY`) are left out."""
+        that only change speed (:data:`~cosearch_lib.config.checks.SPEED_ONLY`) are left out."""
         d = _fingerprinted(self)
         picked = {k: d[k] for k in sections} if sections else d
         return hashlib.sha1(json.dumps(picked, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -304,7 +304,7 @@ class JointTrainer:
         live = {role: name for role in ("agent", "ranker") if (name := self.policies.adapter(role))}
         if self.cross_encoder is not None:
             live["cross_encoder"] = None  # the live scorer, handed to the harness in its context below
-        ecfg = replace(self.validation, **policy_eval_settings(self.spec, live, ranker_kind=self.cfg.ranker_kind))
+        ecfg = replace(self.validation, **policy_eval_settings(self.spec, live))
         ctx = HarnessContext(agent_backend=self.backend, chat=self.chat, retriever=self.retriever, protocol=self.protocol,
                              cross_encoder=self.val_ranker if self.cross_encoder is not None else None)
         return evaluate(ecfg.methods[0], self.val_questions, ctx, ecfg, progress=False)
