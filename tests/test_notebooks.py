@@ -68,7 +68,10 @@ def test_02_oracle_gap_study_runs_on_ci_profile(isolated_outputs):
 def test_03_joint_grpo_training_runs_on_ci_profile(isolated_outputs):
     import pandas as pd
 
+    from cosearch_lib.config import load_profile
     from cosearch_lib.eval.tables import load_records
+    from cosearch_lib.experiment import warmstart_dir
+    from cosearch_lib.models.lora_policies import adapter_change, lora_b_max_abs
     from cosearch_lib.run_schema import STEP_GLOSSARY, describe_step_metric
 
     nb_path = next(p for p in list_notebooks() if p.name.startswith("03_"))
@@ -77,7 +80,7 @@ def test_03_joint_grpo_training_runs_on_ci_profile(isolated_outputs):
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     runs, figs = isolated_outputs / "runs" / "ci", isolated_outputs / "figures" / "ci"
     steps = pd.read_csv(runs / "training" / "cosearch" / "steps.csv")
-    assert steps["step"].tolist() == [0, 1] and (steps["n_trajectories"] == 4).all()  # 2 questions x G=2
+    assert steps["step"].tolist() == [0, 1] and (steps["n_trajectories"] == 4).all()  # 1 question x G=4
     assert steps["agent_reward"].between(-0.2, 1).all()  # Eq. 4: -alpha for a broken protocol, else F1
     searched = steps["n_ranker_calls"] > 0  # hit@5 exists exactly when the agent searched
     assert steps.loc[searched, "hit@5"].between(0, 1).all() and steps.loc[~searched, "hit@5"].isna().all()
@@ -86,6 +89,13 @@ def test_03_joint_grpo_training_runs_on_ci_profile(isolated_outputs):
     ckpts = sorted((runs / "training" / "cosearch" / "checkpoints").iterdir())
     assert [c.name for c in ckpts] == ["step_000002"]  # keep_checkpoints=1
     assert {p.name for p in (ckpts[0] / "adapters").iterdir()} == {"agent", "ranker"}
+    # ci trains for real: the warm start moved both adapters off the base model (lora_B != 0), both
+    # roles had non-zero advantages in some step, and GRPO moved both adapters off the warm start
+    assert (steps["agent_n_forwarded"] > 0).any() and (steps["ranker_n_forwarded"] > 0).any(), steps.to_string()
+    warm = warmstart_dir(load_profile("ci"))
+    for adapter in ("agent", "ranker"):
+        assert lora_b_max_abs(warm / adapter) > 0, adapter
+        assert adapter_change(warm / adapter, ckpts[0] / "adapters" / adapter)["changed"] > 0, adapter
     for name in ("warmstart_loss", "training_curves", "ranker_dynamics_cosearch"):
         assert (figs / f"{name}.png").stat().st_size > 10_000
     records = load_records(runs / "03_eval_records.parquet")

@@ -15,7 +15,7 @@ import torch
 import cosearch_lib.rl.trainer as trainer_mod
 from cosearch_lib.config import GRPOConfig, TrainConfig
 from cosearch_lib.models.generation.teacher_forced import reference_logprobs
-from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, lora_model
+from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
 from cosearch_lib.rl.policy_update import (
     PolicySequence,
     UpdateJob,
@@ -400,7 +400,10 @@ def _comparable(records):
 
 def test_resume_after_kill_gives_the_records_of_an_uninterrupted_run(tok, tmp_path):
     full = trainer(tok, tiny_model(tok), tmp_path / "full", steps=3)
+    start = {a: snapshot(full.policies.model, a) for a in ("agent", "ranker")}
     full.run()
+    for adapter in ("agent", "ranker"):  # an exact resume of a model that never moved would prove nothing
+        assert changed(start[adapter], full.policies.model)
     killed = trainer(tok, tiny_model(tok), tmp_path / "killed", steps=3)
     killed.run(steps=2)  # checkpoints after each step, then "dies"
     (tmp_path / "killed" / "checkpoints" / "step_000003.tmp").mkdir()  # a half-written checkpoint is ignored
@@ -417,7 +420,10 @@ def test_resume_after_kill_gives_the_records_of_an_uninterrupted_run(tok, tmp_pa
         assert all(torch.equal(a[n], b[n]) for n in a)
     kept = sorted(p.name for p in (tmp_path / "killed" / "checkpoints").glob("step_*") if not p.name.endswith(".tmp"))
     assert kept == ["step_000002", "step_000003"]  # keep_checkpoints=2
-    assert (tmp_path / "killed" / "checkpoints" / "step_000003" / "adapters" / "ranker" / "adapter_config.json").exists()
+    ckpts = tmp_path / "killed" / "checkpoints"
+    for adapter in ("agent", "ranker"):  # the saved adapters moved between the checkpoints too
+        moved = adapter_change(ckpts / "step_000002" / "adapters" / adapter, ckpts / "step_000003" / "adapters" / adapter)
+        assert moved["changed"] > 0 and moved["max_abs_delta"] > 0 and moved["lora_B_max_abs"] > 0
     with pytest.raises(ValueError, match="method"):
         trainer(tok, tiny_model(tok), tmp_path / "killed", method="oracle").load_checkpoint()
 

@@ -40,7 +40,11 @@ def _adapters(t):
 @pytest.fixture(scope="module")
 def uninterrupted(tok, tmp_path_factory):
     t = trainer(tok, tiny_model(tok), tmp_path_factory.mktemp("full"), steps=STEPS)
+    start = _adapters(t)
     t.run()
+    end = _adapters(t)  # every comparison below is with a run whose weights moved, in both adapters
+    for adapter in ("agent", "ranker"):
+        assert any(not torch.equal(start[n], end[n]) for n in start if f".{adapter}." in n)
     return t
 
 
@@ -131,11 +135,16 @@ def test_sigusr1_to_a_running_cosearch_run_on_ci_checkpoints_exits_75_and_resume
     exits 75; the same command with resume=true continues to the records of an unstopped run."""
     import time
 
+    import yaml
+
     from cosearch_lib.records.compare import compare_tables
+
+    profile = tmp_path / "ci_no_validation.yaml"  # ci's world, warm start and steps; no validation passes (time)
+    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "ci", "training": {"eval_every": 0}}))
 
     def cosearch(runs: Path, *params: str) -> subprocess.Popen:
         env = {**os.environ, "COSEARCH_RUNS": str(runs), "COSEARCH_FIGURES": str(tmp_path / "figures")}
-        args = [sys.executable, "-m", "cosearch_lib.cli", "run", "--profile", "ci", "--notebooks", "03", "--quiet",
+        args = [sys.executable, "-m", "cosearch_lib.cli", "run", "--profile", str(profile), "--notebooks", "03", "--quiet",
                 "-p", "steps=3", "-p", "evaluate_policies=false", *[x for p in params for x in ("-p", p)]]
         return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -162,3 +171,15 @@ def test_sigusr1_to_a_running_cosearch_run_on_ci_checkpoints_exits_75_and_resume
     steps = table.set_index("table").loc["training/cosearch/steps.csv"]
     assert steps["status"] == "identical" and steps["rows"] == 3
     assert (table["status"] == "identical").all(), table.to_string()
+    # the records match for a model that trained: both adapters moved from the warm start, and the
+    # resumed run ends on the uninterrupted run's weights, bit for bit
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.experiment import warmstart_dir
+    from cosearch_lib.models.lora_policies import adapter_change
+
+    warm = warmstart_dir(load_profile("ci"))
+    last = Path("training", "cosearch", "checkpoints", "step_000003", "adapters")
+    for adapter in ("agent", "ranker"):
+        trained = tmp_path / "full" / "ci" / last / adapter
+        assert adapter_change(warm / adapter, trained)["changed"] > 0, adapter
+        assert adapter_change(trained, tmp_path / "stopped" / "ci" / last / adapter)["changed"] == 0, adapter

@@ -4,6 +4,7 @@ the strict protocol; skipped cases are counted; SFT trains a LoRA adapter on the
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,14 @@ from cosearch_lib.agent.prompts import agent_messages
 from cosearch_lib.config import ProtocolConfig, SearchBudget, WarmStartConfig
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import QAExample
-from cosearch_lib.rl.warm_start import build_gold_data, gold_agent_example, gold_ranker_examples, ranking_text, train_sft
+from cosearch_lib.rl.warm_start import (
+    build_gold_data,
+    gold_agent_example,
+    gold_ranker_examples,
+    ranking_text,
+    sft_schedule,
+    train_sft,
+)
 
 from tests.doubles import FixedRetriever
 
@@ -104,7 +112,7 @@ def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path, c
     cfg = WarmStartConfig(batch_size=2, epochs=2, learning_rate=1e-2, logging_steps=1)
     summary = train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "agent",
                         progress=False)
-    assert summary["steps"] == 4 and len(summary["losses"]) == 4
+    assert summary["steps"] == 4 == sft_schedule(4, cfg)["steps"] and len(summary["losses"]) == 4
     printed = capsys.readouterr()
     assert "'loss'" not in printed.out + printed.err  # no dict printed per logged step
     assert summary["losses"][-1]["loss"] < summary["losses"][0]["loss"]  # it learns the (repeated) gold sequence
@@ -139,3 +147,23 @@ def test_policy_adapters_resolve_base_warm_start_and_an_agent_folder(tmp_path, m
         warmstart.policy_adapters("cfg", None, "base", agent_adapter=tmp_path / "missing")
     with pytest.raises(ValueError, match="unknown policy source"):
         warmstart.policy_adapters("cfg", None, "sft")
+
+
+def test_a_warm_start_whose_only_step_runs_at_warm_up_lr_0_is_refused_and_one_without_warm_up_moves(chat, tok, tmp_path):
+    """Four sequences in one accumulated batch make one optimizer step; a linear warm-up runs it at
+    learning rate 0, so lora_B would stay exactly 0 (what the ci profile once did)."""
+    from cosearch_lib.config import ConfigError, LoraSettings
+    from cosearch_lib.models.lora_policies import lora_b_max_abs
+
+    from tests.doubles import tiny_model
+
+    data, _ = build_gold_data([two_hop(f"q{i}") for i in range(4)], FixedRetriever(CORPUS), chat, PROTOCOL,
+                              topn=5, n_agent=4, n_ranker=0)
+    cfg = WarmStartConfig(batch_size=1, grad_accum=4, learning_rate=1e-2, warmup_ratio=0.05)
+    assert sft_schedule(4, cfg) == {"steps": 1, "warmup_steps": 1, "effective_steps": 0}
+    with pytest.raises(ConfigError, match=r"warmup_ratio=0.05 runs the first step at learning rate 0.*warmup_ratio: 0"):
+        train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "refused", progress=False)
+    assert not (tmp_path / "refused").exists() and not (tmp_path / "refused.tmp").exists()
+    cfg = replace(cfg, warmup_ratio=0.0)
+    summary = train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "agent", progress=False)
+    assert summary["steps"] == 1 and lora_b_max_abs(tmp_path / "agent") > 0
