@@ -69,7 +69,7 @@ def test_each_cell_is_a_profile_extending_the_base_with_its_own_run_folder(tmp_p
     assert path == runs / "ci" / "table3" / "k1" / "profile.yaml"
     cfg = load_profile(path)
     base = load_profile("ci")
-    assert cfg.profile == "ci/table3/k1" and cfg.search.topk == 1 and base.search.topk == 5
+    assert cfg.profile == "ci/table3/k1" and cfg.search.topk == 1 and base.search.topk == 3
     assert cfg.world == base.world and cfg.training.steps == base.training.steps  # everything else from the base
     assert not load_profile(write_cell_profile("ci", grid, grid.cell("no-r-main"))).training.ranker_reward.use_main
     bad = Grid("g", ("03",), (GridCell("typo", {"training": {"stepz": 3}}),))

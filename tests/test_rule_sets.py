@@ -52,7 +52,7 @@ def test_the_two_sets_differ_in_every_option_and_a_bad_value_is_refused():
 
 
 def test_one_profile_switch_reaches_every_stage_and_explicit_settings_still_win():
-    paper, released = load_profile("ci"), load_profile("ci", rules="released")
+    paper, released = load_profile("paper"), load_profile("paper", rules="released")  # no reward or grouping overrides
     assert paper.rules == "paper" and released.rules == "released"
     for cfg, rules in ((paper, PAPER), (released, RELEASED)):
         t = cfg.training
@@ -65,6 +65,8 @@ def test_one_profile_switch_reaches_every_stage_and_explicit_settings_still_win(
     t = paper.training
     assert t.ranker_reward.form == "paper" and t.grouping.min_size == 3 and not t.grouping.dedupe
     assert load_profile("demo", rules="released").training.grouping.min_size == 2  # demo.yaml sets k_min: 2 itself
+    ci = load_profile("ci").training  # ci.yaml sets its plumbing rules itself: they hold under the paper set
+    assert ci.ranker_reward.invalid_penalized and ci.ranker_reward.format_fail_policy == "penalize" and ci.grouping.min_size == 2
     with pytest.raises(ConfigError, match="rules must be one of"):
         load_profile("ci", rules="verl")
     # configs built by hand (no profile) follow the paper set unless told otherwise

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+from safetensors.torch import load_file
 
 from cosearch_lib.config import TRAIN_BACKENDS, LoraSettings
 from cosearch_lib.models.generation.vllm_backend import GPU_EXTRA_HINT, VLLMBackend, resolved_model_path
@@ -141,8 +142,6 @@ class PolicySet:
 
 def adapter_weights(folder: str | Path) -> dict[str, torch.Tensor]:
     """The LoRA tensors of an adapter folder in peft's format (``adapter_model.safetensors``)."""
-    from safetensors.torch import load_file
-
     path = Path(folder) / ADAPTER_WEIGHTS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no adapter weights at {path}: expected a folder written by peft's save_pretrained")
