@@ -37,7 +37,7 @@ from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import relevance_lists, warm_start_cross_encoder
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
-from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, check_sft_schedule, train_sft
+from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, train_sft
 from cosearch_lib.run_schema import clear_run, latest_checkpoint
 
 
@@ -134,8 +134,6 @@ def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Se
         if retriever is None:
             raise ValueError(f"the warm start of {cfg.profile!r} must train {todo} and needs a retriever")
         ws = cfg.warmstart
-        for role in todo:  # before any data or model is built: a schedule that cannot train is refused
-            check_sft_schedule(ws.n_agent if role == "agent" else ws.n_ranker, ws, role)
         qa_path = corpus_paths(cfg).qa.get(ws.split)
         if qa_path is None:
             raise ValueError(f"profile {cfg.profile!r} has no {ws.split!r} split for the warm start")

@@ -18,7 +18,6 @@ from cosearch_lib.rl.warm_start import (
     gold_agent_example,
     gold_ranker_examples,
     ranking_text,
-    sft_schedule,
     train_sft,
 )
 
@@ -112,7 +111,7 @@ def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path, c
     cfg = WarmStartConfig(batch_size=2, epochs=2, learning_rate=1e-2, logging_steps=1)
     summary = train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "agent",
                         progress=False)
-    assert summary["steps"] == 4 == sft_schedule(4, cfg)["steps"] and len(summary["losses"]) == 4
+    assert summary["steps"] == 4 == cfg.schedule(4)["steps"] and len(summary["losses"]) == 4
     printed = capsys.readouterr()
     assert "'loss'" not in printed.out + printed.err  # no dict printed per logged step
     assert summary["losses"][-1]["loss"] < summary["losses"][0]["loss"]  # it learns the (repeated) gold sequence
@@ -159,8 +158,11 @@ def test_a_warm_start_whose_only_step_runs_at_warm_up_lr_0_is_refused_and_one_wi
 
     data, _ = build_gold_data([two_hop(f"q{i}") for i in range(4)], FixedRetriever(CORPUS), chat, PROTOCOL,
                               topn=5, n_agent=4, n_ranker=0)
-    cfg = WarmStartConfig(batch_size=1, grad_accum=4, learning_rate=1e-2, warmup_ratio=0.05)
-    assert sft_schedule(4, cfg) == {"steps": 1, "warmup_steps": 1, "effective_steps": 0}
+    with pytest.raises(ConfigError, match=r"the agent warm start has 4 sequences, 1 optimizer step"):
+        WarmStartConfig(n_agent=4, batch_size=1, grad_accum=4, warmup_ratio=0.05)  # refused as the profile is read
+    WarmStartConfig(n_agent=4, batch_size=1, grad_accum=4, warmup_ratio=0.05, enabled=False)  # no warm start: nothing to refuse
+    cfg = WarmStartConfig(batch_size=1, grad_accum=4, learning_rate=1e-2, warmup_ratio=0.05)  # 256 sequences: 64 steps
+    assert cfg.schedule(4) == {"steps": 1, "warmup_steps": 1, "effective_steps": 0}  # but only 4 rows were built
     with pytest.raises(ConfigError, match=r"warmup_ratio=0.05 runs the first step at learning rate 0.*warmup_ratio: 0"):
         train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "refused", progress=False)
     assert not (tmp_path / "refused").exists() and not (tmp_path / "refused.tmp").exists()

@@ -3,6 +3,7 @@ live tracking, the run's settings (:class:`TrainConfig`) and the supervised warm
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
 
@@ -164,3 +165,26 @@ class WarmStartConfig:
         check.ints("n_agent", "n_ranker", minimum=0)
         check.ints("batch_size", "grad_accum", "max_length", "logging_steps", minimum=1)
         check.numbers("epochs", "learning_rate", low=0, low_open=True)
+        if self.enabled:  # a schedule that cannot move an adapter is refused when the profile is read
+            self.check_schedule(self.n_agent, "agent")
+            self.check_schedule(self.n_ranker, "ranker")
+
+    def schedule(self, n_rows: int) -> dict[str, int]:
+        """The optimizer steps the warm start takes on ``n_rows`` sequences (as the Trainer counts
+        them: batches per epoch, a last partial accumulation counted, times ``epochs``, rounded up),
+        the warm-up steps of ``warmup_ratio``, and how many steps train at a learning rate above zero
+        (a linear warm-up's first step runs at 0)."""
+        batches = math.ceil(n_rows / self.batch_size)
+        total = math.ceil(max(math.ceil(batches / self.grad_accum), 1) * self.epochs)
+        warmup = math.ceil(self.warmup_ratio * total) if self.warmup_ratio < 1 else int(self.warmup_ratio)
+        return {"steps": total, "warmup_steps": warmup, "effective_steps": total - (1 if warmup > 0 else 0)}
+
+    def check_schedule(self, n_rows: int, role: str) -> None:
+        """Refuse a warm start of ``n_rows`` sequences whose every optimizer step runs at learning rate 0."""
+        plan = self.schedule(n_rows)
+        if n_rows and plan["effective_steps"] < 1:
+            raise ConfigError(
+                f"warmstart: the {role} warm start has {n_rows} sequences, {plan['steps']} optimizer step(s) "
+                f"(batch_size={self.batch_size}, grad_accum={self.grad_accum}, epochs={self.epochs}), and "
+                f"warmup_ratio={self.warmup_ratio} runs the first step at learning rate 0: the adapter would stay "
+                "at its initial value (lora_B = 0); set warmstart.warmup_ratio: 0 or train on more sequences")

@@ -28,7 +28,6 @@ example: its reasoning could not cite a passage.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
 from collections import Counter
@@ -46,7 +45,7 @@ from trl.trainer import utils as trl_utils
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.prompts import agent_messages, format_observation, ranker_messages
 from cosearch_lib.agent.rankers import oracle_order
-from cosearch_lib.config import ConfigError, ProtocolConfig, WarmStartConfig
+from cosearch_lib.config import ProtocolConfig, WarmStartConfig
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.metrics import has_answer, is_trivial_answer
 from cosearch_lib.models.lora_policies import peft_lora_config
@@ -314,28 +313,6 @@ def quiet_trainer(trainer: Any, progress: str | None) -> None:
         trainer.add_callback(LossBar(progress))
 
 
-def sft_schedule(n_rows: int, cfg: WarmStartConfig) -> dict[str, int]:
-    """The optimizer steps :func:`train_sft` takes on ``n_rows`` sequences (as the Trainer counts
-    them: batches per epoch, a last partial accumulation counted, times ``epochs``, rounded up), the
-    warm-up steps of ``warmup_ratio``, and how many steps train at a learning rate above zero (the
-    linear warm-up's first step runs at 0)."""
-    batches = math.ceil(n_rows / cfg.batch_size)
-    total = math.ceil(max(math.ceil(batches / cfg.grad_accum), 1) * cfg.epochs)
-    warmup = math.ceil(cfg.warmup_ratio * total) if cfg.warmup_ratio < 1 else int(cfg.warmup_ratio)
-    return {"steps": total, "warmup_steps": warmup, "effective_steps": total - (1 if warmup > 0 else 0)}
-
-
-def check_sft_schedule(n_rows: int, cfg: WarmStartConfig, role: str) -> None:
-    """Refuse a warm start that could not move its adapter: every optimizer step at learning rate 0."""
-    plan = sft_schedule(n_rows, cfg)
-    if n_rows and plan["effective_steps"] < 1:
-        raise ConfigError(
-            f"warmstart: the {role} warm start has {n_rows} sequences, {plan['steps']} optimizer step(s) "
-            f"(batch_size={cfg.batch_size}, grad_accum={cfg.grad_accum}, epochs={cfg.epochs}), and "
-            f"warmup_ratio={cfg.warmup_ratio} runs the first step at learning rate 0: the adapter would stay "
-            "at its initial value (lora_B = 0); set warmstart.warmup_ratio: 0 or train on more sequences")
-
-
 def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: WarmStartConfig, lora: Any,
               out_dir: str | Path, *, seed: int = 0, progress: bool = True) -> dict:
     """Train a fresh LoRA adapter on ``rows`` with TRL's SFTTrainer and save it to ``out_dir``
@@ -344,7 +321,7 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
     ``lora`` is a :class:`config.LoraSettings`. Returns the training summary (loss per logged
     step, wall time, token counts), also written as ``out_dir/warmstart.json``."""
 
-    check_sft_schedule(len(rows), cfg, rows[0].role if rows else "")
+    cfg.check_schedule(len(rows), rows[0].role if rows else "")  # the rows actually built (<= n_agent / n_ranker)
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
