@@ -20,8 +20,9 @@ from typing import Any
 import pandas as pd
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import CrossEncoderConfig, ProfileConfig, load_profile
-from cosearch_lib.config.methods import method_spec
+from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
@@ -36,6 +37,8 @@ from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_corpus, prepa
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import relevance_lists, warm_start_cross_encoder
+from cosearch_lib.rl.ranker_validation import gold_sub_queries
+from cosearch_lib.rl.relevance_training import RelevanceInputs, RelevanceTrainer
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, train_sft
 from cosearch_lib.run_schema import clear_run, latest_checkpoint
@@ -142,13 +145,81 @@ def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Se
         data, stats = build_gold_data(load_qa(qa_path), retriever, chats["agent"], cfg.protocol,
                                       topn=cfg.search.topn, n_agent=ws.n_agent if "agent" in todo else 0,
                                       n_ranker=ws.n_ranker if "ranker" in todo else 0, seed=cfg.seed,
-                                      ranker_chat=chats["ranker"])
+                                      balance_hops=ws.balance_hops, ranker_chat=chats["ranker"])
         root.mkdir(parents=True, exist_ok=True)
         (root / "gold_data.json").write_text(json.dumps(stats.to_dict(), indent=2))
         for role in todo:
             model, tokenizer = load_causal_lm(names[role])
             train_sft(model, tokenizer, data[role], ws, cfg.lora, root / role, seed=cfg.seed, progress=progress)
     return {role: root / role for role in roles}
+
+
+#: Bump when the relevance training's recipe changes, so cached Fixed Rankers are not reused.
+RELEVANCE_VERSION = 1
+#: The training methods whose frozen ranker is the relevance-trained one (when ``relevance.enabled``).
+FIXED_RANKER_METHODS = ("fixed_ranker",)
+
+
+def relevance_dir(cfg: ProfileConfig) -> Path:
+    """Where the profile's relevance-trained ranker (the Fixed Ranker) and its run are cached: a hash of
+    the warm start's key, the ``relevance`` section and the ranker's generation settings."""
+    ro = cfg.rollout
+    shaping = {"warmstart": warmstart_dir(cfg).name, "relevance": cfg.fingerprint("relevance"),
+               "ranker": [ro.ranker_max_new_tokens, ro.top_p, ro.rules.ranker_output]}
+    key = hashlib.sha1(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir() / "relevance" / f"v{RELEVANCE_VERSION}-{key}"
+
+
+def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, force: bool = False,
+                     progress: bool = True) -> Path | None:
+    """The profile's relevance-trained ranker adapter (``rl.relevance_training``), or None when
+    ``relevance.enabled`` is false. Trained on first use from the warm-started ranker, then loaded
+    from :func:`relevance_dir`; an interrupted training resumes from its newest checkpoint there
+    (``run/``, which also keeps its records). ``retriever`` may be None when it is cached."""
+    rc = cfg.relevance
+    if not rc.enabled:
+        return None
+    root = relevance_dir(cfg)
+    final = root / "ranker"
+    if (final / "adapter_config.json").exists() and not force:
+        return final
+    if retriever is None:
+        raise ValueError(f"the relevance training of {cfg.profile!r} must run and needs a retriever")
+    start = warm_start(cfg, retriever, roles=("ranker",), progress=progress).get("ranker")
+    ro = cfg.rollout
+    model, tokenizer, backend = load_policy_model(cfg.models.ranker, {"ranker": start}, cfg.lora, backend=cfg.models.backend,
+                                                  seed=cfg.seed, max_seq_length=ro.max_context_tokens + ro.ranker_max_new_tokens)
+    policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": rc.lr})
+    qa = corpus_paths(cfg).qa
+    for split in {rc.split, rc.val_split}:
+        if split not in qa:
+            raise ValueError(f"profile {cfg.profile!r} has no {split!r} split for the relevance training; have {sorted(qa)}")
+    val = select_examples(load_qa(qa[rc.val_split]), rc.val_per_dataset) if rc.val_per_dataset else []
+    inputs = RelevanceInputs(policies, tokenizer, retriever, gold_sub_queries(load_qa(qa[rc.split])), gold_sub_queries(val),
+                             ro, cfg.protocol, backend=backend, generation_options=cfg.models.transformers_options(),
+                             max_grad_norm=cfg.training.max_grad_norm)
+    trainer = RelevanceTrainer(rc, inputs, out_dir=root / "run", seed=cfg.seed, progress=progress)
+    if force:
+        clear_run(root / "run")
+    elif trainer.resume():
+        print(f"[relevance] resumed at step {trainer.step} of {rc.steps} from {project_relative(root / 'run')}", flush=True)
+    trainer.run()
+    trainer.save_ranker(root)
+    write_json({"pool": trainer.pool_stats, "steps": trainer.step, "start": path_text(start), "seed": cfg.seed,
+                "config": dataclasses.asdict(rc)}, root / "relevance.json")
+    return final
+
+
+def method_starts(cfg: ProfileConfig, retriever: SearchBackend | None, method: str, *, progress: bool = True) -> dict[str, Path]:
+    """Where a training method's policies start: :func:`policy_starts`, with the ranker replaced by the
+    relevance-trained one (:func:`relevance_ranker`) for the Fixed Ranker, and for CoSearch when
+    ``relevance.cosearch_start`` is ``"relevance"`` (docs/METHOD.md: the release starts CoSearch's
+    ranker from the model as shipped, ours from its warm start)."""
+    starts = policy_starts(cfg, retriever, progress=progress)
+    takes_relevance = method in FIXED_RANKER_METHODS or (method == "cosearch" and cfg.relevance.cosearch_start == "relevance")
+    if cfg.relevance.enabled and takes_relevance and method_spec(method).ranked_by is RankedBy.POLICY:
+        starts["ranker"] = relevance_ranker(cfg, retriever, progress=progress)
+    return starts
 
 
 def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, settings: CrossEncoderConfig | None = None, *,
@@ -194,15 +265,15 @@ POLICY_SOURCES = ("base", "warmstart")
 def policy_adapters(cfg: ProfileConfig, retriever: SearchBackend, source: str, *, agent_adapter: str | Path | None = None,
                     progress: bool = True) -> dict[str, str | None]:
     """HarnessConfig adapter fields for a policy source: ``"base"`` (the models as shipped, no adapters)
-    or ``"warmstart"`` (the profile's warm-started agent and, as the paper's Fixed Ranker, its
-    warm-started ranker; trained on first use, then cached). ``agent_adapter`` (a folder) replaces
-    the agent whatever the source."""
+    or ``"warmstart"`` (the profile's warm-started agent and the paper's Fixed Ranker: the
+    relevance-trained ranker with ``relevance.enabled``, else the warm-started one; trained on first
+    use, then cached). ``agent_adapter`` (a folder) replaces the agent whatever the source."""
     if source not in POLICY_SOURCES:
         raise ValueError(f"unknown policy source {source!r}; expected one of {POLICY_SOURCES}")
     fields: dict[str, str | None] = {"agent_adapter": None, "fixed_ranker_adapter": None}
 
     if source == "warmstart":  # a profile without a warm start gets the base models
-        warm = warm_start(cfg, retriever, progress=progress)
+        warm = method_starts(cfg, retriever, "fixed_ranker", progress=progress)
         fields = {"agent_adapter": path_text(warm.get("agent")), "fixed_ranker_adapter": path_text(warm.get("ranker"))}
     if agent_adapter:
         if not Path(agent_adapter).is_dir():

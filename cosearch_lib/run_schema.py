@@ -96,6 +96,29 @@ STEP_GLOSSARY: dict[str, str] = {
 }
 
 
+#: Every column of a relevance-training run's ``steps.csv`` (``rl.relevance_training``: the Fixed
+#: Ranker's ranker-only GRPO). Its ``validation.csv`` has the VALIDATION_GLOSSARY columns, method ``relevance``.
+RELEVANCE_STEP_GLOSSARY: dict[str, str] = {
+    "step": "0-based step; -1: the greedy validation before the first update (only step and the val_* columns)",
+    "n_prompts": "sub-queries ranked this step (each one GRPO group)",
+    "n_samples": "sampled rankings (prompts x G)",
+    "reward": "mean reward of the sampled rankings: r_rel of the K passages shown, the invalid penalty for a broken output",
+    **{f"hit@{k}": f"mean Hit@{k} of the K passages the sampled rankings show (the retriever's top-K for an invalid output)"
+       for k in RANKER_VALIDATION_KS},
+    "valid_rate": "share of sampled rankings that followed the protocol",
+    "groups_with_signal": "groups whose G rewards are not all equal (the others get zero advantage: no gradient)",
+    "output_tokens": "mean generated tokens per ranking",
+    "ranker_<stat>": "the update's GRPO statistics (as <role>_<stat> of the joint step records)",
+    "grad_norm": "ranker adapter gradient norm before clipping",
+    "rollout_s": "seconds sampling the rankings", "reward_s": "seconds of the rewards and advantages",
+    "update_s": "seconds of the GRPO update", "validate_s": "seconds of the validation after the step",
+    "step_s": "seconds of rollout, reward and update",
+    **{f"val_ranker_hit@{k}": f"greedy Hit@{k} on the held-out sub-queries (every eval_every steps, after the last, "
+                              f"and at step -1)" for k in RANKER_VALIDATION_KS},
+    "val_ranker_valid_rate": "share of the greedy held-out rankings that followed the protocol",
+}
+
+
 #: Columns of ``validation.csv``: one row per validation item (a validation question or a held-out
 #: sub-query) and validation; what notebook 03's paired intervals on the validation curves resample.
 VALIDATION_GLOSSARY: dict[str, str] = {

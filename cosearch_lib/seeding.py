@@ -35,3 +35,19 @@ def derive_seed(*parts: object) -> int:
 def rng(*parts: object) -> np.random.Generator:
     """A NumPy generator seeded from ``derive_seed(*parts)``."""
     return np.random.default_rng(derive_seed(*parts))
+
+
+def step_order(n: int, step: int, per_step: int, seed: int, stream: str = "train-order") -> list[int]:
+    """Indices of the items of training ``step``: consecutive slices of seeded permutations of
+    range(n), one permutation per epoch, so a step's items depend only on (seed, stream, step).
+    ``stream`` names the sequence ("train-order": the joint trainer's questions)."""
+    if n < 1:
+        raise ValueError("nothing to train on: an empty item list")
+    perms: dict[int, np.ndarray] = {}  # a step spans at most a few epochs; permute each once
+    out = []
+    for pos in range(step * per_step, (step + 1) * per_step):
+        epoch, i = divmod(pos, n)
+        if epoch not in perms:
+            perms[epoch] = rng(stream, seed, epoch).permutation(n)
+        out.append(int(perms[epoch][i]))
+    return out

@@ -10,7 +10,7 @@ import pytest
 
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.records.training_runs import read_validation
-from cosearch_lib.rl.ranker_validation import RANKER_VALIDATION_COLUMNS, HeldOutSubQuery, held_out_sub_queries
+from cosearch_lib.rl.ranker_validation import RANKER_VALIDATION_COLUMNS, GoldSubQuery, gold_sub_queries
 from cosearch_lib.run_schema import VALIDATION_COLUMNS, describe_step_metric
 from cosearch_lib.viz.plots import TRAINING_PANELS, plot_training_curves
 
@@ -33,15 +33,15 @@ VAL_QUESTIONS = [
 ]
 
 
-def test_held_out_sub_queries_are_the_gold_chain_hops_else_the_question():
+def test_gold_sub_queries_are_the_gold_chain_hops_else_the_question():
     yes_no = QAExample(id="q9", question="Is Drask a town?", golden_answers=["yes"], data_source="syn_nq")
-    got = held_out_sub_queries([*VAL_QUESTIONS, yes_no])
+    got = gold_sub_queries([*VAL_QUESTIONS, yes_no])
     assert got == [
-        HeldOutSubQuery("q1", 0, "Where was Orvane Tellis born?", "Who wrote the atlases?", ("Tellis",), "syn_nq"),
-        HeldOutSubQuery("q1", 2, "Where was Orvane Tellis born?", "When was the mill built?", ("1843",), "syn_nq"),
-        HeldOutSubQuery("q1", 3, "Where was Orvane Tellis born?", "Where was Tellis born?", ("Kessmere",), "syn_nq"),
-        HeldOutSubQuery("q2", -1, "What did Tellis write?", "What did Tellis write?", ("atlases",), "syn_nq"),
-        HeldOutSubQuery("q3", -1, "Which town is on the river?", "Which town is on the river?", ("Drask",), "syn_popqa"),
+        GoldSubQuery("q1", 0, "Where was Orvane Tellis born?", "Who wrote the atlases?", ("Tellis",), "syn_nq"),
+        GoldSubQuery("q1", 2, "Where was Orvane Tellis born?", "When was the mill built?", ("1843",), "syn_nq"),
+        GoldSubQuery("q1", 3, "Where was Orvane Tellis born?", "Where was Tellis born?", ("Kessmere",), "syn_nq"),
+        GoldSubQuery("q2", -1, "What did Tellis write?", "What did Tellis write?", ("atlases",), "syn_nq"),
+        GoldSubQuery("q3", -1, "Which town is on the river?", "Which town is on the river?", ("Drask",), "syn_popqa"),
     ]  # the "yes" hop and the yes/no question label nothing and are left out
     assert [s.item_id for s in got] == ["q1/hop0", "q1/hop2", "q1/hop3", "q2/question", "q3/question"]
 

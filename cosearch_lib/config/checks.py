@@ -120,5 +120,13 @@ class Fields:
         for name in names:
             check_str(self.key(name), getattr(self.obj, name), **options)
 
+    def positive_ints(self, name: str) -> tuple[int, ...]:
+        """Field ``name`` as a non-empty tuple of integers >= 1 (a YAML list becomes the tuple); ConfigError otherwise."""
+        value = getattr(self.obj, name)
+        ks = () if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__") else tuple(value)
+        if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+            raise self.fail(name, "a non-empty sequence of integers >= 1")
+        return ks
+
     def choice(self, name: str, allowed: Iterable[Any], **options: Any) -> None:
         check_choice(self.key(name), getattr(self.obj, name), allowed, **options)

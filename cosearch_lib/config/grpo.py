@@ -94,10 +94,7 @@ class RankerRewardConfig(_Resolved):
         if not (self.use_main or self.use_rel):
             raise invalid("training.ranker_reward.use_main", self.use_main,
                           "True when use_rel is False (the ranker reward would be empty)")
-        ks = () if isinstance(self.hit_ks, (str, bytes)) or not hasattr(self.hit_ks, "__iter__") else tuple(self.hit_ks)
-        if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
-            raise check.fail("hit_ks", "a non-empty sequence of integers >= 1")
-        self.hit_ks = ks  # a YAML list becomes the tuple the annotation promises
+        self.hit_ks = check.positive_ints("hit_ks")  # a YAML list becomes the tuple the annotation promises
         self._resolve_now()
 
     def _resolve(self) -> dict[str, Any]:

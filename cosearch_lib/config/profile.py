@@ -24,7 +24,7 @@ from cosearch_lib.config.checks import SHARES, ConfigError, Fields, check_choice
 from cosearch_lib.config.generation import LoraSettings, ModelsConfig, ProtocolConfig, RolloutConfig
 from cosearch_lib.config.retrieval import RetrievalConfig, SearchBudget, ServerConfig
 from cosearch_lib.config.rules import RULE_SETS, check_same_rules
-from cosearch_lib.config.training import TrainConfig, WarmStartConfig
+from cosearch_lib.config.training import RelevanceConfig, TrainConfig, WarmStartConfig
 from cosearch_lib.config.world import DataConfig, WorldConfig
 from cosearch_lib.paths import params_dir
 
@@ -130,6 +130,7 @@ class ProfileConfig:
     protocol: ProtocolConfig = None  # prompts and passage caps (None: built with search)
     lora: LoraSettings = field(default_factory=LoraSettings)  # LoRA adapters of both policies (warm start and GRPO)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)  # supervised warm start on gold data
+    relevance: RelevanceConfig = field(default_factory=RelevanceConfig)  # the ranker's relevance training (the Fixed Ranker), after the warm start
     training: TrainConfig = None  # joint GRPO training (None: built with rules)
     notebooks: dict[str, dict[str, Any]] = field(default_factory=dict)  # notebook stem -> papermill parameters for it (checked against its parameters cell)
     slurm: SlurmConfig = field(default_factory=SlurmConfig)  # resources of the jobs `cosearch grid --slurm` submits

@@ -151,6 +151,7 @@ class WarmStartConfig:
     split: str = "train"  # QA split the gold data comes from
     n_agent: int = 256  # gold agent trajectories to train on
     n_ranker: int = 256  # gold rankings to train on
+    balance_hops: bool = True  # take questions of each chain length in turn (rl.warm_start.hop_balanced), not in file order
     epochs: float = 1.0  # passes over each role's gold data
     learning_rate: float = 2e-4  # AdamW learning rate of the LoRA weights
     batch_size: int = 4  # sequences per optimizer step (per device)
@@ -163,6 +164,7 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         check = Fields("warmstart", self)
         check.ints("n_agent", "n_ranker", minimum=0)
+        check.bools("balance_hops", "enabled")
         check.ints("batch_size", "grad_accum", "max_length", "logging_steps", minimum=1)
         check.numbers("epochs", "learning_rate", low=0, low_open=True)
         if self.enabled:  # a schedule that cannot move an adapter is refused when the profile is read
@@ -188,3 +190,48 @@ class WarmStartConfig:
                 f"(batch_size={self.batch_size}, grad_accum={self.grad_accum}, epochs={self.epochs}), and "
                 f"warmup_ratio={self.warmup_ratio} runs the first step at learning rate 0: the adapter would stay "
                 "at its initial value (lora_B = 0); set warmstart.warmup_ratio: 0 or train on more sequences")
+
+
+#: r_rel of the ranker's relevance training (the joint reward's choices but the judge, which needs rollouts' labels).
+RELEVANCE_REWARDS = ("hit", "ndcg")
+#: What CoSearch's ranker adapter starts from when the relevance training is on (docs/METHOD.md).
+COSEARCH_RANKER_STARTS = ("warmstart", "relevance")
+
+
+@dataclass
+class RelevanceConfig:
+    """Relevance training of the ranker alone before joint training (``rl.relevance_training``):
+    ranker-only GRPO on the training split's gold-chain hops with r_rel, from the warm-started
+    ranker. The result, frozen, is the paper's Fixed Ranker. Off: the Fixed Ranker is the
+    warm-started ranker itself (the project's earlier departure)."""
+
+    enabled: bool = False  # train it (cached by its settings, like the warm start)
+    steps: int = 60  # GRPO steps
+    prompts_per_step: int = 8  # sub-queries per step; each is one group of group_size sampled rankings
+    group_size: int = 8  # G samples of one prompt (paper's joint G: 8)
+    lr: float = 1e-4  # AdamW learning rate of the ranker's LoRA
+    temperature: float = 1.0  # sampling temperature of the rankings
+    relevance: str = "hit"  # r_rel: "hit" (mean Hit@k over hit_ks, the paper's) or "ndcg" (nDCG@K against the N candidates)
+    hit_ks: tuple[int, ...] = (1, 3, 5)  # Hit@k cutoffs averaged into r_rel
+    invalid_penalty: float | None = -0.2  # reward of an output that breaks the protocol (the release's); None: score its retriever fallback
+    split: str = "train"  # the prompts' questions
+    val_split: str = "dev"  # the held-out sub-queries of the Hit@k curve
+    val_per_dataset: int = 10  # validation questions per family
+    eval_every: int = 10  # greedy Hit@k on the held-out sub-queries every E steps, at the start and after the last
+    micro_batch: int = 4  # sequences per forward/backward pass (memory, not maths)
+    checkpoint_every: int = 5  # steps between checkpoints (0: after the last only); an interrupted run resumes
+    grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(kl_coef=0.0))  # the loss (clip range, aggregation); no KL: the warm start is no reference worth staying near
+    cosearch_start: str = "warmstart"  # CoSearch's ranker starts from "warmstart" (as the release starts from the instruct model) or "relevance" (the Fixed Ranker)
+
+    def __post_init__(self) -> None:
+        check = Fields("relevance", self)
+        check.bools("enabled")
+        check.ints("steps", "prompts_per_step", "micro_batch", minimum=1)
+        check.ints("group_size", minimum=2, why="GRPO compares samples")
+        check.ints("eval_every", "checkpoint_every", "val_per_dataset", minimum=0)
+        check.numbers("lr", "temperature", low=0, low_open=True)
+        check.choice("relevance", RELEVANCE_REWARDS)
+        check.choice("cosearch_start", COSEARCH_RANKER_STARTS)
+        if self.invalid_penalty is not None:
+            check.numbers("invalid_penalty")
+        self.hit_ks = check.positive_ints("hit_ks")

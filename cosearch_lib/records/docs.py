@@ -27,7 +27,7 @@ from cosearch_lib.paths import project_relative, project_root
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
 from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
 from cosearch_lib.rl.warm_start import WARMSTART_GLOSSARY
-from cosearch_lib.run_schema import STEP_GLOSSARY, VALIDATION_GLOSSARY
+from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, STEP_GLOSSARY, VALIDATION_GLOSSARY
 
 #: (title, where the metric is written, glossary, the dict's home in the code)
 GLOSSARIES: tuple[tuple[str, str, Mapping[str, str], str], ...] = (
@@ -41,6 +41,9 @@ GLOSSARIES: tuple[tuple[str, str, Mapping[str, str], str], ...] = (
      "(`<role>`: agent or ranker; `<adapter>`: agent, ranker or shared)", STEP_GLOSSARY, "cosearch_lib.run_schema.STEP_GLOSSARY"),
     ("Validation records", "notebook 03: `training/<method>/validation.csv`, one row per validation item (question or "
      "held-out sub-query) and validation", VALIDATION_GLOSSARY, "cosearch_lib.run_schema.VALIDATION_GLOSSARY"),
+    ("Relevance training records", "the Fixed Ranker's ranker-only GRPO: `data/cache/relevance/<key>/run/steps.csv`, "
+     "one row per step (its `validation.csv` has the validation columns, method `relevance`)", RELEVANCE_STEP_GLOSSARY,
+     "cosearch_lib.run_schema.RELEVANCE_STEP_GLOSSARY"),
     ("Semantic grouping statistics", "the `grouping_<stat>` columns of the step records", GROUPING_GLOSSARY,
      "cosearch_lib.rl.semantic_grouping.GROUPING_GLOSSARY"),
     ("Ranker reward records", "notebook 03: `training/<method>/ranker_calls.parquet`, one row per ranker call", REWARD_GLOSSARY,

@@ -7,7 +7,9 @@ same budget). Each held-out sub-query gets the retriever's top-N, the method's r
 passages the agent would read, and Hit@1/3/5 of that list is measured against ``has_answer``
 labels, as the rollout labels a search call (``agent.rollout``).
 
-Held-out sub-queries (:func:`held_out_sub_queries`) come from the validation questions (dev split):
+Sub-queries (:func:`gold_sub_queries`) come from the validation questions (dev split); the
+ranker's relevance training (``rl.relevance_training``) builds its prompts the same way from the
+training split:
 
 * a question of the embedded world carries its reasoning chain (``extra_info.gold_chain``, the
   source the warm start builds its gold searches from, :func:`rl.warm_start.gold_chain`): every
@@ -42,8 +44,8 @@ RANKER_VALIDATION_COLUMNS = (*(f"val_ranker_hit@{k}" for k in RANKER_VALIDATION_
 
 
 @dataclass(frozen=True)
-class HeldOutSubQuery:
-    """One sub-query the ranker is validated on."""
+class GoldSubQuery:
+    """One sub-query the ranker ranks for: validated on (dev split) or relevance-trained on (train split)."""
 
     question_id: str
     hop: int  # 0-based hop of the question's gold chain; -1 when the question text stands in
@@ -59,16 +61,16 @@ class HeldOutSubQuery:
         return f"{self.question_id}/{'question' if self.hop < 0 else f'hop{self.hop}'}"
 
 
-def held_out_sub_queries(questions: Sequence[QAExample]) -> list[HeldOutSubQuery]:
-    """The held-out sub-queries of ``questions``, in question then hop order (see the module doc)."""
+def gold_sub_queries(questions: Sequence[QAExample]) -> list[GoldSubQuery]:
+    """The sub-queries of ``questions``, in question then hop order (see the module doc)."""
     out = []
     for ex in questions:
         chain = gold_chain(ex)
         if chain:
-            out.extend(HeldOutSubQuery(ex.id, h, ex.question, hop["sub_query"], (hop["answer"],), ex.data_source)
+            out.extend(GoldSubQuery(ex.id, h, ex.question, hop["sub_query"], (hop["answer"],), ex.data_source)
                        for h, hop in enumerate(chain) if not is_trivial_answer(hop["answer"]))
         elif not all(is_trivial_answer(a) for a in ex.golden_answers):
-            out.append(HeldOutSubQuery(ex.id, -1, ex.question, ex.question, tuple(ex.golden_answers), ex.data_source))
+            out.append(GoldSubQuery(ex.id, -1, ex.question, ex.question, tuple(ex.golden_answers), ex.data_source))
     return out
 
 
@@ -77,7 +79,7 @@ class RankerValidationSet:
     :meth:`score`): the corpus does not change during training, so every validation ranks the
     same candidates and only the ranking can move the numbers."""
 
-    def __init__(self, sub_queries: Sequence[HeldOutSubQuery], retriever: SearchBackend, *, topn: int,
+    def __init__(self, sub_queries: Sequence[GoldSubQuery], retriever: SearchBackend, *, topn: int,
                  topk: int) -> None:
         self.sub_queries, self.retriever, self.topn, self.topk = list(sub_queries), retriever, topn, topk
         self._candidates: list[list[Any]] | None = None
@@ -90,7 +92,7 @@ class RankerValidationSet:
         return self._candidates
 
     def score_items(self, ranker: Ranker) -> list[dict[str, Any]]:
-        """One row per held-out sub-query: ``question_id`` (:attr:`HeldOutSubQuery.item_id`),
+        """One row per held-out sub-query: ``question_id`` (:attr:`GoldSubQuery.item_id`),
         ``dataset``, ``hit@<k>`` of the passages ``ranker`` shows, and ``valid`` (the ranking followed
         the protocol; rule rankers: always). Pass a greedy ranker: a sampled one would make the curve
         noisy. These rows are what paired intervals between methods and steps resample."""

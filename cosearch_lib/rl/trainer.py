@@ -4,7 +4,7 @@
 and recorded as ``<stage>_s``):
 
 1. **rollout**: the step's questions (a seeded permutation of the training split, epoch after
-   epoch, :func:`question_order`), G trajectories each from the batched engine: the agent adapter
+   epoch, :func:`~cosearch_lib.seeding.step_order`), G trajectories each from the batched engine: the agent adapter
    samples turns, the retriever returns N candidates, the method's ranking picks K;
 2. **reward**: Eq. 4 per trajectory, the ranker's composite (Eq. 6 or the released variant) per
    search call (:func:`~cosearch_lib.rl.step_scoring.reward_rollouts`);
@@ -39,21 +39,17 @@ KL term, weight 0.001, is left out); one optimizer step per training step unless
 from __future__ import annotations
 
 import json
-import random
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-import torch
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import CrossEncoderPolicyRanker, LLMRanker, OracleRanker, Ranker, RetrievalOnlyRanker
 from cosearch_lib.agent.rollout import RolloutEngine
-from cosearch_lib.atomic_io import replace_dir, write_table
+from cosearch_lib.atomic_io import write_table
 from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
 from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import QAExample
@@ -68,7 +64,8 @@ from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import cross_encoder_update, load_scorer_state, make_optimizer, scorer_state
 from cosearch_lib.rl.judge import judge_calls
 from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences
-from cosearch_lib.rl.ranker_validation import RankerValidationSet, held_out_sub_queries, summarize_items
+from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries, summarize_items
+from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
 from cosearch_lib.rl.step_records import call_rows, step_record
 from cosearch_lib.rl.step_scoring import StepGroups, StepRewards, group_rollouts, reward_rollouts
 from cosearch_lib.rl.tracking import StepTracker, make_tracker
@@ -80,32 +77,15 @@ from cosearch_lib.run_schema import (
     TRACKER_DIR,
     VALIDATION_COLUMNS,
     VALIDATION_FILE,
-    checkpoint_folders,
     checkpoint_name,
     latest_checkpoint,
-    write_checkpoint_manifest,
 )
-from cosearch_lib.seeding import rng
+from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
 from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 #: The stages whose seconds make up ``step_s`` (validation is timed apart, as ``validate_s``).
 STEP_STAGES = ("rollout", "reward", "group", "update", "sync")
-
-
-def question_order(n: int, step: int, per_step: int, seed: int) -> list[int]:
-    """Indices of the questions of ``step``: consecutive slices of seeded permutations of range(n),
-    one permutation per epoch, so a step's questions depend only on (seed, step)."""
-    if n < 1:
-        raise ValueError("no training questions")
-    perms: dict[int, np.ndarray] = {}  # a step spans at most a few epochs; permute each once
-    out = []
-    for pos in range(step * per_step, (step + 1) * per_step):
-        epoch, i = divmod(pos, n)
-        if epoch not in perms:
-            perms[epoch] = rng("train-order", seed, epoch).permutation(n)
-        out.append(int(perms[epoch][i]))
-    return out
 
 
 @dataclass
@@ -163,7 +143,7 @@ class JointTrainer:
         # Validation ranks greedily (the training ranker samples), on sub-queries fixed once per trainer.
         self.val_ranker = self._method_ranker(replace(sampling, temperature=0.0))
         self.ranker_validation = RankerValidationSet(
-            held_out_sub_queries(select_examples(self.val_questions, cfg.val_per_dataset)), self.retriever,
+            gold_sub_queries(select_examples(self.val_questions, cfg.val_per_dataset)), self.retriever,
             topn=rollout.search.topn, topk=rollout.search.topk)
         self.engine = RolloutEngine(self.backend, self.chat, self.retriever, self.ranker, rollout, self.protocol,
                                     agent_adapter=self.policies.adapter("agent"))
@@ -192,8 +172,8 @@ class JointTrainer:
     # -- one step
 
     def step_questions(self, step: int) -> list[QAExample]:
-        return [self.questions[i] for i in question_order(len(self.questions), step, self.cfg.questions_per_step,
-                                                           self.seed)]
+        return [self.questions[i] for i in step_order(len(self.questions), step, self.cfg.questions_per_step,
+                                                        self.seed)]
 
     def train_step(self) -> dict:
         """One GRPO step of the method, stage by stage; returns (and keeps) its record."""
@@ -358,58 +338,36 @@ class JointTrainer:
 
     def save_checkpoint(self) -> Path:
         """``out_dir/checkpoints/step_N/``: state.pt (adapters, optimizers, RNG, step, records) and the
-        adapters in peft format; written to a temporary folder and renamed. Records are also written
-        as ``out_dir/steps.csv``, ``ranker_calls.parquet`` and ``validation.csv`` (``run_schema``)."""
-        final = self.checkpoint_dir()
-        tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            self._write_checkpoint(tmp)
-        except BaseException as err:  # a full disk, a quota, a kill: the checkpoints already there stay as they are
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not isinstance(err, OSError):
-                raise
-            before = latest_checkpoint(self.out_dir)
-            raise OSError(err.errno, f"could not write checkpoint {project_relative(final)} ({err.strerror or err}); "
-                                     f"the newest whole checkpoint is {project_relative(before) if before else 'none'}, "
-                                     "and the run resumes from it") from err
-        replace_dir(tmp, final)  # the same step written again (a resumed run): the old copy goes only once the new one is in
+        adapters in peft format, written whole or not at all (:func:`~cosearch_lib.rl.run_checkpoints.write_checkpoint`).
+        Records are also written as ``out_dir/steps.csv``, ``ranker_calls.parquet`` and ``validation.csv`` (``run_schema``)."""
+        final = write_checkpoint(self.out_dir, self.step, self._write_checkpoint, keep=self.cfg.keep_checkpoints)
         write_table(self.frame(), self.out_dir / STEPS_FILE)
         if self.call_records:
             write_table(self.calls_frame(), self.out_dir / RANKER_CALLS_FILE)
         if self.val_records:
             write_table(self.validation_frame(), self.out_dir / VALIDATION_FILE)
-        self._prune()
         return final
 
     def _write_checkpoint(self, tmp: Path) -> None:
-        """Everything a resumed run needs, into the folder ``tmp``; the manifest last."""
-        tmp.mkdir(parents=True)
+        """Everything a resumed run needs, into the empty folder ``tmp``."""
         state = {"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
                  "call_records": self.call_records, "val_records": self.val_records, "config": asdict(self.cfg), "seed": self.seed,
-                 "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}}
+                 "rng": rng_states()}
         if self.cross_encoder is not None:
             state["cross_encoder"] = scorer_state(self.cross_encoder, self.cross_encoder_optimizer) \
                 if self.cross_encoder_trained else {"model": self.cross_encoder.state_dict()}
-        with (tmp / "state.pt").open("wb") as f:  # a Python file: a full disk raises OSError (ENOSPC), not a RuntimeError
-            torch.save(state, f)
+        save_state(state, tmp)
         self.policies.save_adapters(tmp / "adapters")
         if self.cross_encoder is not None:  # a folder the evaluation harness loads (HarnessConfig.cross_encoder_model)
             self.cross_encoder.save(tmp / "adapters" / "cross_encoder")
         (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
-        write_checkpoint_manifest(tmp)  # last: sizes and hashes of everything above
-
-    def _prune(self) -> None:
-        done = checkpoint_folders(self.out_dir)
-        for old in done[: max(0, len(done) - self.cfg.keep_checkpoints)]:
-            shutil.rmtree(old, ignore_errors=True)
 
     def load_checkpoint(self, path: str | Path | None = None) -> int:
         """Restore from ``path`` (default: the newest checkpoint in ``out_dir``); returns the step."""
         path = Path(path) if path is not None else latest_checkpoint(self.out_dir)
         if path is None:
             raise FileNotFoundError(f"no checkpoint under {self.out_dir / CHECKPOINTS_DIR}")
-        state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+        state = load_state(path)
         if state["config"]["method"] != self.cfg.method:
             raise ValueError(f"checkpoint {path} is of method {state['config']['method']!r}, not {self.cfg.method!r}")
         self.policies.load_state_dict(state["policies"])
@@ -422,9 +380,7 @@ class JointTrainer:
                 self.cross_encoder.load_state_dict(state["cross_encoder"]["model"])
         self.step, self.records, self.call_records = state["step"], state["records"], state["call_records"]
         self.val_records = state.get("val_records", [])  # checkpoints older than validation.csv have none
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
+        restore_rng_states(state["rng"])
         if self.live_adapters:  # the generation engine must serve the restored weights
             sync_adapters(self.policies, self.backend, self.live_dir)
             self._live_step = self.step

@@ -1,0 +1,290 @@
+"""Relevance training of the ranker alone: the paper's Fixed Ranker.
+
+The paper's Fixed Ranker is a generative ranker "fine-tuned on a relevance-based IR dataset but kept
+frozen during RL training": trained with RL and the Hit@{1,3,5} reward on queries whose relevant
+passages are known, then frozen. This module is that stage on the project's own data, with no agent
+in the loop (so it is cheap):
+
+* **prompts**: every gold-chain hop of the training split's questions is one sub-query
+  (:func:`~cosearch_lib.rl.ranker_validation.gold_sub_queries`: the question, the hop's gold
+  sub-query, and as relevant the candidates containing the hop's answer); its candidates are the
+  retriever's top-N, fetched once for the whole pool. Sub-queries none of whose N candidates is
+  relevant are left out (the paper drops queries with no relevant passage in the top 50 too):
+  every ranking of them scores the same, so their groups carry no signal;
+* **a step**: ``prompts_per_step`` sub-queries (a seeded permutation of the pool, epoch after
+  epoch, :func:`~cosearch_lib.seeding.step_order`), each ranked ``group_size`` times by the ranker
+  adapter sampling at ``temperature``; the G rankings of one prompt form one GRPO group;
+* **reward**: r_rel of the K passages a ranking shows (:func:`~cosearch_lib.rl.rewards.relevance_reward`:
+  mean Hit@k over ``hit_ks``, or nDCG), and ``invalid_penalty`` for an output that breaks the
+  protocol (the released reward's -0.2); group-relative advantages; one GRPO update of the ranker
+  adapter (:func:`~cosearch_lib.rl.policy_update.grpo_update`, the joint trainer's loss);
+* **validation**: the greedy ranking's Hit@1/3/5 on held-out sub-queries of the validation split
+  (:class:`~cosearch_lib.rl.ranker_validation.RankerValidationSet`), before the first update, every
+  ``eval_every`` steps and after the last: the Hit@k curve, and per-item rows for paired intervals.
+
+A run's folder holds ``steps.csv`` (:data:`~cosearch_lib.run_schema.RELEVANCE_STEP_GLOSSARY`),
+``validation.csv`` (:data:`~cosearch_lib.run_schema.VALIDATION_GLOSSARY`, method ``relevance``) and
+checkpoints (:mod:`~cosearch_lib.rl.run_checkpoints`), so an interrupted run resumes where it
+stopped; ``experiment.relevance_ranker`` caches the result keyed by its settings, as the warm start is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.agent.rankers import LLMRanker, Ranking, RankRequest
+from cosearch_lib.atomic_io import write_table
+from cosearch_lib.config import ProtocolConfig, RankerRewardConfig, RelevanceConfig, RolloutConfig, SamplingConfig
+from cosearch_lib.data.passage import Passage
+from cosearch_lib.metrics import has_answer, hit_at_k
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
+from cosearch_lib.models.lora_policies import PolicySet
+from cosearch_lib.paths import project_relative
+from cosearch_lib.progress import tqdm
+from cosearch_lib.retrieval.retriever import SearchBackend
+from cosearch_lib.rl.grpo_loss import group_advantages
+from cosearch_lib.rl.policy_update import UpdateJob, grpo_update, ranker_sequences
+from cosearch_lib.rl.ranker_validation import GoldSubQuery, RankerValidationSet, summarize_items
+from cosearch_lib.rl.rewards import relevance_reward
+from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
+from cosearch_lib.run_schema import RANKER_VALIDATION_KS, STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE, latest_checkpoint
+from cosearch_lib.seeding import step_order
+from cosearch_lib.stage_clock import StageClock
+
+#: The method name of a relevance run's rows in ``validation.csv``.
+RELEVANCE_METHOD = "relevance"
+#: The stages whose seconds make up ``step_s``.
+RELEVANCE_STAGES = ("rollout", "reward", "update")
+
+
+@dataclass(frozen=True)
+class RankingItem:
+    """A sub-query with its retriever top-N and their relevance labels: one prompt of the pool."""
+
+    query: GoldSubQuery
+    candidates: tuple[Passage, ...]
+    relevant: tuple[int, ...]  # has_answer(candidate, query.answers) per candidate
+
+    @property
+    def answerable(self) -> bool:
+        return any(self.relevant)
+
+
+def ranking_items(queries: Sequence[GoldSubQuery], retriever: SearchBackend, topn: int) -> list[RankingItem]:
+    """Each query with the retriever's top-N for its sub-query (one batched search) and their labels."""
+    found = retriever.search([q.sub_query for q in queries], topn) if queries else []
+    return [RankingItem(q, tuple(c), tuple(int(has_answer(p.contents, list(q.answers))) for p in c))
+            for q, c in zip(queries, found)]
+
+
+@dataclass
+class SampledRanking:
+    """One of the G rankings of a prompt: what the reward reads (``relevant``, ``order``) and what the
+    update trains on (the prompt and output ids, the sampling log-probs)."""
+
+    item: RankingItem
+    sample: int
+    ranking: Ranking
+
+    @property
+    def relevant(self) -> list[int]:
+        return list(self.item.relevant)
+
+    @property
+    def order(self) -> list[int]:
+        return self.ranking.order
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.ranking.prompt_ids
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.ranking.output_ids
+
+    @property
+    def output_logprobs(self) -> list[float]:
+        return self.ranking.output_logprobs
+
+
+def ranking_rewards(samples: Sequence[SampledRanking], cfg: RelevanceConfig) -> list[float]:
+    """The reward of each sampled ranking: ``invalid_penalty`` when its output broke the protocol
+    (unless that is None), else r_rel of the K passages it shows."""
+    reward_cfg = RankerRewardConfig(relevance=cfg.relevance, hit_ks=cfg.hit_ks)
+    return [cfg.invalid_penalty if not s.ranking.valid and cfg.invalid_penalty is not None
+            else relevance_reward(s, reward_cfg) for s in samples]
+
+
+@dataclass
+class RelevanceInputs:
+    """What a :class:`RelevanceTrainer` runs on (``experiment.relevance_ranker`` builds it)."""
+
+    policies: PolicySet  # the ranker adapter (trained) on the base model
+    tokenizer: Any
+    retriever: SearchBackend
+    prompts: Sequence[GoldSubQuery]  # the training pool (before the answerable filter)
+    val_queries: Sequence[GoldSubQuery]  # the held-out sub-queries of the Hit@k curve
+    rollout: RolloutConfig  # N/K, the ranker's token budget and top_p, the rule set's ranker output protocol
+    protocol: ProtocolConfig  # the ranker prompt and its passage cap
+    backend: Any = None  # generates the rankings; None: the policy model itself
+    generation_options: Mapping[str, Any] = field(default_factory=dict)  # TransformersBackend options when backend is None
+    max_grad_norm: float = 1.0
+
+
+class RelevanceTrainer:
+    """Ranker-only GRPO with r_rel; ``run`` steps, records, validates and checkpoints."""
+
+    def __init__(self, cfg: RelevanceConfig, inputs: RelevanceInputs, *, out_dir: str | Path, seed: int = 0,
+                 progress: bool = True) -> None:
+        self.cfg, self.seed, self.progress = cfg, seed, progress
+        self.policies, self.retriever, self.rollout = inputs.policies, inputs.retriever, inputs.rollout
+        self.adapter = inputs.policies.adapter("ranker")
+        if self.adapter is None or not inputs.policies.is_trained("ranker"):
+            raise ValueError("relevance training needs a trainable ranker adapter (PolicySet roles {'ranker': ...})")
+        self.out_dir = Path(out_dir)
+        self.max_grad_norm = inputs.max_grad_norm
+        self.pad_id = inputs.tokenizer.pad_token_id if inputs.tokenizer.pad_token_id is not None \
+            else inputs.tokenizer.eos_token_id
+        backend = inputs.backend if inputs.backend is not None else \
+            TransformersBackend(self.policies.model, inputs.tokenizer, **inputs.generation_options)
+        chat = ChatTokens(inputs.tokenizer)
+        sampling = SamplingConfig(temperature=cfg.temperature, top_p=inputs.rollout.top_p,
+                                  max_new_tokens=inputs.rollout.ranker_max_new_tokens, stop=("</rerank>",), seed=seed)
+        output = inputs.rollout.rules.ranker_output
+        self.ranker = LLMRanker(backend, chat, inputs.protocol, sampling, adapter=self.adapter, output_protocol=output)
+        greedy = SamplingConfig(temperature=0.0, top_p=1.0, max_new_tokens=sampling.max_new_tokens, stop=sampling.stop,
+                                seed=seed)
+        self.val_ranker = LLMRanker(backend, chat, inputs.protocol, greedy, adapter=self.adapter, output_protocol=output)
+        search = inputs.rollout.search
+        self.topn, self.topk = search.topn, search.topk
+        all_items = ranking_items(list(inputs.prompts), self.retriever, self.topn)
+        self.pool = [it for it in all_items if it.answerable]
+        if not self.pool:
+            raise ValueError(f"relevance training: none of the {len(all_items)} training sub-queries has a relevant "
+                             f"passage among its top-{self.topn} candidates")
+        self.pool_stats = {"sub_queries": len(all_items), "answerable": len(self.pool)}
+        self.validation = RankerValidationSet(list(inputs.val_queries), self.retriever, topn=self.topn, topk=self.topk)
+        self.step = 0
+        self.records: list[dict] = []
+        self.val_records: list[dict] = []
+
+    # -- one step
+
+    def step_items(self, step: int) -> list[RankingItem]:
+        return [self.pool[i] for i in step_order(len(self.pool), step, self.cfg.prompts_per_step, self.seed,
+                                                 stream="relevance-order")]
+
+    def train_step(self) -> dict:
+        """One GRPO step on ``prompts_per_step`` prompts x G samples; returns (and keeps) its record."""
+        cfg, step = self.cfg, self.step
+        if step == 0 and not any(r["step"] == -1 for r in self.records):
+            self.records.append({"step": -1, **self.validate(step=-1)})
+        clock = StageClock()
+        with clock("rollout"):
+            items = self.step_items(step)
+            requests = [RankRequest(q0=it.query.question, sub_query=it.query.sub_query, candidates=list(it.candidates),
+                                    k=self.topk, row_key=("relevance", step, it.query.item_id, g))
+                        for it in items for g in range(cfg.group_size)]
+            rankings = self.ranker.rank(requests)
+            samples = [SampledRanking(items[i // cfg.group_size], i % cfg.group_size, r) for i, r in enumerate(rankings)]
+        with clock("reward"):
+            rewards = ranking_rewards(samples, cfg)
+            groups = torch.tensor([i // cfg.group_size for i in range(len(samples))])
+            advantages = group_advantages(torch.tensor(rewards, dtype=torch.float64), groups,
+                                          scale_std=cfg.grpo.scale_std, eps=cfg.grpo.std_eps).tolist()
+        with clock("update"):
+            stats = grpo_update(self.policies, self.adapter,
+                                [UpdateJob("ranker", ranker_sequences(samples), advantages, cfg.temperature)], cfg.grpo,
+                                micro_batch=cfg.micro_batch, max_grad_norm=self.max_grad_norm, pad_id=self.pad_id)
+        self.step += 1
+        record = {"step": step, **self._step_stats(samples, rewards), **stats}
+        if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
+            with clock("validate"):
+                record.update(self.validate(step=step))
+        record.update(clock.columns(), step_s=clock.total(*RELEVANCE_STAGES))
+        self.records.append(record)
+        return record
+
+    def _step_stats(self, samples: Sequence[SampledRanking], rewards: Sequence[float]) -> dict[str, float]:
+        """The step's sampled rankings in numbers (columns of RELEVANCE_STEP_GLOSSARY)."""
+        g = self.cfg.group_size
+        by_group = np.asarray(rewards, dtype=float).reshape(-1, g)
+        shown = [[s.item.relevant[i] for i in s.order] for s in samples]
+        return {"n_prompts": len(samples) // g, "n_samples": len(samples), "reward": float(np.mean(rewards)),
+                **{f"hit@{k}": float(np.mean([hit_at_k(x, k) if x else 0.0 for x in shown])) for k in RANKER_VALIDATION_KS},
+                "valid_rate": float(np.mean([s.ranking.valid for s in samples])),
+                "groups_with_signal": int(np.sum(by_group.max(axis=1) > by_group.min(axis=1))),
+                "output_tokens": float(np.mean([len(s.output_ids) for s in samples]))}
+
+    # -- validation
+
+    def validate(self, step: int) -> dict[str, float]:
+        """The greedy ranking's ``val_ranker_*`` columns on the held-out sub-queries; the per-item rows
+        go to :attr:`val_records` under ``step`` (-1: before the first update)."""
+        rows = self.validation.score_items(self.val_ranker)
+        self.val_records.extend({"step": step, "method": RELEVANCE_METHOD, "kind": "ranker", **row} for row in rows)
+        return summarize_items(rows)
+
+    # -- running, checkpoints
+
+    def run(self, steps: int | None = None) -> pd.DataFrame:
+        """Train until ``steps`` (default ``cfg.steps``) steps are done, checkpointing every
+        ``checkpoint_every`` steps and after the last."""
+        until = self.cfg.steps if steps is None else steps
+        bar = tqdm(total=until, initial=self.step, desc="relevance-train ranker", unit="step", disable=not self.progress)
+        try:
+            while self.step < until:
+                rec = self.train_step()
+                bar.update(1)
+                bar.set_postfix(reward=f"{rec['reward']:.3f}", hit1=f"{rec['hit@1']:.2f}")
+                every = self.cfg.checkpoint_every
+                if (every and self.step % every == 0) or self.step == until:
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+        return self.frame()
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.records)
+
+    def validation_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.val_records, columns=list(VALIDATION_COLUMNS))
+
+    def save_checkpoint(self) -> Path:
+        """``out_dir/checkpoints/step_N/`` (state.pt and the ranker adapter), then the records."""
+        final = write_checkpoint(self.out_dir, self.step, self._write_checkpoint, keep=1)
+        write_table(self.frame(), self.out_dir / STEPS_FILE)
+        write_table(self.validation_frame(), self.out_dir / VALIDATION_FILE)
+        return final
+
+    def _write_checkpoint(self, tmp: Path) -> None:
+        save_state({"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
+                    "val_records": self.val_records, "config": asdict(self.cfg), "seed": self.seed, "rng": rng_states()}, tmp)
+        self.policies.save_adapters(tmp / "adapters", [self.adapter])
+        (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
+
+    def resume(self) -> int:
+        """Continue from the newest whole checkpoint of ``out_dir`` (none: stay at step 0); returns the step."""
+        path = latest_checkpoint(self.out_dir)
+        if path is None:
+            return self.step
+        state = load_state(path)
+        if state["seed"] != self.seed:
+            raise ValueError(f"checkpoint {project_relative(path)} was trained with seed {state['seed']}, not {self.seed}")
+        self.policies.load_state_dict(state["policies"])
+        self.step, self.records, self.val_records = state["step"], state["records"], state["val_records"]
+        restore_rng_states(state["rng"])
+        return self.step
+
+    def save_ranker(self, root: str | Path) -> Path:
+        """The trained ranker adapter in peft's format, ``root/<adapter>/`` (what the Fixed Ranker loads)."""
+        return self.policies.save_adapters(root, [self.adapter])[self.adapter]

@@ -1,0 +1,189 @@
+"""The ranker's relevance training (the paper's Fixed Ranker): rewards and groups per prompt, an
+update that moves the ranker adapter only, the answerable-pool filter, validation rows, and a resume
+that ends on the uninterrupted run's records and weights.
+
+Rankings come from a scripted backend (an untrained model would break the protocol on every call,
+so every reward would tie); the updates run on a tiny random Llama with SmolLM2's tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cosearch_lib import experiment
+from cosearch_lib.config import ConfigError, ProtocolConfig, RelevanceConfig, RolloutConfig, SearchBudget, load_profile
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
+from cosearch_lib.rl.ranker_validation import gold_sub_queries
+from cosearch_lib.rl.relevance_training import RELEVANCE_METHOD, RelevanceInputs, RelevanceTrainer, ranking_items
+from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, VALIDATION_COLUMNS, latest_checkpoint
+
+from tests.doubles import CORPUS, LORA, FixedRetriever, ScriptedBackend, tiny_model
+
+
+def chain(*hops: tuple[str, str]) -> dict:
+    return {"extra_info": {"gold_chain": [{"sub_query": q, "answer": a, "passage_ids": []} for q, a in hops]}}
+
+
+# FixedRetriever returns the corpus in order whatever the query: [1] Drask, [2] Tellis/Kessmere,
+# [3] Tellis/atlases, [4] bells, [5] mill/1843, [6] harbour.
+TRAIN = [
+    QAExample(id="t1", question="Where was the atlas writer born?", golden_answers=["Kessmere"], data_source="syn_hotpotqa",
+              extra=chain(("Who wrote the atlases?", "atlases"), ("Where was Tellis born?", "Kessmere"))),
+    QAExample(id="t2", question="When was the mill built?", golden_answers=["1843"], data_source="syn_nq",
+              extra=chain(("When was the mill built?", "1843"))),
+    QAExample(id="t3", question="Who painted the lost fresco?", golden_answers=["Ilse Marr"], data_source="syn_nq",
+              extra=chain(("Who painted the lost fresco?", "Ilse Marr"))),  # in no candidate: left out of the pool
+]
+VAL = [QAExample(id="v1", question="Which town is on the river?", golden_answers=["Drask"], data_source="syn_popqa",
+                 extra=chain(("Which town is on the river?", "Drask")))]
+RELEVANT_OF = {"Who wrote the atlases?": 3, "Where was Tellis born?": 2, "When was the mill built?": 5,
+               "Which town is on the river?": 1}
+
+
+def ranking_script(prompt, key):
+    """Even samples put the sub-query's answer passage first, odd ones a passage without it; sample 3
+    breaks the protocol. Greedy validation rankings find the answer passage."""
+    _, kind, *rest = key
+    if kind == "validation":
+        return "<reason>r</reason><rerank>[1] > [4]</rerank>"
+    sample = rest[2]
+    if sample == 3:
+        return "I think [2] is best."
+    return "<reason>r</reason><rerank>" + ("[{}] > [6]" if sample % 2 == 0 else "[4] > [6]") + "</rerank>"
+
+
+def scripted(tok, sub_queries):
+    """The ranking script with each training row's relevant passage filled in (row keys name the item)."""
+    relevant = {s.item_id: RELEVANT_OF.get(s.sub_query, 1) for s in sub_queries}
+
+    def respond(prompt, key):
+        text = ranking_script(prompt, key)
+        return text.format(relevant[key[3]]) if key[1] == "relevance" else text
+
+    return ScriptedBackend(tok, respond)
+
+
+def relevance_trainer(tok, out_dir, *, steps=2, **kw):
+    cfg = RelevanceConfig(enabled=True, steps=steps, prompts_per_step=2, group_size=4, lr=1e-2, eval_every=1,
+                          checkpoint_every=1, micro_batch=2, **kw)
+    model = lora_model(tiny_model(tok), {"ranker": None}, LORA)
+    policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": cfg.lr})
+    prompts = gold_sub_queries(TRAIN)
+    search = SearchBudget(topn=6, topk=2)
+    inputs = RelevanceInputs(policies, tok, FixedRetriever(CORPUS), prompts, gold_sub_queries(VAL),
+                             RolloutConfig(search=search, ranker_max_new_tokens=32), ProtocolConfig(search=search),
+                             backend=scripted(tok, prompts))
+    return RelevanceTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False)
+
+
+def weights(t):
+    return {n: p.detach().clone() for n, p in adapter_parameters(t.policies.model, "ranker").items()}
+
+
+def test_the_pool_keeps_sub_queries_with_a_relevant_candidate(tok, tmp_path):
+    items = ranking_items(gold_sub_queries(TRAIN), FixedRetriever(CORPUS), 6)
+    assert [(it.query.item_id, it.relevant) for it in items] == [
+        ("t1/hop0", (0, 0, 1, 0, 0, 0)), ("t1/hop1", (0, 1, 0, 0, 0, 0)), ("t2/hop0", (0, 0, 0, 0, 1, 0)),
+        ("t3/hop0", (0, 0, 0, 0, 0, 0))]
+    t = relevance_trainer(tok, tmp_path)
+    assert t.pool_stats == {"sub_queries": 4, "answerable": 3}
+    assert "t3/hop0" not in {it.query.item_id for it in t.pool}
+
+
+def test_a_step_scores_each_sample_groups_by_prompt_and_moves_only_the_ranker(tok, tmp_path):
+    t = relevance_trainer(tok, tmp_path)
+    base = {n: p.detach().clone() for n, p in t.policies.model.named_parameters() if "lora_" not in n}
+    before = weights(t)
+    rec = t.train_step()
+    # per prompt: samples 0, 2 show the answer first (r_rel 1), sample 1 shows none (0), sample 3 is invalid (-0.2)
+    assert rec["n_prompts"] == 2 and rec["n_samples"] == 8
+    assert rec["reward"] == pytest.approx((1 + 0 + 1 - 0.2) / 4)
+    assert rec["hit@1"] == pytest.approx(0.5) and rec["valid_rate"] == pytest.approx(0.75)
+    assert rec["groups_with_signal"] == 2 and rec["ranker_n_forwarded"] == 8
+    now = dict(t.policies.model.named_parameters())
+    assert any(not torch.equal(v, now[n]) for n, v in before.items())
+    assert all(torch.equal(v, now[n]) for n, v in base.items())
+    for key in rec:  # every column is documented
+        assert key in RELEVANCE_STEP_GLOSSARY or (key.startswith("ranker_") and "ranker_<stat>" in RELEVANCE_STEP_GLOSSARY)
+
+
+def test_an_unpenalised_invalid_output_scores_its_retriever_fallback(tok, tmp_path):
+    t = relevance_trainer(tok, tmp_path, invalid_penalty=None)
+    items = [it.query.item_id for it in t.step_items(0)]
+    rec = t.train_step()
+    # sample 3 falls back to the retriever's top-2, [1] and [2]: mean Hit@{1,3,5} is 2/3 for t1/hop1 (answer
+    # in [2]), 0 for the others (answers in [3] and [5])
+    fallback = {"t1/hop0": 0.0, "t1/hop1": 2 / 3, "t2/hop0": 0.0}
+    assert rec["reward"] == pytest.approx(sum(2 + fallback[i] for i in items) / 8)
+
+
+def test_validation_rows_before_the_first_update_and_after_each_due_step(tok, tmp_path):
+    t = relevance_trainer(tok, tmp_path, steps=2)
+    frame = t.run()
+    assert list(frame["step"]) == [-1, 0, 1]
+    assert frame["val_ranker_hit@1"].tolist() == [1.0, 1.0, 1.0]  # the scripted greedy ranking finds Drask
+    val = t.validation_frame()
+    assert list(val.columns) == list(VALIDATION_COLUMNS)
+    assert set(val["method"]) == {RELEVANCE_METHOD} and sorted(val["step"].unique()) == [-1, 0, 1]
+    assert (tmp_path / "steps.csv").exists() and (tmp_path / "validation.csv").exists()
+
+
+def test_resume_ends_on_the_uninterrupted_run(tok, tmp_path):
+    full = relevance_trainer(tok, tmp_path / "full", steps=3)
+    start = weights(full)
+    full.run()
+    assert any(not torch.equal(v, weights(full)[n]) for n, v in start.items())  # it moved: the resume test means something
+    killed = relevance_trainer(tok, tmp_path / "killed", steps=3)
+    killed.run(steps=2)
+    resumed = relevance_trainer(tok, tmp_path / "killed", steps=3)
+    with torch.no_grad():
+        for p in resumed.policies.model.parameters():
+            if p.requires_grad:
+                p.normal_()
+    assert resumed.resume() == 2 and latest_checkpoint(tmp_path / "killed").name == "step_000002"
+    resumed.run()
+
+    def comparable(records):
+        return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in records]
+
+    assert comparable(resumed.records) == comparable(full.records)
+    a, b = weights(full), weights(resumed)
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    saved = resumed.save_ranker(tmp_path / "out")
+    assert saved == tmp_path / "out" / "ranker" and (saved / "adapter_config.json").exists()
+    moved = adapter_change(tmp_path / "killed" / "checkpoints" / "step_000003" / "adapters" / "ranker", saved)
+    assert moved["changed"] == 0 and moved["lora_B_max_abs"] > 0
+
+
+def test_relevance_settings_are_checked_and_key_the_cache():
+    with pytest.raises(ConfigError, match="relevance.group_size"):
+        RelevanceConfig(group_size=1)
+    with pytest.raises(ConfigError, match="relevance.relevance"):
+        RelevanceConfig(relevance="judge")
+    with pytest.raises(ConfigError, match="relevance.cosearch_start"):
+        RelevanceConfig(cosearch_start="base")
+    with pytest.raises(ConfigError, match="relevance.hit_ks"):
+        RelevanceConfig(hit_ks=(0, 1))
+    cfg = load_profile("ci")
+    from dataclasses import replace
+
+    other = replace(cfg, relevance=replace(cfg.relevance, steps=cfg.relevance.steps + 1))
+    assert experiment.relevance_dir(other) != experiment.relevance_dir(cfg)
+    assert experiment.relevance_dir(cfg).parent.name == "relevance"
+
+
+@pytest.mark.parametrize(("method", "cosearch_start", "ranker"), [
+    ("fixed_ranker", "warmstart", "relevance"), ("cosearch", "warmstart", "warm"), ("cosearch", "relevance", "relevance"),
+    ("search_r1", "relevance", "warm")])
+def test_each_method_starts_its_ranker_where_the_settings_say(monkeypatch, tmp_path, method, cosearch_start, ranker):
+    from dataclasses import replace
+
+    cfg = load_profile("ci")
+    cfg = replace(cfg, relevance=replace(cfg.relevance, enabled=True, cosearch_start=cosearch_start))
+    monkeypatch.setattr(experiment, "policy_starts", lambda *a, **k: {"agent": tmp_path / "a", "ranker": tmp_path / "warm"})
+    monkeypatch.setattr(experiment, "relevance_ranker", lambda *a, **k: tmp_path / "relevance")
+    starts = experiment.method_starts(cfg, None, method)
+    assert starts == {"agent": tmp_path / "a", "ranker": tmp_path / ranker}
+    off = replace(cfg, relevance=replace(cfg.relevance, enabled=False))
+    assert experiment.method_starts(off, None, method)["ranker"] == tmp_path / "warm"
