@@ -17,6 +17,7 @@ from cosearch_lib.rl.warm_start import (
     build_gold_data,
     gold_agent_example,
     gold_ranker_examples,
+    hop_balanced,
     ranking_text,
     train_sft,
 )
@@ -66,9 +67,22 @@ def test_gold_agent_trajectory_is_token_exact_and_every_turn_parses(chat):
     text, prompt = chat.decode(gold.input_ids), chat.decode(chat.prompt_ids(agent_messages(ex.question, PROTOCOL)))
     assert text.startswith(prompt) and text.count("<information>") - prompt.count("<information>") == 2
     assert "Drulel Bank was founded by" in text[len(prompt):]
+    # every turn counts the chain's searches: the plan, the next search, the last one
+    assert "Search 1 of 2:" in actions[0].reason and "earch 2 of 2" in actions[1].reason
+    assert "2 of 2" in actions[2].reason
     # same seed, same phrasing; the prompt is the agent prompt
     again, _ = gold_agent_example(ex, hops, chat, PROTOCOL, seed=0)
     assert again.input_ids == gold.input_ids
+
+
+def test_hop_balanced_takes_each_chain_length_in_turn_in_file_order():
+    def q(qid, hops):
+        chain = [{"sub_query": f"s{h}", "answer": "a", "passage_ids": []} for h in range(hops)]
+        return QAExample(id=qid, question="?", golden_answers=["a"], data_source="syn",
+                         extra={"extra_info": {"gold_chain": chain}} if hops else {})
+
+    qs = [q("a1", 1), q("b1", 1), q("c1", 1), q("d2", 2), q("x0", 0), q("e3", 3), q("f2", 2)]
+    assert [e.id for e in hop_balanced(qs)] == ["a1", "d2", "e3", "b1", "f2", "c1", "x0"]
 
 
 def test_questions_whose_hop_answer_is_not_shown_are_skipped(chat):
@@ -133,11 +147,12 @@ def test_policy_adapters_resolve_base_warm_start_and_an_agent_folder(tmp_path, m
     from cosearch_lib import experiment as warmstart
 
     calls = []
-    monkeypatch.setattr(warmstart, "warm_start", lambda cfg, retriever, progress=True: calls.append(cfg)
+    monkeypatch.setattr(warmstart, "method_starts", lambda cfg, retriever, method, progress=True: calls.append(method)
                         or {"agent": tmp_path / "w" / "agent", "ranker": tmp_path / "w" / "ranker"})
     assert warmstart.policy_adapters("cfg", None, "base") == {"agent_adapter": None, "fixed_ranker_adapter": None}
     assert calls == []  # the base source trains nothing
     got = warmstart.policy_adapters("cfg", None, "warmstart")
+    assert calls == ["fixed_ranker"]  # the Fixed Ranker's own start (the relevance-trained ranker when enabled)
     assert got == {"agent_adapter": str(tmp_path / "w" / "agent"), "fixed_ranker_adapter": str(tmp_path / "w" / "ranker")}
     own = tmp_path / "mine"
     own.mkdir()
