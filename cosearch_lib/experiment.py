@@ -20,11 +20,12 @@ from typing import Any
 import pandas as pd
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.agent.rankers import LLMRanker, RetrievalOnlyRanker
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import CrossEncoderConfig, ProfileConfig, load_profile
 from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import QAExample, load_qa
-from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
+from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, register_adapter, run_evaluation, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
@@ -37,7 +38,7 @@ from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_corpus, prepa
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import relevance_lists, warm_start_cross_encoder
-from cosearch_lib.rl.ranker_validation import gold_sub_queries
+from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries
 from cosearch_lib.rl.relevance_training import RelevanceInputs, RelevanceTrainer
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, train_sft
@@ -191,11 +192,9 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
                                                   seed=cfg.seed, max_seq_length=ro.max_context_tokens + ro.ranker_max_new_tokens)
     policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": rc.lr})
     qa = corpus_paths(cfg).qa
-    for split in {rc.split, rc.val_split}:
-        if split not in qa:
-            raise ValueError(f"profile {cfg.profile!r} has no {split!r} split for the relevance training; have {sorted(qa)}")
-    val = select_examples(load_qa(qa[rc.val_split]), rc.val_per_dataset) if rc.val_per_dataset else []
-    inputs = RelevanceInputs(policies, tokenizer, retriever, gold_sub_queries(load_qa(qa[rc.split])), gold_sub_queries(val),
+    if rc.split not in qa:
+        raise ValueError(f"profile {cfg.profile!r} has no {rc.split!r} split for the relevance training; have {sorted(qa)}")
+    inputs = RelevanceInputs(policies, tokenizer, retriever, gold_sub_queries(load_qa(qa[rc.split])), relevance_held_out(cfg),
                              ro, cfg.protocol, backend=backend, generation_options=cfg.models.transformers_options(),
                              max_grad_norm=cfg.training.max_grad_norm)
     trainer = RelevanceTrainer(rc, inputs, out_dir=root / "run", seed=cfg.seed, progress=progress)
@@ -208,6 +207,36 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
     write_json({"pool": trainer.pool_stats, "steps": trainer.step, "start": path_text(start), "seed": cfg.seed,
                 "config": dataclasses.asdict(rc)}, root / "relevance.json")
     return final
+
+
+def relevance_held_out(cfg: ProfileConfig) -> list:
+    """The held-out sub-queries of the relevance training's Hit@k curve (``relevance.val_per_dataset``
+    validation questions per family, their gold-chain hops): the items every ranker of the
+    ranker-quality table is scored on."""
+    rc = cfg.relevance
+    qa = corpus_paths(cfg).qa
+    if rc.val_split not in qa:
+        raise ValueError(f"profile {cfg.profile!r} has no {rc.val_split!r} split; have {sorted(qa)}")
+    return gold_sub_queries(select_examples(load_qa(qa[rc.val_split]), rc.val_per_dataset)) if rc.val_per_dataset else []
+
+
+def held_out_ranker_rows(cfg: ProfileConfig, retriever: SearchBackend, rankers: dict[str, str | Path | None], *,
+                         backend: GenerationBackend | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per-item rows (``RankerValidationSet.score_items``) of each ranker on :func:`relevance_held_out`:
+    ``None`` is the retriever's order, a folder a ranker adapter ranking greedily with the profile's
+    ranker model (``backend``: the profile's ranker backend by default)."""
+    items = RankerValidationSet(relevance_held_out(cfg), retriever, topn=cfg.search.topn, topk=cfg.search.topk)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for label, adapter in rankers.items():
+        if adapter is None:
+            out[label] = items.score_items(RetrievalOnlyRanker())
+            continue
+        backend = backend or build_backends(cfg)[1]
+        sampling = replace(cfg.rollout.ranker_sampling(cfg.seed), temperature=0.0)
+        ranker = LLMRanker(backend, ChatTokens(backend.tokenizer), cfg.protocol, sampling,
+                           adapter=register_adapter(backend, str(adapter)), output_protocol=cfg.rollout.rules.ranker_output)
+        out[label] = items.score_items(ranker)
+    return out
 
 
 def method_starts(cfg: ProfileConfig, retriever: SearchBackend | None, method: str, *, progress: bool = True) -> dict[str, Path]:

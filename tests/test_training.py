@@ -25,8 +25,8 @@ from cosearch_lib.rl.policy_update import (
     shared_prefix_length,
     update_checkpointing,
 )
-from cosearch_lib.seeding import step_order as question_order
 from cosearch_lib.run_schema import latest_checkpoint
+from cosearch_lib.seeding import step_order as question_order
 
 from tests.doubles import LORA, peaked_model, tiny_model, trainer
 

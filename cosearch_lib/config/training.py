@@ -217,7 +217,7 @@ class RelevanceConfig:
     split: str = "train"  # the prompts' questions
     val_split: str = "dev"  # the held-out sub-queries of the Hit@k curve
     val_per_dataset: int = 10  # validation questions per family
-    eval_every: int = 10  # greedy Hit@k on the held-out sub-queries every E steps, at the start and after the last
+    eval_every: int = 10  # greedy Hit@k on the held-out sub-queries every E steps (0: none between), and always before the first and after the last
     micro_batch: int = 4  # sequences per forward/backward pass (memory, not maths)
     checkpoint_every: int = 5  # steps between checkpoints (0: after the last only); an interrupted run resumes
     grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(kl_coef=0.0))  # the loss (clip range, aggregation); no KL: the warm start is no reference worth staying near

@@ -31,7 +31,7 @@ import yaml
 
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, papermill_parameters
-from cosearch_lib.experiment import build_retriever, warm_start, warmstart_dir
+from cosearch_lib.experiment import build_retriever, relevance_dir, relevance_ranker, warm_start, warmstart_dir
 from cosearch_lib.models.registry import check_model_name
 from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
@@ -217,6 +217,25 @@ def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = No
     out = Path(out_dir) if out_dir else run_dir(cfg.profile)
     out.mkdir(parents=True, exist_ok=True)
     write_json(record, out / "warmstart.run.json")
+    if cfg.relevance.enabled:
+        record["relevance"] = run_relevance_training(cfg, out_dir=out, progress=progress)
+    return record
+
+
+def run_relevance_training(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = None,
+                           progress: bool = True) -> dict[str, Any]:
+    """Train (or load from the cache) the profile's relevance-trained Fixed Ranker
+    (``experiment.relevance_ranker``); write ``relevance.run.json``."""
+    t0 = time.perf_counter()
+    cached = (relevance_dir(cfg) / "ranker" / "adapter_config.json").exists()
+    retriever = None if cached else build_retriever(cfg, progress=progress)
+    folder = relevance_ranker(cfg, retriever, progress=progress)
+    gc.collect()
+    record = {"step": "relevance training", "profile": cfg.profile, "cached": cached, "adapter": str(folder),
+              "steps": cfg.relevance.steps, "wall_s": round(time.perf_counter() - t0, 2), "environment": environment_snapshot()}
+    out = Path(out_dir) if out_dir else run_dir(cfg.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(record, out / "relevance.run.json")
     return record
 
 
@@ -255,6 +274,10 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
             rec = run_warm_start(cfg, out_dir=kwargs.get("out_dir"), progress=kwargs.get("progress", True))
             print(f"[cosearch run] warm start {'loaded from cache' if rec['cached'] else 'trained'} in {rec['wall_s']:.1f} s "
                   f"-> {project_relative(warmstart_dir(cfg))}", flush=True)
+            if "relevance" in rec:
+                rel = rec["relevance"]
+                print(f"[cosearch run] relevance-trained Fixed Ranker {'loaded from cache' if rel['cached'] else 'trained'} "
+                      f"in {rel['wall_s']:.1f} s -> {project_relative(relevance_dir(cfg))}", flush=True)
         t0 = time.perf_counter()
         extra = f" with {per_book[nb]}" if per_book[nb] else ""
         print(f"[cosearch run] {nb.name} on profile {label}{extra} ...", flush=True)

@@ -20,7 +20,7 @@ in the loop (so it is cheap):
   adapter (:func:`~cosearch_lib.rl.policy_update.grpo_update`, the joint trainer's loss);
 * **validation**: the greedy ranking's Hit@1/3/5 on held-out sub-queries of the validation split
   (:class:`~cosearch_lib.rl.ranker_validation.RankerValidationSet`), before the first update, every
-  ``eval_every`` steps and after the last: the Hit@k curve, and per-item rows for paired intervals.
+  ``eval_every`` steps (0: never between) and after the last: the Hit@k curve, and per-item rows for paired intervals.
 
 A run's folder holds ``steps.csv`` (:data:`~cosearch_lib.run_schema.RELEVANCE_STEP_GLOSSARY`),
 ``validation.csv`` (:data:`~cosearch_lib.run_schema.VALIDATION_GLOSSARY`, method ``relevance``) and
@@ -207,7 +207,7 @@ class RelevanceTrainer:
                                 micro_batch=cfg.micro_batch, max_grad_norm=self.max_grad_norm, pad_id=self.pad_id)
         self.step += 1
         record = {"step": step, **self._step_stats(samples, rewards), **stats}
-        if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
+        if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.steps:
             with clock("validate"):
                 record.update(self.validate(step=step))
         record.update(clock.columns(), step_s=clock.total(*RELEVANCE_STAGES))

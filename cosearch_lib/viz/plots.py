@@ -167,11 +167,14 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
     return fig
 
 
-def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = ""):
+def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "",
+                           references: Mapping[str, Mapping[str, float]] | None = None):
     """Validation over training with 95% intervals: one panel per ``{panel title: curve table}``
     (:func:`cosearch_lib.records.training_runs.validation_curves`), one line per method, the
     interval as error bars; x = steps completed (0: before the first update). Methods are nudged
-    apart on x so that overlapping intervals stay readable. An empty table says so."""
+    apart on x so that overlapping intervals stay readable. An empty table says so.
+    ``references`` ({panel title: {label: value}}) draws fixed levels as dashed lines (e.g. the
+    retriever's own order on the same items)."""
     methods = list(dict.fromkeys(m for c in curves.values() for m in c.get("method", [])))
     palette = method_palette(methods)
     fig, axes = plt.subplots(1, max(len(curves), 1), figsize=(4.6 * max(len(curves), 1), 3.6), squeeze=False)
@@ -191,8 +194,11 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
             err = np.vstack([part["estimate"] - part["ci_low"], part["ci_high"] - part["estimate"]])
             ax.errorbar(x, part["estimate"], yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.6, capsize=3,
                         color=palette[method], label=method)
+        for j, (ref_label, value) in enumerate((references or {}).get(label, {}).items()):
+            ax.axhline(value, ls="--", lw=1.2, color=f"C{7 + j}", label=f"{ref_label} ({value:.2f})")
         ax.set_ylim(-0.02, 1.02)
-    axes[0][0].legend(fontsize=8, frameon=False)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, frameon=False)
     fig.suptitle(title or "Validation during training (95% bootstrap intervals)")
     fig.tight_layout()
     return fig

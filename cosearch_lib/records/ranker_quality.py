@@ -1,0 +1,130 @@
+"""Ranker quality on held-out sub-queries: the retriever's order, the warm-started ranker, the
+relevance-trained Fixed Ranker and a jointly trained ranker, on the same items, with intervals.
+
+Items are the relevance training's held-out sub-queries (``rl.relevance_training``: the gold-chain
+hops of ``relevance.val_per_dataset`` dev questions per family); each ranker contributes one row per
+item (``question_id`` = item id, ``dataset``, ``hit@1/3/5``, ``valid``), the rows
+``RankerValidationSet.score_items`` returns. The relevance run's ``validation.csv`` already holds the
+warm start (its step -1) and the trained ranker (its last validation); the retriever's order and any
+other ranker are scored by ``experiment.held_out_ranker_rows``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval
+from cosearch_lib.eval.tables import comparison_table
+from cosearch_lib.run_schema import RANKER_VALIDATION_KS, STEPS_FILE, VALIDATION_FILE
+
+#: The row labels of the ranker-quality table, in its order.
+RETRIEVER_ORDER = "retriever order"
+WARM_START = "warm start"
+RELEVANCE_TRAINED = "relevance-trained (Fixed Ranker)"
+HIT_COLUMNS = tuple(f"hit@{k}" for k in RANKER_VALIDATION_KS)
+
+
+def read_relevance_run(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steps, validation) of a relevance-training run folder (``experiment.relevance_dir(cfg) / "run"``);
+    FileNotFoundError naming the folder when it holds no records."""
+    folder = Path(folder)
+    if not (folder / STEPS_FILE).exists():
+        raise FileNotFoundError(f"no relevance-training records in {folder} (train it first: experiment.relevance_ranker)")
+    validation = pd.read_csv(folder / VALIDATION_FILE, dtype={"question_id": str, "dataset": str}) \
+        if (folder / VALIDATION_FILE).exists() else pd.DataFrame()
+    return pd.read_csv(folder / STEPS_FILE), validation
+
+
+def relevance_endpoints(validation: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The relevance run's per-item rows before its first update (the warm start) and at its last
+    validation (the Fixed Ranker), labelled as the quality table's rows."""
+    rows = validation[validation["kind"] == "ranker"]
+    if rows.empty:
+        raise ValueError("the relevance run has no ranker validation rows (relevance.val_per_dataset: 0?)")
+    steps = sorted(rows["step"].unique())
+    if steps[0] != -1 or len(steps) < 2:
+        raise ValueError(f"the relevance run was validated at steps {steps}; the table needs -1 and a later one")
+    return {WARM_START: rows[rows["step"] == -1], RELEVANCE_TRAINED: rows[rows["step"] == steps[-1]]}
+
+
+def quality_records(rows: Mapping[str, pd.DataFrame | Sequence[dict[str, Any]]]) -> pd.DataFrame:
+    """One frame of per-item rows, ``method`` = the ranker's label; every ranker must cover the same items."""
+    frames = []
+    for label, part in rows.items():
+        frame = pd.DataFrame(part)[["question_id", "dataset", *HIT_COLUMNS, "valid"]].assign(method=label)
+        frames.append(frame)
+    items = [frozenset(f["question_id"]) for f in frames]
+    if any(i != items[0] for i in items):
+        raise ValueError("the rankers were scored on different held-out items; score them on the same ones")
+    return pd.concat(frames, ignore_index=True)
+
+
+def quality_table(records: pd.DataFrame, *, level: float = LEVEL, n_resamples: int = N_RESAMPLES,
+                  seed: int = 0) -> pd.DataFrame:
+    """Per ranker: Hit@1/3/5 (mean over items) each with its family-stratified bootstrap interval,
+    the valid rate and the item count."""
+    out = []
+    for label, part in records.groupby("method", sort=False):
+        row: dict[str, Any] = {"ranker": label, "n_items": len(part)}
+        for col in HIT_COLUMNS:
+            ci = bootstrap_interval(part[col].to_numpy(float), part["dataset"].to_numpy(), statistic="mean", level=level,
+                                    n_resamples=n_resamples, seed=seed, when_too_few="note")
+            row.update({col: ci.estimate, f"{col}_low": ci.ci_low, f"{col}_high": ci.ci_high})
+        row["valid_rate"] = float(part["valid"].mean())
+        out.append(row)
+    return pd.DataFrame(out).set_index("ranker")
+
+
+def quality_comparisons(records: pd.DataFrame, *, metric: str = "hit@1", baseline: str = RETRIEVER_ORDER,
+                        seed: int = 0) -> pd.DataFrame:
+    """Every other ranker minus ``baseline`` on ``metric``, paired over the same items (the
+    comparison columns of ``eval.tables.comparison_table``); then the relevance-trained ranker
+    against the warm start and each later ranker against the relevance-trained one, when present."""
+    labels = list(dict.fromkeys(records["method"]))
+    pairs = [(m, baseline) for m in labels if m != baseline]
+    if RELEVANCE_TRAINED in labels and WARM_START in labels:
+        pairs.append((RELEVANCE_TRAINED, WARM_START))
+    if RELEVANCE_TRAINED in labels:
+        pairs += [(m, RELEVANCE_TRAINED) for m in labels[labels.index(RELEVANCE_TRAINED) + 1:]]
+    return comparison_table(records, pairs, metric, statistic="mean", seed=seed)
+
+
+def ranker_quality_records(cfg: Any, retriever: Any, trained: Mapping[str, str | Path] | None = None) -> pd.DataFrame:
+    """The quality table's per-item records for a profile: the retriever's order, the warm-started
+    ranker and the relevance-trained one (from the relevance run's records when ``relevance.enabled``;
+    the warm start scored afresh otherwise), then each ``trained`` ranker adapter ({label: folder},
+    e.g. CoSearch's after GRPO), all on :func:`cosearch_lib.experiment.relevance_held_out`."""
+    from cosearch_lib import experiment  # records sit above experiment (the layer contract)
+
+    rankers: dict[str, str | Path | None] = {RETRIEVER_ORDER: None}
+    saved: dict[str, pd.DataFrame] = {}
+    if cfg.relevance.enabled:
+        saved = relevance_endpoints(read_relevance_run(experiment.relevance_dir(cfg) / "run")[1])
+    else:
+        rankers[WARM_START] = experiment.warm_start(cfg, retriever, roles=("ranker",))["ranker"]
+    rankers.update(trained or {})
+    scored = experiment.held_out_ranker_rows(cfg, retriever, rankers)
+    order = [RETRIEVER_ORDER, WARM_START, RELEVANCE_TRAINED, *(trained or {})]
+    merged = {**scored, **saved}
+    return quality_records({label: merged[label] for label in order if label in merged})
+
+
+def relevance_curves(validation: pd.DataFrame, retriever_rows: Sequence[dict[str, Any]], *, ks: Sequence[int] = (1, 5),
+                     seed: int = 0) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, float]]]:
+    """The relevance run's held-out Hit@k curves (``training_runs.validation_curves``, one panel per k)
+    and, per panel, the retriever's order on the same items as a reference level: the arguments of
+    ``viz.plots.plot_validation_curves``."""
+    from cosearch_lib.records.training_runs import validation_curves
+
+    retriever = pd.DataFrame(list(retriever_rows))
+    panels, refs = {}, {}
+    for k in ks:
+        title = f"held-out Hit@{k}"
+        panels[title] = validation_curves(validation, kind="ranker", metric=f"hit@{k}", seed=seed)
+        if len(retriever):
+            refs[title] = {RETRIEVER_ORDER: float(retriever[f"hit@{k}"].mean())}
+    return panels, refs
