@@ -322,7 +322,8 @@ def harness_config(cfg: ProfileConfig, **overrides: Any) -> HarnessConfig:
     fields = dict(split=ev.split, n_per_dataset=ev.n_per_dataset, n_samples=ev.n_samples, seed=cfg.seed,
                   temperature=ev.temperature, search=cfg.search, agent_max_new_tokens=ro.agent_max_new_tokens,
                   ranker_max_new_tokens=ro.ranker_max_new_tokens, answer_max_new_tokens=ev.answer_max_new_tokens,
-                  max_context_tokens=ro.max_context_tokens, rules=ro.rules, f1=ev.f1)
+                  max_context_tokens=ro.max_context_tokens, rules=ro.rules, f1=ev.f1,
+                  baseline_reply=ev.baseline_reply)
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(HarnessConfig)})
     if unknown:
         raise TypeError(f"unknown HarnessConfig field(s) {unknown}")

@@ -171,45 +171,43 @@ def ranker_messages(
 
 _SHORT_ANSWER = "The answer is a short span: a name, a date, a number or a few words, never a sentence."
 
-_DIRECT_TASK = """\
-Answer the question from what you know. {short}
-Reply with the answer inside <answer> and </answer> and write nothing else, for example:
-<answer>1874</answer>
-
-Question: {question}"""
-
-_COT_TASK = """\
-Answer the question from what you know. First think it through step by step inside <reason> and \
-</reason>, then give the answer inside <answer> and </answer>. {short} Write nothing outside the \
-tags, for example:
-<reason>The lighthouse was built in 1872 and first lit two years later, in 1874.</reason>
-<answer>1874</answer>
-
-Question: {question}"""
-
-_RAG_TASK = """\
-Answer the question with the help of the passages below; trust them over your memory. {short}
-Reply with the answer inside <answer> and </answer> and write nothing else, for example:
-<answer>1874</answer>
-
-{observation}
-
-Question: {question}"""
+# Each baseline prompt states the task, then the reply's form. With ``example=True`` the form shows
+# a made-up reply (the model writes every tag itself); without, it only names the tags: the harness
+# then starts the reply for the model (``eval.harness``, ``baseline_reply: prefilled``), and a small
+# model shown an example answer copies it (measured: "1874" for most questions).
+_DIRECT_TASK = "Answer the question from what you know. {short}"
+_COT_TASK = "Answer the question from what you know. {short}"
+_RAG_TASK = "Answer the question with the help of the passages below; trust them over your memory. {short}"
+_ANSWER_FORM = ("Reply with the answer inside <answer> and </answer> and write nothing else, for example:\n"
+                "<answer>1874</answer>")
+_ANSWER_FORM_PLAIN = "Reply with the answer inside <answer> and </answer> and write nothing else."
+_COT_FORM = ("First think it through step by step inside <reason> and </reason>, then give the answer inside "
+             "<answer> and </answer>. Write nothing outside the tags, for example:\n"
+             "<reason>The lighthouse was built in 1872 and first lit two years later, in 1874.</reason>\n"
+             "<answer>1874</answer>")
+_COT_FORM_PLAIN = ("First think it through step by step inside <reason> and </reason>, then give the answer inside "
+                   "<answer> and </answer>. Write nothing outside the tags.")
 
 
-def direct_messages(question: str) -> list[dict[str, str]]:
-    """Direct-inference baseline: the question alone, answer only."""
-    return [{"role": "user", "content": _DIRECT_TASK.format(short=_SHORT_ANSWER, question=question.strip())}]
+def direct_messages(question: str, *, example: bool = True) -> list[dict[str, str]]:
+    """Direct-inference baseline: the question alone, answer only (``example``: show a sample reply)."""
+    form = _ANSWER_FORM if example else _ANSWER_FORM_PLAIN
+    content = f"{_DIRECT_TASK.format(short=_SHORT_ANSWER)}\n{form}\n\nQuestion: {question.strip()}"
+    return [{"role": "user", "content": content}]
 
 
-def cot_messages(question: str) -> list[dict[str, str]]:
-    """Chain-of-thought baseline: one ``<reason>`` block, then the answer."""
-    return [{"role": "user", "content": _COT_TASK.format(short=_SHORT_ANSWER, question=question.strip())}]
+def cot_messages(question: str, *, example: bool = True) -> list[dict[str, str]]:
+    """Chain-of-thought baseline: one ``<reason>`` block, then the answer (``example``: show a sample reply)."""
+    form = _COT_FORM if example else _COT_FORM_PLAIN
+    content = f"{_COT_TASK.format(short=_SHORT_ANSWER)} {form}\n\nQuestion: {question.strip()}"
+    return [{"role": "user", "content": content}]
 
 
-def rag_messages(question: str, passages: Sequence[Passage], cfg: ProtocolConfig | None = None) -> list[dict[str, str]]:
+def rag_messages(question: str, passages: Sequence[Passage], cfg: ProtocolConfig | None = None, *,
+                 example: bool = True) -> list[dict[str, str]]:
     """RAG baseline: the passages retrieved for the question, laid out (and capped) exactly as an
-    agent observation, then the question; answer only."""
-    observation = format_observation(passages, cfg)
-    return [{"role": "user", "content": _RAG_TASK.format(short=_SHORT_ANSWER, observation=observation,
-                                                         question=question.strip())}]
+    agent observation, then the question; answer only (``example``: show a sample reply)."""
+    form = _ANSWER_FORM if example else _ANSWER_FORM_PLAIN
+    content = (f"{_RAG_TASK.format(short=_SHORT_ANSWER)}\n{form}\n\n{format_observation(passages, cfg)}\n\n"
+               f"Question: {question.strip()}")
+    return [{"role": "user", "content": content}]

@@ -47,6 +47,7 @@ from cosearch_lib.config.generation import (
 from cosearch_lib.config.grpo import AGGREGATIONS, AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
 from cosearch_lib.config.methods import METHODS, TRAINING_METHODS, MethodSpec, RankedBy, method_rows, method_spec
 from cosearch_lib.config.profile import (
+    BASELINE_REPLIES,
     EVAL_F1_METRICS,
     EvaluationConfig,
     GridsConfig,
@@ -74,7 +75,7 @@ from cosearch_lib.config.training import (
 from cosearch_lib.config.world import DataConfig, WorldConfig
 
 __all__ = [
-    "AGENT_STOPS", "AGGREGATIONS", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN",
+    "AGENT_STOPS", "AGGREGATIONS", "BASELINE_REPLIES", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN",
     "METHODS", "PAPER_RULES", "RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
     "TRAIN_BACKENDS", "AgentRewardConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",
     "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LoraSettings", "ModelsConfig",

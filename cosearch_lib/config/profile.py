@@ -45,6 +45,10 @@ def _fingerprinted(obj: Any) -> Any:
 EVAL_F1_METRICS = ("plain", "yes_no")
 
 
+#: How the one-generation baselines' replies are produced (``eval.harness``, docs/METHOD.md).
+BASELINE_REPLIES = ("prefilled", "free")
+
+
 @dataclass
 class EvaluationConfig:
     split: str = "test"  # which split the evaluation harness reads
@@ -53,9 +57,11 @@ class EvaluationConfig:
     temperature: float = 0.0  # evaluation sampling temperature (0 = greedy)
     answer_max_new_tokens: int = 64  # tokens of the direct / RAG replies (CoT and agent turns: rollout.agent_max_new_tokens)
     f1: str = "plain"  # answer F1 of the tables: "plain" (SQuAD token F1 as the paper's code computes it) or "yes_no" (HotpotQA's yes/no rule)
+    baseline_reply: str = "prefilled"  # Direct / CoT / RAG: "prefilled" (the reply is started with its tag, eval.harness) or "free" (the model writes every tag)
 
     def __post_init__(self) -> None:
         check_choice("evaluation.f1", self.f1, EVAL_F1_METRICS)
+        check_choice("evaluation.baseline_reply", self.baseline_reply, BASELINE_REPLIES)
 
 
 @dataclass

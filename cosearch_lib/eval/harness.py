@@ -17,7 +17,8 @@ can rebuild every table from records saved on disk.
 
 Departures worth knowing: ``n_searches`` counts the searches actually run (one ranker call each;
 a search refused at the ``max_searches`` cap is not counted, as in ``Trajectory.n_searches``);
-direct / CoT / RAG always use the base model (no agent adapter); agent methods share row keys,
+direct / CoT / RAG always use the base model (no agent adapter), and by default their replies are
+started with the answer tag for them (``baseline_reply``, :func:`_prefilled_replies`); agent methods share row keys,
 so at temperature > 0 they draw common random numbers (differences come from the ranking, not noise).
 """
 
@@ -49,7 +50,7 @@ from cosearch_lib.agent.rankers import (
     make_ranker,
 )
 from cosearch_lib.agent.rollout import RolloutEngine, Trajectory
-from cosearch_lib.config import ProtocolConfig, RolloutConfig, RuleSet, SamplingConfig, SearchBudget
+from cosearch_lib.config import BASELINE_REPLIES, ProtocolConfig, RolloutConfig, RuleSet, SamplingConfig, SearchBudget
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_at_k
@@ -122,9 +123,12 @@ class HarnessConfig:
     max_context_tokens: int = 8192  # a trajectory longer than this stops (finish "max_tokens")
     rules: RuleSet = field(default_factory=RuleSet)  # the profile's rule set: agent format, ranker validity, pseudo-relevance
     f1: str = "plain"  # the records' answer F1 (metrics.answer_f1): "plain" = the paper's metric, "yes_no" = HotpotQA's rule
+    baseline_reply: str = "prefilled"  # direct / CoT / RAG: "prefilled" (the reply starts with its tag) or "free" (see _run_prompted)
 
     def __post_init__(self) -> None:
         self.methods = tuple(self.methods)
+        if self.baseline_reply not in BASELINE_REPLIES:
+            raise ValueError(f"HarnessConfig.baseline_reply must be one of {BASELINE_REPLIES}, got {self.baseline_reply!r}")
         if self.f1 not in ANSWER_F1_METRICS:
             raise ValueError(f"HarnessConfig.f1 must be one of {ANSWER_F1_METRICS}, got {self.f1!r}")
         for m in self.methods:
@@ -270,12 +274,13 @@ def _mean_or_nan(values: list[float]) -> float:
 
 # -- direct, CoT, RAG: one batched generation each
 
-def _prompt_messages(method: str, question: str, passages, protocol: ProtocolConfig) -> list[dict[str, str]]:
+def _prompt_messages(method: str, question: str, passages, protocol: ProtocolConfig, *,
+                     example: bool = True) -> list[dict[str, str]]:
     if method == "direct":
-        return direct_messages(question)
+        return direct_messages(question, example=example)
     if method == "cot":
-        return cot_messages(question)
-    return rag_messages(question, passages, protocol)
+        return cot_messages(question, example=example)
+    return rag_messages(question, passages, protocol, example=example)
 
 
 def _run_prompted(method: str, examples: list[QAExample], ctx: HarnessContext, cfg: HarnessConfig) -> list[dict]:
@@ -285,15 +290,60 @@ def _run_prompted(method: str, examples: list[QAExample], ctx: HarnessContext, c
     jobs = [(ex, s, p) for ex, p in zip(examples, passages) for s in range(cfg.n_samples)]
     if not jobs:
         return []
-    prompts = [ctx.chat.prompt_ids(_prompt_messages(method, ex.question, p, protocol)) for ex, _, p in jobs]
-    gens = ctx.agent_backend.generate(prompts, cfg.answer_sampling(method), adapter=None,
-                                      row_keys=[(method, ex.id, s) for ex, s, _ in jobs])
-    return [_prompted_row(method, ex, s, p, gen, cfg) for (ex, s, p), gen in zip(jobs, gens)]
+    free = cfg.baseline_reply == "free"
+    prompts = [ctx.chat.prompt_ids(_prompt_messages(method, ex.question, p, protocol, example=free)) for ex, _, p in jobs]
+    keys = [(method, ex.id, s) for ex, s, _ in jobs]
+    if free:
+        gens = ctx.agent_backend.generate(prompts, cfg.answer_sampling(method), adapter=None, row_keys=keys)
+        replies = [(g.text, g.finish_reason, len(g.token_ids)) for g in gens]
+    else:
+        replies = _prefilled_replies(method, prompts, keys, ctx, cfg)
+    return [_prompted_row(method, ex, s, p, reply, cfg) for (ex, s, p), reply in zip(jobs, replies)]
 
 
-def _prompted_row(method: str, ex: QAExample, sample: int, passages, gen, cfg: HarnessConfig) -> dict:
-    answer, ok, error = parse_answer_only(gen.text)
-    finish = "answer" if ok else ("max_tokens" if gen.finish_reason == "length" else "invalid")
+def _closed(text: str, close: str, finish_reason: str) -> str:
+    """``text`` up to and including ``close``; a reply the model ended itself (eos) is closed for it;
+    one cut by the token budget stays open (the parser then calls it unclosed)."""
+    if close in text:
+        return text[: text.index(close) + len(close)]
+    return text + close if finish_reason == "eos" else text
+
+
+def _reasoning(text: str) -> str:
+    """CoT's reasoning as the model wrote it after ``<reason>``: up to its first tag, any tag removed."""
+    cut = min((text.index(t) for t in ("</reason>", "<answer>") if t in text), default=len(text))
+    return re.sub(r"</?(reason|answer)>", "", text[:cut]).strip() or "..."
+
+
+def _prefilled_replies(method: str, prompts: list[list[int]], keys: list[tuple], ctx: HarnessContext,
+                       cfg: HarnessConfig) -> list[tuple[str, str, int]]:
+    """The baselines' replies with their tags started for the model (``baseline_reply: prefilled``):
+    Direct and RAG continue ``<answer>`` up to ``</answer>``; CoT first continues ``<reason>`` up to
+    ``</reason>`` (the CoT budget), then, as two-stage zero-shot CoT extracts its answer, its
+    reasoning is closed and ``<answer>`` continued. A small instruct model answers in free text
+    (measured: SmolLM2-135M wrote no tag in any of 42 replies, so every F1 read 0); here it only has
+    to write the answer and close it. Returns (reply text with the prefills, finish reason, tokens
+    generated) per prompt."""
+    backend, encode = ctx.agent_backend, ctx.chat.encode
+    heads, used = [""] * len(prompts), [0] * len(prompts)
+    if method == "cot":
+        reason = replace(cfg.answer_sampling(method), stop=("</reason>", "<answer>"))
+        gens = backend.generate([p + encode("<reason>") for p in prompts], reason, adapter=None,
+                                row_keys=[(*k, "reason") for k in keys])
+        heads = [f"<reason>{_reasoning(g.text)}</reason>\n" for g in gens]
+        used = [len(g.token_ids) for g in gens]
+    answer = replace(cfg.answer_sampling(method), max_new_tokens=cfg.answer_max_new_tokens, stop=("</answer>",))
+    gens = backend.generate([p + encode(h + "<answer>") for p, h in zip(prompts, heads)], answer, adapter=None,
+                            row_keys=keys)
+    return [(h + "<answer>" + _closed(g.text, "</answer>", g.finish_reason), g.finish_reason, n + len(g.token_ids))
+            for h, g, n in zip(heads, gens, used)]
+
+
+def _prompted_row(method: str, ex: QAExample, sample: int, passages, reply: tuple[str, str, int],
+                  cfg: HarnessConfig) -> dict:
+    text, finish_reason, n_tokens = reply
+    answer, ok, error = parse_answer_only(text)
+    finish = "answer" if ok else ("max_tokens" if finish_reason == "length" else "invalid")
     shown = [int(has_answer(p.contents, ex.golden_answers, trivial=cfg.rules.trivial_golds)) for p in passages] \
         if passages is not None else None
     hits = {f"ranker_hit@{k}": hit_at_k(shown, k) if shown else float("nan") for k in HIT_KS}
@@ -301,7 +351,7 @@ def _prompted_row(method: str, ex: QAExample, sample: int, passages, gen, cfg: H
             "prediction": answer, "f1": answer_f1(answer, ex.golden_answers, cfg.f1),
             "em": exact_match(answer, ex.golden_answers),
             "format_ok": ok, "finish": finish, "error": error, "n_searches": int(passages is not None), **hits,
-            "ranker_valid_rate": float("nan"), "n_generated_tokens": len(gen.token_ids)}
+            "ranker_valid_rate": float("nan"), "n_generated_tokens": n_tokens}
 
 
 # -- agent methods: the rollout engine with a ranker per method
