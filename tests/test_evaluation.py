@@ -66,8 +66,9 @@ def make_ctx(tok, chat, respond):
 
 
 def small_cfg(**kw):
+    """Baselines reply freely (the model writes every tag) unless ``baseline_reply`` says otherwise."""
     budget = SearchBudget(topn=5, topk=2, max_searches=kw.pop("max_searches", 2))
-    return HarnessConfig(**{"search": budget, **kw})
+    return HarnessConfig(**{"search": budget, "baseline_reply": "free", **kw})
 
 
 def by_question(table):
@@ -112,6 +113,39 @@ def test_one_batched_generation_per_baseline_with_method_row_keys(tok, chat):
     assert sampling.seed == 5 and sampling.temperature == 0.0 and sampling.stop == ("</answer>",)
     assert sampling.max_new_tokens == 99 and adapter is None
     assert "<reason>" in tok.decode(prompts[0]) and Q1.question in tok.decode(prompts[0])
+
+
+def test_prefilled_replies_continue_the_answer_tag_and_cot_reasons_first(tok, chat):
+    def respond(prompt, key):
+        if key[0] == "cot" and key[-1] == "reason":
+            return "Tellis was born by the old bridge.</reason>"
+        return {"q1": "Kessmere</answer>", "q2": "Kessmere Bridge"}[key[1]]  # q2: ended by eos, closed for it
+
+    ctx, backend = make_ctx(tok, chat, respond)
+    direct = evaluate("direct", [Q1, Q2], ctx, small_cfg(baseline_reply="prefilled"), progress=False)
+    assert list(direct["prediction"]) == ["Kessmere", "Kessmere Bridge"] and direct["format_ok"].all()
+    ((prompts, sampling, _, keys),) = backend.calls
+    text = tok.decode(prompts[0])
+    assert text.endswith("<answer>") and "1874" not in text  # no example answer for a small model to copy
+    assert sampling.stop == ("</answer>",) and keys == [("direct", "q1", 0), ("direct", "q2", 0)]
+    backend.calls.clear()
+    cot = evaluate("cot", [Q1], ctx, small_cfg(baseline_reply="prefilled", agent_max_new_tokens=50,
+                                               answer_max_new_tokens=9), progress=False)
+    (reason_prompts, reason_sampling, _, reason_keys), (answer_prompts, answer_sampling, _, _) = backend.calls
+    assert tok.decode(reason_prompts[0]).endswith("<reason>") and reason_keys == [("cot", "q1", 0, "reason")]
+    assert reason_sampling.stop == ("</reason>", "<answer>") and reason_sampling.max_new_tokens == 50
+    assert tok.decode(answer_prompts[0]).endswith("old bridge.</reason>\n<answer>") and answer_sampling.max_new_tokens == 9
+    assert cot.loc[0, "prediction"] == "Kessmere" and cot.loc[0, "format_ok"]
+    assert cot.loc[0, "n_generated_tokens"] > len(tok("Kessmere</answer>")["input_ids"])  # both stages counted
+
+
+def test_a_prefilled_answer_cut_by_the_budget_stays_unclosed(tok, chat):
+    ctx, _ = make_ctx(tok, chat, by_question({"q1": "Kessmere " * 40, "q2": "Kessmere</answer>"}))
+    records = evaluate("direct", [Q1, Q2], ctx, small_cfg(baseline_reply="prefilled", answer_max_new_tokens=8),
+                       progress=False)
+    assert list(records["finish"]) == ["max_tokens", "answer"] and list(records["error"]) == ["unclosed_tag", None]
+    with pytest.raises(ValueError, match="baseline_reply"):
+        small_cfg(baseline_reply="tagged")
 
 
 def test_rag_puts_the_retrieved_passages_in_the_prompt(tok, chat):
