@@ -446,3 +446,22 @@ def test_context_from_profile_shares_one_backend_when_agent_and_ranker_are_the_s
     no_tok.tokenizer = None
     with pytest.raises(ValueError, match="ranker backend has no tokenizer"):
         harness_context(cfg, retriever, backends=(ctx.agent_backend, no_tok))
+
+
+def test_searches_by_family_beside_the_gold_chain_lengths():
+    from cosearch_lib.eval.tables import GOLD_CHAIN_ROW, searches_by_family
+
+    def chained(qid, family, hops):
+        chain = [{"sub_query": f"s{h}", "answer": "a", "passage_ids": []} for h in range(hops)]
+        return QAExample(id=qid, question="?", golden_answers=["a"], data_source=family,
+                         extra={"extra_info": {"gold_chain": chain}})
+
+    examples = [chained("n1", "syn_nq", 1), chained("h1", "syn_hotpotqa", 2), chained("m1", "syn_musique", 3)]
+    records = pd.DataFrame([
+        {"method": "agent_retrieval", "dataset": d, "question_id": q, "n_searches": n}
+        for d, q, n in (("syn_nq", "n1", 1), ("syn_hotpotqa", "h1", 1), ("syn_musique", "m1", 2))])
+    table = searches_by_family(records, examples)
+    assert list(table.index) == [GOLD_CHAIN_ROW, "agent_retrieval"]
+    assert table.loc[GOLD_CHAIN_ROW, "syn_musique"] == 3 and table.loc[GOLD_CHAIN_ROW, "multi-hop avg"] == 2.5
+    assert table.loc["agent_retrieval", "multi-hop avg"] == 1.5 and table.loc["agent_retrieval", "single-hop avg"] == 1
+    assert list(searches_by_family(records).index) == ["agent_retrieval"]  # no chains: no gold row

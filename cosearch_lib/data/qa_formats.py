@@ -52,6 +52,15 @@ class QAExample:
 # ----------------------------------------------------------------------------- QA loading
 
 
+def gold_chain(ex: QAExample) -> list[dict] | None:
+    """The question's gold reasoning chain [{sub_query, answer, passage_ids}] (``extra_info.gold_chain``
+    of the embedded world's questions), or None (real benchmarks have none)."""
+    chain = (ex.extra.get("extra_info") or {}).get("gold_chain") if isinstance(ex.extra, dict) else None
+    if not chain:
+        return None
+    return [dict(h) for h in chain]
+
+
 def load_qa(
     path: str | os.PathLike, *, data_source: str | None = None, limit: int | None = None
 ) -> list[QAExample]:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from cosearch_lib.atomic_io import write_table
+from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group, order_key
 from cosearch_lib.eval.harness import RECORD_COLUMNS, missing_as_none
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, compare_methods, method_interval
@@ -195,6 +196,26 @@ def turn_distribution(records: pd.DataFrame, max_turns: int | None = None,
     table = table.reindex(columns=[*range(top + 1), NO_ANSWER], fill_value=0.0).reindex(_method_order(records, methods))
     table.columns.name = None
     table["mean"] = records.groupby("method")["n_searches"].mean()
+    return table
+
+
+#: The row of :func:`searches_by_family` that holds the gold chains' lengths.
+GOLD_CHAIN_ROW = "gold chain (hops)"
+
+
+def searches_by_family(records: pd.DataFrame, examples: Sequence[QAExample] = (),
+                       methods: Sequence[str] | None = None) -> pd.DataFrame:
+    """Mean searches per trajectory of each method in each family, then the hop groups' and overall
+    macro averages (the layout of Table 2, the counts of Table 7). With ``examples`` (questions with
+    gold chains: the embedded world), a first row holds each family's mean chain length: the
+    searches a question needs."""
+    table = summary_table(records.assign(n_searches=records["n_searches"].astype(float)), "n_searches", methods)
+    chains = [(ex.data_source, len(chain)) for ex in examples if (chain := gold_chain(ex))]
+    if chains:
+        hops = pd.DataFrame(chains, columns=["dataset", "n_searches"]).assign(
+            method=GOLD_CHAIN_ROW, question_id=range(len(chains)))
+        gold = summary_table(hops, "n_searches").reindex(columns=table.columns)
+        table = pd.concat([gold, table])
     return table
 
 

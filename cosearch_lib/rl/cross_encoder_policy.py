@@ -28,13 +28,12 @@ from typing import Any
 import torch
 
 from cosearch_lib.config import GRPOConfig
-from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.metrics import relevance_labels
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer, plackett_luce_logprobs
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import policy_loss
-from cosearch_lib.rl.warm_start import gold_chain
 
 
 @dataclass

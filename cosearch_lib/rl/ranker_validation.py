@@ -12,7 +12,7 @@ ranker's relevance training (``rl.relevance_training``) builds its prompts the s
 training split:
 
 * a question of the embedded world carries its reasoning chain (``extra_info.gold_chain``, the
-  source the warm start builds its gold searches from, :func:`rl.warm_start.gold_chain`): every
+  source the warm start builds its gold searches from, :func:`data.qa_formats.gold_chain`): every
   hop gives one sub-query, the hop's gold sub-query, and a candidate is relevant when it contains
   the *hop's* answer (what that sub-query asks for; the last hop's answer is the question's);
 * a question without a chain (real benchmarks) gives one sub-query, the question text itself,
@@ -33,10 +33,9 @@ from typing import Any
 import numpy as np
 
 from cosearch_lib.agent.rankers import Ranker, RankRequest
-from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.metrics import has_answer, hit_at_k, is_trivial_answer
 from cosearch_lib.retrieval.retriever import SearchBackend
-from cosearch_lib.rl.warm_start import gold_chain
 from cosearch_lib.run_schema import RANKER_VALIDATION_KS
 
 #: The step-record columns :meth:`RankerValidationSet.score` fills (documented in run_schema.STEP_GLOSSARY).

@@ -47,7 +47,7 @@ from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.prompts import agent_messages, format_observation, ranker_messages
 from cosearch_lib.agent.rankers import oracle_order
 from cosearch_lib.config import ProtocolConfig, WarmStartConfig
-from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.metrics import has_answer, is_trivial_answer
 from cosearch_lib.models.lora_policies import peft_lora_config
 from cosearch_lib.progress import tqdm
@@ -96,14 +96,6 @@ class GoldDataStats:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "skipped": dict(self.skipped)}
-
-
-def gold_chain(ex: QAExample) -> list[dict] | None:
-    """The question's gold hops [{sub_query, answer, passage_ids}], or None (real benchmarks have none)."""
-    chain = (ex.extra.get("extra_info") or {}).get("gold_chain") if isinstance(ex.extra, dict) else None
-    if not chain:
-        return None
-    return [dict(h) for h in chain]
 
 
 # --------------------------------------------------------------------------- texts
