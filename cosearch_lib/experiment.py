@@ -387,11 +387,12 @@ def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: di
 
 def before_after_pairs(methods: Sequence[str], labels: tuple[str, str] = BEFORE_AFTER_LABELS) -> list[tuple[str, str]]:
     """The (a, b) comparisons of :func:`evaluate_before_after` records, as ``method`` labels: each
-    training method after GRPO against its own warm start, then trained CoSearch against each other
-    trained method among ``methods`` that the paper compares it with (Fixed Ranker: ``fixed_ranker``,
-    Retrieval Only: ``search_r1``), all trained for the same steps on the same questions."""
+    training method after GRPO against its own start, then the paper's findings among the trained
+    methods present, all trained for the same steps on the same questions: Oracle - Retrieval Only
+    (the gap: ``oracle`` vs ``search_r1``), Fixed Ranker - Retrieval Only, CoSearch - Fixed Ranker and
+    CoSearch - Retrieval Only."""
     before, after = labels
     pairs = [(f"{m}: {after}", f"{m}: {before}") for m in methods]
-    if "cosearch" in methods:
-        pairs += [(f"cosearch: {after}", f"{m}: {after}") for m in ("fixed_ranker", "search_r1") if m in methods]
+    findings = (("oracle", "search_r1"), ("fixed_ranker", "search_r1"), ("cosearch", "fixed_ranker"), ("cosearch", "search_r1"))
+    pairs += [(f"{a}: {after}", f"{b}: {after}") for a, b in findings if a in methods and b in methods]
     return pairs

@@ -307,7 +307,11 @@ def test_oracle_gap_figure_draws_our_intervals_and_keeps_the_paper_panels_plain(
 def test_before_after_pairs_name_the_records_of_evaluate_before_after():
     assert before_after_pairs(["search_r1", "cosearch", "oracle"]) == [
         ("search_r1: after GRPO", "search_r1: warm start"), ("cosearch: after GRPO", "cosearch: warm start"),
-        ("oracle: after GRPO", "oracle: warm start"), ("cosearch: after GRPO", "search_r1: after GRPO")]
+        ("oracle: after GRPO", "oracle: warm start"), ("oracle: after GRPO", "search_r1: after GRPO"),
+        ("cosearch: after GRPO", "search_r1: after GRPO")]
+    four = before_after_pairs(["search_r1", "fixed_ranker", "cosearch", "oracle"])[4:]
+    assert four == [("oracle: after GRPO", "search_r1: after GRPO"), ("fixed_ranker: after GRPO", "search_r1: after GRPO"),
+                    ("cosearch: after GRPO", "fixed_ranker: after GRPO"), ("cosearch: after GRPO", "search_r1: after GRPO")]
     assert before_after_pairs(["fixed_ranker"], labels=("before", "after")) == [("fixed_ranker: after", "fixed_ranker: before")]
 
 

@@ -167,6 +167,52 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
     return fig
 
 
+#: Fig. 2's panels after (a) the validation F1: per-step columns of the step records.
+FIG2_STEP_PANELS = (("hit@5", "(b) ranker Hit@5 per step (shown passages)"),
+                    ("searches_per_traj", "(c) searches per trajectory"))
+
+
+def plot_fig2(val_f1: pd.DataFrame, steps: pd.DataFrame, *, title: str = ""):
+    """The paper's Fig. 2 for the methods of one run: (a) validation avg F1 with 95% intervals
+    (``training_runs.validation_curves(kind="agent")``), (b) Hit@5 of the passages the agent read
+    and (c) searches per trajectory, per training step (the step records). One colour per method
+    across the panels; x = steps completed."""
+    methods = list(dict.fromkeys([*val_f1.get("method", []), *steps.get("method", [])]))
+    palette = method_palette(methods)
+    fig, axes = plt.subplots(1, 1 + len(FIG2_STEP_PANELS), figsize=(4.4 * (1 + len(FIG2_STEP_PANELS)), 3.6), squeeze=False)
+    ax = axes[0][0]
+    ax.set(xlabel="training steps completed", title="(a) validation avg F1 (95% CI)")
+    if val_f1.empty:
+        ax.text(0.5, 0.5, "no validation records", ha="center", va="center", transform=ax.transAxes, color="grey")
+    else:
+        width = 0.06 * max(1.0, float(val_f1["x"].max() - val_f1["x"].min()))
+        for i, method in enumerate(methods):
+            part = val_f1[val_f1["method"] == method].sort_values("x")
+            if part.empty:
+                continue
+            err = np.vstack([part["estimate"] - part["ci_low"], part["ci_high"] - part["estimate"]])
+            ax.errorbar(part["x"] + (i - (len(methods) - 1) / 2) * width, part["estimate"], yerr=np.nan_to_num(err),
+                        marker="o", ms=4, lw=1.6, capsize=3, color=palette[method], label=method)
+    for ax, (column, label) in zip(axes[0][1:], FIG2_STEP_PANELS):
+        ax.set(xlabel="training steps completed", title=label)
+        if column not in steps or steps[column].isna().all():
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+            continue
+        for method in methods:
+            part = steps[(steps["method"] == method) & (steps["step"] >= 0) & steps[column].notna()]
+            if len(part):
+                ax.plot(part["step"] + 1, part[column], marker="o", ms=3, lw=1.4, color=palette[method], label=method)
+    for ax in axes[0]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    handles = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
+    fig.suptitle(title or "Fig. 2 analogue: validation F1, ranker Hit@5 and searches over training")
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
 def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "",
                            references: Mapping[str, Mapping[str, float]] | None = None):
     """Validation over training with 95% intervals: one panel per ``{panel title: curve table}``
