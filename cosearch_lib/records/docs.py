@@ -21,6 +21,7 @@ from typing import Any
 
 from cosearch_lib.eval.benchmark_families import order_key
 from cosearch_lib.eval.harness import RECORD_GLOSSARY
+from cosearch_lib.eval.paper_reference import paper_table
 from cosearch_lib.eval.retriever_recall import RECALL_GLOSSARY
 from cosearch_lib.eval.tables import AVG_COLUMNS, TABLE_GLOSSARY
 from cosearch_lib.paths import project_relative, project_root
@@ -138,7 +139,39 @@ def _section_02(m: dict) -> list[str]:
     out.append(_by_index(m["f1"], "method"))
     out += ["", "Oracle gap (Table 1 layout):", "", _by_index(m["oracle_gap"], "run"),
             "", "Search turns per trajectory, % (Table 7 layout):", "", _by_index(m["turns"], "method")]
-    return out + _comparisons(m)
+    return out + _searches(m) + _comparisons(m)
+
+
+def _searches(m: dict) -> list[str]:
+    """Mean searches per family beside the gold chains' lengths (runs recorded before it have none)."""
+    if not m.get("searches_by_family"):
+        return []
+    return ["", "Mean searches per trajectory by family, first row the gold chains' length (the searches a question needs):",
+            "", _by_index(m["searches_by_family"], "method")]
+
+
+#: Relevance-training step columns RESULTS.md shows (run_schema.RELEVANCE_STEP_GLOSSARY).
+RELEVANCE_SHOWN = ("step", "reward", "hit@1", "valid_rate", "groups_with_signal", "val_ranker_hit@1", "val_ranker_hit@5",
+                   "step_s")
+#: Ranker-quality columns RESULTS.md shows (records.ranker_quality.quality_table).
+QUALITY_SHOWN = ("ranker", "n_items", "hit@1", "hit@1_low", "hit@1_high", "hit@3", "hit@5", "valid_rate")
+
+
+def _ranker_quality(m: dict) -> list[str]:
+    """The Fixed Ranker's relevance training and the ranker-quality table, when the run recorded them."""
+    out = []
+    rel = m.get("relevance")
+    if rel:
+        out += ["", f"The Fixed Ranker's relevance training (ranker-only GRPO, r_rel; CoSearch's ranker starts from "
+                f"`{rel.get('cosearch_start')}`), one row per step, held-out Hit@k where validated:", "",
+                markdown_table(rel["steps"], [c for c in RELEVANCE_SHOWN if any(c in r for r in rel["steps"])])]
+    if m.get("ranker_quality"):
+        out += ["", "Ranker quality on held-out sub-queries (Hit@k of the K passages shown; 95% bootstrap interval of Hit@1):",
+                "", markdown_table(m["ranker_quality"], QUALITY_SHOWN)]
+    if m.get("ranker_quality_comparisons"):
+        out += ["", "Paired over the same held-out sub-queries, a - b of Hit@1:", "",
+                markdown_table(m["ranker_quality_comparisons"], COMPARISON_SHOWN)]
+    return out
 
 
 def _section_03(m: dict) -> list[str]:
@@ -149,7 +182,7 @@ def _section_03(m: dict) -> list[str]:
                            for which in ("first", "last") for method, rec in m[which].items()], ["method", *STEP_COLUMNS]),
            "", "Warm start against the trained policies, answer F1 on test questions:", "",
            _by_index(m["eval_f1"], "policies")]
-    return out + _comparisons(m) + _validation_comparisons(m)
+    return out + _searches(m) + _comparisons(m) + _validation_comparisons(m) + _ranker_quality(m)
 
 
 #: Columns of Tables 3 and 4 RESULTS.md shows (records.ablations.ablation_table, topk_table).
@@ -210,6 +243,59 @@ RESULT_SECTIONS = {"01_retriever_setup": ("Retriever (notebook 01)", _section_01
             "04_ablations": ("Ablations and the K sweep (notebook 04, grid cells)", _section_04)}
 
 
+#: The paper's findings among trained methods (experiment.before_after_pairs), as (a, b, what it measures).
+FINDINGS = (("oracle", "search_r1", "the oracle gap"), ("fixed_ranker", "search_r1", "Fixed Ranker - Retrieval Only"),
+            ("cosearch", "fixed_ranker", "CoSearch - Fixed Ranker"), ("cosearch", "search_r1", "CoSearch - Retrieval Only"))
+#: The paper's Table 2 rows of the trained methods (its 7B agent), by our method name.
+PAPER_ROWS = {"search_r1": "Retrieval Only", "fixed_ranker": "Fixed Ranker", "cosearch": "CoSearch", "oracle": "Oracle"}
+
+
+def _verdict(row: Mapping[str, Any]) -> str:
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is None or high is None or low != low or high != high:
+        return "no interval"
+    if low > 0:
+        return "a > b (interval excludes 0)"
+    if high < 0:
+        return "a < b (interval excludes 0)"
+    return "no difference shown (interval includes 0)"
+
+
+def _findings(root: Path, profiles: Sequence[str]) -> list[str]:
+    """The trained methods' paired comparisons and their F1 beside the paper's, over every profile
+    (one per seed) whose notebook 03 recorded them: the page's summary."""
+    rows, table2 = [], []
+    for profile in profiles:
+        path = root / profile / "03_joint_grpo_training.metrics.json"
+        if not path.exists():
+            continue
+        m = json.loads(path.read_text())
+        by_pair = {(c["a"], c["b"]): c for c in m.get("comparisons") or []}
+        for a, b, what in FINDINGS:
+            c = by_pair.get((f"{a}: after GRPO", f"{b}: after GRPO"))
+            if c:
+                rows.append({"profile": profile, "seed": m.get("seed"), "comparison": what, "mean_a": c["mean_a"],
+                             "mean_b": c["mean_b"], "diff": c["diff"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
+                             "n_questions": c["n_questions"], "verdict": _verdict(c)})
+        for method in PAPER_ROWS:
+            f1 = (m.get("eval_f1") or {}).get(f"{method}: after GRPO")
+            if f1:
+                table2.append({"profile": profile, "seed": m.get("seed"), "method": method,
+                               **{k: f1.get(k) for k in AVG_COLUMNS}})
+    if not rows:
+        return []
+    paper = paper_table("table2")
+    paper = paper[paper["agent"] == "7B"].set_index("method")
+    for row in table2:
+        row["paper avg (7B)"] = float(paper.loc[PAPER_ROWS[row["method"]], "avg"])
+    return ["## The findings, per seed", "",
+            "Each trained method after the same GRPO budget, evaluated greedily on the same test questions; a - b of "
+            "avg F1 with its paired 95% bootstrap interval, stratified by family (generated from each profile's "
+            "notebook 03 records below):", "", markdown_table(rows, list(rows[0])), "",
+            "Table 2 analogue: answer F1 of the trained methods, the paper's 7B avg beside:", "",
+            markdown_table(table2, list(table2[0])) if table2 else "No trained method was evaluated.", ""]
+
+
 def render_results_page(results_root: Path | None = None) -> str:
     root = results_root or docs_dir() / "results"
     out = ["# Results", "",
@@ -218,6 +304,7 @@ def render_results_page(results_root: Path | None = None) -> str:
     profiles = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     if not profiles:
         out.append("No run records committed yet.\n")
+    out += _findings(root, profiles)
     for profile in profiles:
         folder = root / profile
         out += [f"## Profile `{profile}`", ""]
