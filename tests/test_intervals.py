@@ -327,3 +327,21 @@ def test_results_page_shows_comparisons_when_a_run_recorded_them(tmp_path):
     del metrics["comparisons"]
     (tmp_path / "x" / "02_oracle_gap_study.metrics.json").write_text(json.dumps(metrics))
     assert "Paired comparisons" not in render_results_page(tmp_path)
+
+
+def test_results_page_leads_with_the_findings_of_each_seed(tmp_path):
+    comparisons = [{"a": "oracle: after GRPO", "b": "search_r1: after GRPO", "mean_a": 0.4, "mean_b": 0.3, "diff": 0.1,
+                    "ci_low": 0.02, "ci_high": 0.18, "n_questions": 140},
+                   {"a": "cosearch: after GRPO", "b": "fixed_ranker: after GRPO", "mean_a": 0.3, "mean_b": 0.31,
+                    "diff": -0.01, "ci_low": -0.05, "ci_high": 0.03, "n_questions": 140}]
+    f1 = {f"{m}: after GRPO": {"single-hop avg": 0.5, "multi-hop avg": 0.1, "avg": 0.27} for m in ("oracle", "cosearch")}
+    for profile, seed in (("lap", 0), ("lap_seed1", 1)):
+        (tmp_path / profile).mkdir()
+        metrics = {"steps": 1, "first": {}, "last": {}, "warmstart": {}, "eval_f1": f1, "comparisons": comparisons,
+                   "seed": seed}
+        (tmp_path / profile / "03_joint_grpo_training.metrics.json").write_text(json.dumps(metrics))
+    page = render_results_page(tmp_path)
+    head = page[: page.index("## Profile")]
+    assert head.count("| the oracle gap |") == 2 and head.count("| CoSearch - Fixed Ranker |") == 2
+    assert "a > b (interval excludes 0)" in head and "no difference shown (interval includes 0)" in head
+    assert "| lap_seed1 | 1 | oracle | 0.500 | 0.100 | 0.270 | 0.626 |" in head  # the paper's 7B Oracle avg beside ours
