@@ -158,6 +158,39 @@ def test_a_shared_prefix_run_once_gives_the_same_log_probs_and_gradient(tok, gro
         assert norms[0] > 0 and math.isclose(norms[0], norms[1], rel_tol=1e-4)
 
 
+def test_prompt_groups_run_each_prompt_once_per_micro_batch_with_the_same_gradient(tok, monkeypatch):
+    """G samples of two different prompts (the relevance training's groups): micro-batches stay in a
+    group, each runs its group's whole prompt once, and the gradient is the plain update's."""
+    from cosearch_lib.rl import policy_update
+    from cosearch_lib.rl.policy_update import grouped_micro_batches
+
+    assert grouped_micro_batches([0, 1, 2, 3, 4, 5], [7, 7, 7, 9, 9, 9], 2) == [[0, 1], [2], [3, 4], [5]]
+    assert grouped_micro_batches([1, 4, 0], [1, 0, 0, 1, 0], 4) == [[1, 4], [0]]
+    model = lora_model(peaked_model(tok, seed=2), {"ranker": None}, LORA)
+    torch.manual_seed(5)
+    for p in adapter_parameters(model, "ranker").values():
+        torch.nn.init.normal_(p, std=0.05)
+    prompts = [tok.encode("Rank the passages for the sub-query about the old mill and its builder, best first."),
+               tok.encode("Rank the passages for the sub-query about the harbour town and its river, best first.")]
+    seqs = [s for k, prompt in enumerate(prompts) for s in _prefixed_sequences(tok, prompt, n=3, seed=k)]
+    advantages = [1.0, -0.5, -0.5, 0.8, 0.0, -0.8]
+    real_run = policy_update.SharedPrefix.run.__func__
+    prefix_lengths = []
+    monkeypatch.setattr(policy_update.SharedPrefix, "run", classmethod(
+        lambda cls, model_, ids, device: prefix_lengths.append(len(ids)) or real_run(cls, model_, ids, device)))
+    norms = {}
+    for groups in (None, [0, 0, 0, 1, 1, 1]):
+        prefix_lengths.clear()
+        policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": 0.0})
+        stats = grpo_update(policies, "ranker", [UpdateJob("ranker", seqs, advantages, 1.0, prompt_groups=groups)],
+                            GRPOConfig(kl_coef=0.0), micro_batch=2, max_grad_norm=0.0, pad_id=0)
+        norms[groups is None] = stats["grad_norm"]
+        assert stats["ranker_n_forwarded"] == 5  # the zero-advantage sample is not forwarded
+    assert norms[True] > 0 and math.isclose(norms[True], norms[False], rel_tol=1e-4)
+    # grouped: micro-batches [0, 1], [2], [3, 5]: a prompt run for each of the two with 2 rows, all of its tokens
+    assert len(prefix_lengths) == 2 and all(n >= len(prompts[0]) for n in prefix_lengths)
+
+
 def test_shared_prefix_length_leaves_a_token_and_skips_short_or_lone_prefixes(tok):
     from cosearch_lib.rl.policy_update import SharedPrefix
 

@@ -176,6 +176,19 @@ class UpdateJob:
     seqs: Sequence[PolicySequence]
     advantages: Sequence[float]  # one per sequence
     temperature: float  # the temperature the sequences were sampled at (log-probs are recomputed at it)
+    prompt_groups: Sequence[int] | None = None  # sequences with one label share their prompt (G samples of it): micro-batches stay inside a group and run its prompt once
+
+
+def grouped_micro_batches(indices: Sequence[int], groups: Sequence[int], size: int) -> list[list[int]]:
+    """``indices`` cut into micro-batches of at most ``size`` that never mix groups (``groups[i]``:
+    the label of sequence i), groups in order of first appearance: each micro-batch then shares its
+    group's whole prompt, which :func:`grpo_update` runs once per micro-batch."""
+    if size < 1:
+        raise ValueError(f"micro-batch size must be >= 1, got {size}")
+    members: dict[int, list[int]] = {}
+    for i in indices:
+        members.setdefault(groups[i], []).append(i)
+    return [rows[start:start + size] for rows in members.values() for start in range(0, len(rows), size)]
 
 
 def micro_batches(indices: Sequence[int], lengths: Mapping[int, int], size: int, *, by_length: bool) -> list[list[int]]:
@@ -336,7 +349,9 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
     longest first with ``length_grouped``). ``shared_prefix`` runs the prefix a job's sequences
     share once per optimizer step (:class:`SharedPrefix`; not with checkpointing, which keeps no
     cache). ``gradient_checkpointing`` recomputes activations in the backward pass
-    (:func:`update_checkpointing`). Returns ``<role>_<stat>`` (token-weighted means
+    (:func:`update_checkpointing`). A job with ``prompt_groups`` (G samples of each prompt) is cut into
+    micro-batches inside its groups (:func:`grouped_micro_batches`) and each runs its group's whole
+    prompt once. Returns ``<role>_<stat>`` (token-weighted means
     over micro-batches of :func:`cosearch_lib.rl.grpo_loss.policy_loss`'s stats, plus ``<role>_n_forwarded``,
     ``<role>_n_tokens``, ``<role>_pad_frac``: padding positions / positions forwarded, and
     ``<role>_first_abs_log_ratio``: mean |logp - old logp| over the scored tokens of the role's first
@@ -352,9 +367,17 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
             optimizer.zero_grad(set_to_none=True)
             for job in jobs:
                 piece = _JobSlice.of(job, part, minibatches, cfg.aggregation)
+                sharing = shared_prefix and not gradient_checkpointing
+                if job.prompt_groups is not None:  # a prefix per micro-batch: its group's prompt
+                    for chunk in grouped_micro_batches(piece.active, job.prompt_groups, micro_batch):
+                        prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in chunk], device=device,
+                                                 with_reference=cfg.kl_coef > 0) if sharing else _Prefixes()
+                        _micro_batch(model, adapter, job, chunk, piece, prefixes, cfg, pad_id=pad_id, device=device,
+                                     tally=tallies[job.role], first_part=part == 0)
+                        prefixes.backward(model, adapter)
+                    continue
                 prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in piece.active], device=device,
-                                         with_reference=cfg.kl_coef > 0) \
-                    if shared_prefix and not gradient_checkpointing else _Prefixes()
+                                         with_reference=cfg.kl_coef > 0) if sharing else _Prefixes()
                 for chunk in micro_batches(piece.active, piece.lengths, micro_batch, by_length=length_grouped):
                     _micro_batch(model, adapter, job, chunk, piece, prefixes, cfg, pad_id=pad_id, device=device,
                                  tally=tallies[job.role], first_part=part == 0)

@@ -203,7 +203,8 @@ class RelevanceTrainer:
                                           scale_std=cfg.grpo.scale_std, eps=cfg.grpo.std_eps).tolist()
         with clock("update"):
             stats = grpo_update(self.policies, self.adapter,
-                                [UpdateJob("ranker", ranker_sequences(samples), advantages, cfg.temperature)], cfg.grpo,
+                                [UpdateJob("ranker", ranker_sequences(samples), advantages, cfg.temperature,
+                                           prompt_groups=groups.tolist())], cfg.grpo,
                                 micro_batch=cfg.micro_batch, max_grad_norm=self.max_grad_norm, pad_id=self.pad_id)
         self.step += 1
         record = {"step": step, **self._step_stats(samples, rewards), **stats}
