@@ -17,8 +17,10 @@ from typing import Any
 
 import pandas as pd
 
+from cosearch_lib import experiment
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval
 from cosearch_lib.eval.tables import comparison_table
+from cosearch_lib.records.training_runs import validation_curves
 from cosearch_lib.run_schema import RANKER_VALIDATION_KS, STEPS_FILE, VALIDATION_FILE
 
 #: The row labels of the ranker-quality table, in its order.
@@ -98,8 +100,6 @@ def ranker_quality_records(cfg: Any, retriever: Any, trained: Mapping[str, str |
     ranker and the relevance-trained one (from the relevance run's records when ``relevance.enabled``;
     the warm start scored afresh otherwise), then each ``trained`` ranker adapter ({label: folder},
     e.g. CoSearch's after GRPO), all on :func:`cosearch_lib.experiment.relevance_held_out`."""
-    from cosearch_lib import experiment  # records sit above experiment (the layer contract)
-
     rankers: dict[str, str | Path | None] = {RETRIEVER_ORDER: None}
     saved: dict[str, pd.DataFrame] = {}
     if cfg.relevance.enabled:
@@ -118,8 +118,6 @@ def relevance_curves(validation: pd.DataFrame, retriever_rows: Sequence[dict[str
     """The relevance run's held-out Hit@k curves (``training_runs.validation_curves``, one panel per k)
     and, per panel, the retriever's order on the same items as a reference level: the arguments of
     ``viz.plots.plot_validation_curves``."""
-    from cosearch_lib.records.training_runs import validation_curves
-
     retriever = pd.DataFrame(list(retriever_rows))
     panels, refs = {}, {}
     for k in ks:
