@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 
+import cosearch_lib.rl.run_checkpoints as checkpoints_mod
 import cosearch_lib.rl.trainer as trainer_mod
 from cosearch_lib.models.registry import load_tokenizer
 from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequested
@@ -79,16 +80,16 @@ def main(out_dir: str, point: str) -> int:
                 _die()
             return save(obj, f, *args, **kwargs)
 
-        trainer_mod.torch.save = save_half_then_die
+        checkpoints_mod.torch.save = save_half_then_die
     elif point == "checkpoint-manifest":
-        manifest = trainer_mod.write_checkpoint_manifest
+        manifest = checkpoints_mod.write_checkpoint_manifest
 
         def die_before_manifest(folder):
             if t.step == 2:
                 _die()
             return manifest(folder)
 
-        trainer_mod.write_checkpoint_manifest = die_before_manifest
+        checkpoints_mod.write_checkpoint_manifest = die_before_manifest
     elif point == "signal":
         generate = t.backend.generate
 

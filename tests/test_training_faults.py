@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 
-import cosearch_lib.rl.trainer as trainer_mod
+import cosearch_lib.rl.run_checkpoints as checkpoints_mod
 from cosearch_lib.run_schema import checkpoint_problem, latest_checkpoint
 from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequest
 
@@ -98,18 +98,18 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one_and_says_so(tok
     t.run(steps=2)
     good = (out / "checkpoints" / "step_000002" / "state.pt").read_bytes()
     steps_csv = (out / "steps.csv").read_bytes()
-    save = trainer_mod.torch.save
+    save = checkpoints_mod.torch.save
 
     def save_until_the_disk_is_full(obj, f, *args, **kwargs):
         f.write(b"\0" * 4096)  # some bytes reach the disk, then the device is full
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(trainer_mod.torch, "save", save_until_the_disk_is_full)
+    monkeypatch.setattr(checkpoints_mod.torch, "save", save_until_the_disk_is_full)
     with pytest.raises(OSError, match=r"could not write checkpoint .*step_000003.*No space left on device.*"
                                       r"newest whole checkpoint is .*step_000002") as err:
         t.run()
     assert err.value.errno == errno.ENOSPC
-    monkeypatch.setattr(trainer_mod.torch, "save", save)
+    monkeypatch.setattr(checkpoints_mod.torch, "save", save)
     ckpts = out / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["step_000001", "step_000002"]  # no half-written step 3 left
     assert (ckpts / "step_000002" / "state.pt").read_bytes() == good and checkpoint_problem(ckpts / "step_000002") is None

@@ -129,4 +129,7 @@ def test_a_disabled_warm_start_trains_nothing_and_yields_base_policies():
     cfg = load_profile("ci")
     cfg.warmstart.enabled = False
     assert warm_start(cfg, retriever=None) == {}  # returns before touching the retriever or a model
+    with pytest.raises(ValueError, match="relevance training of 'ci' must run"):  # the Fixed Ranker still trains
+        policy_adapters(cfg, None, "warmstart")
+    cfg.relevance.enabled = False
     assert policy_adapters(cfg, None, "warmstart") == {"agent_adapter": None, "fixed_ranker_adapter": None}
