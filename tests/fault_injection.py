@@ -67,7 +67,7 @@ def main(out_dir: str, point: str) -> int:
 
         trainer_mod.grpo_update = update_then_die
     elif point == "checkpoint-state":
-        save = trainer_mod.torch.save
+        save = checkpoints_mod.torch.save
 
         def save_half_then_die(obj, f, *args, **kwargs):
             if t.step == 2:
