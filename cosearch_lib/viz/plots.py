@@ -202,8 +202,15 @@ def plot_fig2(val_f1: pd.DataFrame, steps: pd.DataFrame, *, title: str = ""):
             part = steps[(steps["method"] == method) & (steps["step"] >= 0) & steps[column].notna()]
             if len(part):
                 ax.plot(part["step"] + 1, part[column], marker="o", ms=3, lw=1.4, color=palette[method], label=method)
-    for ax in axes[0]:
+    xs = [*val_f1.get("x", []), *(steps.loc[steps["step"] >= 0, "step"] + 1 if "step" in steps else [])]
+    for ax, low_high in zip(axes[0], ((-0.02, 1.02), (-0.02, 1.02), None)):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if xs:  # whole steps, one shared range (a single point would get fractional ticks)
+            ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
+        if low_high:
+            ax.set_ylim(*low_high)
+        else:
+            ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     handles = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
     if handles:
