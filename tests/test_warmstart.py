@@ -67,9 +67,14 @@ def test_gold_agent_trajectory_is_token_exact_and_every_turn_parses(chat):
     text, prompt = chat.decode(gold.input_ids), chat.decode(chat.prompt_ids(agent_messages(ex.question, PROTOCOL)))
     assert text.startswith(prompt) and text.count("<information>") - prompt.count("<information>") == 2
     assert "Drulel Bank was founded by" in text[len(prompt):]
-    # every turn counts the chain's searches: the plan, the next search, the last one
-    assert "Search 1 of 2:" in actions[0].reason and "earch 2 of 2" in actions[1].reason
-    assert "2 of 2" in actions[2].reason
+    # the plan reasoning lists the chain's steps (earlier answers as #h), then ticks them off
+    assert actions[0].reason == "Plan: (1) who founded Drulel Bank (2) what was the occupation of #1. Now step (1)."
+    assert actions[1].reason.endswith("gives #1 = Shertev Sewick. Now step (2): what was the occupation of Shertev Sewick.")
+    assert actions[2].reason.endswith("Step (2) was the last, so the answer is politician.")
+    counted, _ = gold_agent_example(ex, hops, chat, PROTOCOL, seed=0, reasoning="count")  # every turn counts the searches
+    counted_turns = [parse_agent_turn(chat.decode(t)) for t in segments(counted.input_ids, counted.assistant_masks)]
+    assert "Search 1 of 2:" in counted_turns[0].reason and "earch 2 of 2" in counted_turns[1].reason
+    assert "2 of 2" in counted_turns[2].reason and [t.kind for t in counted_turns] == ["search", "search", "answer"]
     # same seed, same phrasing; the prompt is the agent prompt
     again, _ = gold_agent_example(ex, hops, chat, PROTOCOL, seed=0)
     assert again.input_ids == gold.input_ids

@@ -145,6 +145,10 @@ class TrainConfig:
 # --------------------------------------------------------------------------- supervised warm start
 
 
+#: How the warm start's gold agent turns reason about the chain (``rl.warm_start``).
+WARMSTART_REASONING = ("plan", "count")
+
+
 @dataclass
 class WarmStartConfig:
     enabled: bool = True  # False: no warm start (GRPO starts from the model as shipped, as the paper's 7B runs do)
@@ -152,6 +156,7 @@ class WarmStartConfig:
     n_agent: int = 256  # gold agent trajectories to train on
     n_ranker: int = 256  # gold rankings to train on
     balance_hops: bool = True  # take questions of each chain length in turn (rl.warm_start.hop_balanced), not in file order
+    reasoning: str = "plan"  # the gold agent turns' reasoning: "plan" (list the chain's steps, then tick them off) or "count" ("search 2 of 3")
     epochs: float = 1.0  # passes over each role's gold data
     learning_rate: float = 2e-4  # AdamW learning rate of the LoRA weights
     batch_size: int = 4  # sequences per optimizer step (per device)
@@ -165,6 +170,7 @@ class WarmStartConfig:
         check = Fields("warmstart", self)
         check.ints("n_agent", "n_ranker", minimum=0)
         check.bools("balance_hops", "enabled")
+        check.choice("reasoning", WARMSTART_REASONING)
         check.ints("batch_size", "grad_accum", "max_length", "logging_steps", minimum=1)
         check.numbers("epochs", "learning_rate", low=0, low_open=True)
         if self.enabled:  # a schedule that cannot move an adapter is refused when the profile is read

@@ -126,6 +126,30 @@ def _n_searches(k: int) -> str:
     return "1 search" if k == 1 else f"{k} searches"
 
 
+def chain_plan(chain: Sequence[dict]) -> list[str]:
+    """Each hop's sub-query with the answers of earlier hops replaced by ``#h`` (1-based): the steps
+    the ``plan`` reasoning lists in its first turn, written from the question before any answer is
+    known (e.g. "who wrote Silent Lake", "when was the novelist #1 born")."""
+    steps = []
+    for h, hop in enumerate(chain):
+        query = hop["sub_query"]
+        for j, earlier in enumerate(chain[:h], 1):
+            if earlier["answer"] and earlier["answer"] in query:
+                query = query.replace(earlier["answer"], f"#{j}")
+        steps.append(query)
+    return steps
+
+
+# The ``plan`` reasoning (WarmStartConfig.reasoning): the first turn lists the chain's steps, each
+# later turn names the step it finished and the next one, and the last says no step is left. Whether
+# to search again is then read off the agent's own plan, a copy from its context, rather than
+# guessed from a count (a 135M agent taught "search 1 of 3" planned one search for 41 of 42 dev
+# questions: docs/LOG.md). One phrasing each: the control flow is meant to be a formula.
+_PLAN_FIRST = "Plan: {plan}. Now step (1)."
+_PLAN_NEXT = "Passage [{j}] gives #{d} = {a}. Now step ({h}): {q}."
+_PLAN_LAST = "Passage [{j}] gives #{d} = {a}. Step ({d}) was the last, so the answer is {final}."
+
+
 _RANK_HIT = "{which} the query \"{q}\" directly; I put {pronoun} first, then the closest matches."
 _RANK_MISS = "No passage clearly answers the query \"{q}\"; I keep the search engine's best matches."
 
@@ -155,8 +179,10 @@ def ranking_text(sub_query: str, relevant: Sequence[int], order: Sequence[int]) 
 
 
 def gold_agent_example(ex: QAExample, hop_candidates: Sequence[Sequence[Any]], chat: ChatTokens,
-                       protocol: ProtocolConfig, *, seed: int = 0) -> tuple[GoldExample | None, str | None]:
-    """The gold trajectory of ``ex`` given each hop's retriever top-N (``hop_candidates[h]``).
+                       protocol: ProtocolConfig, *, seed: int = 0,
+                       reasoning: str = "plan") -> tuple[GoldExample | None, str | None]:
+    """The gold trajectory of ``ex`` given each hop's retriever top-N (``hop_candidates[h]``), its
+    reasoning in the ``reasoning`` style (``WarmStartConfig.reasoning``: "plan" or "count").
 
     Returns (example, None) or (None, reason skipped)."""
     chain = gold_chain(ex)
@@ -168,11 +194,15 @@ def gold_agent_example(ex: QAExample, hop_candidates: Sequence[Sequence[Any]], c
         return None, "more hops than searches allowed"
     final = ex.golden_answers[0]
     r = rng("warmstart-agent", seed, ex.id)
+    plan = " ".join(f"({i}) {step}" for i, step in enumerate(chain_plan(chain), 1))
     ids = chat.prompt_ids(agent_messages(ex.question, protocol))
     mask = [0] * len(ids)
     cited_prev, answer_prev = None, None
     for h, hop in enumerate(chain):
-        if h == 0:
+        if reasoning == "plan":
+            reason = _PLAN_FIRST.format(plan=plan) if h == 0 else \
+                _PLAN_NEXT.format(j=cited_prev, d=h, a=answer_prev, h=h + 1, q=hop["sub_query"])
+        elif h == 0:
             reason = _FIRST[r.integers(len(_FIRST))].format(n=_n_searches(len(chain)), k=len(chain),
                                                             q=hop["sub_query"])
         else:
@@ -188,7 +218,8 @@ def gold_agent_example(ex: QAExample, hop_candidates: Sequence[Sequence[Any]], c
         ids += turn + obs
         mask += [1] * len(turn) + [0] * len(obs)
         cited_prev, answer_prev = cited, hop["answer"]
-    reason = _LAST[r.integers(len(_LAST))].format(j=cited_prev, a=answer_prev, k=len(chain), final=final)
+    reason = _PLAN_LAST.format(j=cited_prev, d=len(chain), a=answer_prev, final=final) if reasoning == "plan" else \
+        _LAST[r.integers(len(_LAST))].format(j=cited_prev, a=answer_prev, k=len(chain), final=final)
     last = chat.encode(f"<reason>{reason}</reason>\n<answer>{final}</answer>") + [chat.end_of_turn_id]
     ids += last
     mask += [1] * len(last)
@@ -233,7 +264,7 @@ def hop_balanced(examples: Sequence[QAExample]) -> list[QAExample]:
 
 def build_gold_data(examples: Sequence[QAExample], retriever: SearchBackend, chat: ChatTokens, protocol: ProtocolConfig, *,
                     topn: int, n_agent: int, n_ranker: int, seed: int = 0, balance_hops: bool = False,
-                    ranker_chat: ChatTokens | None = None) -> tuple[dict[str, list[GoldExample]], GoldDataStats]:
+                    reasoning: str = "plan", ranker_chat: ChatTokens | None = None) -> tuple[dict[str, list[GoldExample]], GoldDataStats]:
     """Gold agent and ranker sequences from ``examples`` (in order, or :func:`hop_balanced` with
     ``balance_hops``; questions without a chain skipped) until ``n_agent`` agent and ``n_ranker``
     ranker sequences exist. One batched retriever call per block of questions. Returns
@@ -255,7 +286,7 @@ def build_gold_data(examples: Sequence[QAExample], retriever: SearchBackend, cha
             hops = [next(results) for _ in chain]
             stats.questions += 1
             if len(data["agent"]) < n_agent:
-                example, why = gold_agent_example(ex, hops, chat, protocol, seed=seed)
+                example, why = gold_agent_example(ex, hops, chat, protocol, seed=seed, reasoning=reasoning)
                 if example is None:
                     stats.skipped[f"agent: {why}"] += 1
                 else:
