@@ -156,6 +156,10 @@ def test_laptop_profile_reuses_the_demo_warm_start():
     assert laptop.fingerprint(*shaping) == demo.fingerprint(*shaping)
     assert laptop.evaluation.n_per_dataset > demo.evaluation.n_per_dataset
     assert laptop.training.steps > demo.training.steps
+    seed1 = load_profile("laptop_seed1")  # the second seed: every setting but the seed is laptop's
+    sections = [f.name for f in dataclasses.fields(laptop) if f.name not in ("seed", "profile")]
+    assert seed1.seed == 1 and seed1.fingerprint(*sections) == laptop.fingerprint(*sections)
+    assert seed1.fingerprint("world") == laptop.fingerprint("world")  # the same world and test questions
 
 
 # ------------------------------------------------------------------------------ one error type, naming the key
