@@ -171,6 +171,10 @@ def _ranker_quality(m: dict) -> list[str]:
     if m.get("ranker_quality_comparisons"):
         out += ["", "Paired over the same held-out sub-queries, a - b of Hit@1:", "",
                 markdown_table(m["ranker_quality_comparisons"], COMPARISON_SHOWN)]
+    if m.get("ranker_diagnostics"):
+        out += ["", "The trained ranker's steps: semantic groups before and after the filters, the composite reward's "
+                "parts over all calls (pre) and the grouped ones (post), Hit@5 of what the agent read:", "",
+                markdown_table(m["ranker_diagnostics"], list(m["ranker_diagnostics"][0]))]
     return out
 
 

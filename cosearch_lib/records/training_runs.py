@@ -28,6 +28,13 @@ from cosearch_lib.rl.warm_start import warmstart_summary
 from cosearch_lib.run_schema import RANKER_CALLS_FILE, STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE, latest_checkpoint
 
 
+#: Step-record columns that say why a trained ranker did or did not learn: its groups before and after
+#: the filters, the composite reward's parts over all calls and over the grouped ones, and Hit@5.
+RANKER_DIAGNOSTICS = ("method", "step", "n_ranker_calls", "grouping_n_clusters_pre", "grouping_n_groups_post",
+                      "grouping_n_dropped_small", "grouping_n_dropped_zero_var", "r_rel_pre", "r_rel_post",
+                      "ranker_main_pre", "ranker_main_post", "ranker_reward_pre", "ranker_reward_post", "hit@5")
+
+
 def training_root(profile: str) -> Path:
     """``papermill_runs/<profile>/training``: one folder per trained method."""
 
