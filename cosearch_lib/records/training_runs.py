@@ -27,7 +27,6 @@ from cosearch_lib.paths import run_dir
 from cosearch_lib.rl.warm_start import warmstart_summary
 from cosearch_lib.run_schema import RANKER_CALLS_FILE, STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE, latest_checkpoint
 
-
 #: Step-record columns that say why a trained ranker did or did not learn: its groups before and after
 #: the filters, the composite reward's parts over all calls and over the grouped ones, and Hit@5.
 RANKER_DIAGNOSTICS = ("method", "step", "n_ranker_calls", "grouping_n_clusters_pre", "grouping_n_groups_post",
