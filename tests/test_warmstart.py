@@ -61,8 +61,14 @@ def test_gold_agent_trajectory_is_token_exact_and_every_turn_parses(chat):
     assert [a.kind for a in actions] == ["search", "search", "answer"] and all(a.format_ok for a in actions)
     assert [a.query for a in actions[:2]] == [h["sub_query"] for h in ex.extra["extra_info"]["gold_chain"]]
     assert actions[2].answer == "politician" and turns[2].endswith("<|im_end|>")  # the last turn closes itself
-    # the reasoning cites the passage that holds each hop's answer: the oracle puts it first ([1])
-    assert "[1]" in actions[1].reason and "Shertev Sewick" in actions[1].reason
+    # the reasoning cites the passage that holds each hop's answer, where the retriever's top-K put it
+    assert actions[1].reason.startswith("Passage [2] gives #1 = Shertev Sewick")
+    assert actions[2].reason.startswith("Passage [3] gives #2 = politician")
+    # an answer below the top-K is promoted (Eq. 7), so the chain can still be written
+    top1 = ProtocolConfig(search=SearchBudget(topk=1, max_searches=4))
+    promoted, _ = gold_agent_example(ex, hops, chat, top1, seed=0)
+    assert parse_agent_turn(chat.decode(segments(promoted.input_ids, promoted.assistant_masks)[1])).reason.startswith(
+        "Passage [1] gives #1 = Shertev Sewick")
     # observations (mask 0) are exactly what the rollout engine would append
     text, prompt = chat.decode(gold.input_ids), chat.decode(chat.prompt_ids(agent_messages(ex.question, PROTOCOL)))
     assert text.startswith(prompt) and text.count("<information>") - prompt.count("<information>") == 2

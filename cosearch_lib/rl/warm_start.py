@@ -6,8 +6,9 @@ knows each question's reasoning chain (``extra_info.gold_chain``: per hop the su
 answer and the passages holding it), so correct trajectories can be written mechanically:
 
 * **agent**: the real agent prompt, then per hop a ``<reason>`` + search turn for the gold
-  sub-query, the observation the retriever gives for it (answer-containing passages first, Eq. 7,
-  so the reasoning can cite one), and finally a ``<reason>`` + ``<answer>`` turn. Token ids are
+  sub-query, the observation the retriever gives for it (its top-K when that holds the hop's
+  answer; else the answer-containing passages first, Eq. 7, so the reasoning can cite one), and
+  finally a ``<reason>`` + ``<answer>`` turn. Token ids are
   assembled with :class:`ChatTokens` exactly as the rollout engine assembles them, and the loss
   mask is 1 on the agent's turns only (as in GRPO);
 * **ranker**: the real ranker prompt for each gold sub-query over the retriever's top-N, and a
@@ -210,7 +211,12 @@ def gold_agent_example(ex: QAExample, hop_candidates: Sequence[Sequence[Any]], c
                                                           q=hop["sub_query"])
         turn = chat.encode(f"<reason>{reason}</reason>\n{_tool_call(hop['sub_query'])}")
         candidates = list(hop_candidates[h])
-        shown = [candidates[i] for i in oracle_order(candidates, [hop["answer"]], protocol.search.topk)]
+        # What the agent reads: the retriever's top-K when it holds the hop's answer, so the cited
+        # passage sits wherever retrieval put it; else the answer passages promoted (Eq. 7), so the
+        # chain can still be written. Always promoting taught "passage [1] gives ..." whatever [1] said.
+        shown = candidates[: protocol.search.topk]
+        if _cited(shown, hop["answer"]) is None:
+            shown = [candidates[i] for i in oracle_order(candidates, [hop["answer"]], protocol.search.topk)]
         cited = _cited(shown, hop["answer"])
         if cited is None or is_trivial_answer(hop["answer"]):
             return None, "hop answer not in the shown passages"
@@ -412,7 +418,7 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
 # --------------------------------------------------------------------------- cached, per profile
 
 #: Bump when the gold data or the training recipe changes, so cached adapters are not reused.
-WARMSTART_VERSION = 2  # 2: turns count the chain's searches; hop-balanced questions
+WARMSTART_VERSION = 3  # 2: turns count the chain's searches, hop-balanced questions; 3: plan reasoning, retriever-order observations
 
 
 def warmstart_summary(folder: str | Path) -> dict:
