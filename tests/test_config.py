@@ -154,7 +154,7 @@ def test_laptop_profile_extends_demo_with_a_larger_warm_start_and_the_fixed_rank
     demo, laptop = load_profile("demo"), load_profile("laptop")
     shaping = ("world", "data", "retrieval", "search", "protocol", "models", "lora", "seed")
     assert laptop.fingerprint(*shaping) == demo.fingerprint(*shaping)
-    assert laptop.warmstart.n_agent > demo.warmstart.n_agent and laptop.relevance.enabled and not demo.relevance.enabled
+    assert laptop.warmstart.epochs > demo.warmstart.epochs and laptop.relevance.enabled and not demo.relevance.enabled
     assert laptop.evaluation.n_per_dataset > demo.evaluation.n_per_dataset
     assert laptop.training.steps > demo.training.steps
     seed1 = load_profile("laptop_seed1")  # the second seed: every setting but the seed is laptop's
