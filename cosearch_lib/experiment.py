@@ -166,7 +166,8 @@ def relevance_dir(cfg: ProfileConfig) -> Path:
     the warm start's key, the ``relevance`` section and the ranker's generation settings."""
     ro = cfg.rollout
     shaping = {"warmstart": warmstart_dir(cfg).name, "relevance": cfg.fingerprint("relevance"),
-               "ranker": [ro.ranker_max_new_tokens, ro.top_p, ro.rules.ranker_output]}
+               "ranker": [ro.ranker_max_new_tokens, ro.top_p, ro.rules.ranker_output],
+               "max_grad_norm": cfg.training.max_grad_norm}
     key = hashlib.sha1(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
     return cache_dir() / "relevance" / f"v{RELEVANCE_VERSION}-{key}"
 

@@ -47,24 +47,35 @@ def ranking_script(prompt, key):
     _, kind, *rest = key
     if kind == "validation":
         return "<reason>r</reason><rerank>[1] > [4]</rerank>"
-    sample = rest[2]
+    sample = rest[3]  # rest: step, position in the step, item, sample
     if sample == 3:
         return "I think [2] is best."
     return "<reason>r</reason><rerank>" + ("[{}] > [6]" if sample % 2 == 0 else "[4] > [6]") + "</rerank>"
 
 
-def scripted(tok, sub_queries):
+def scripted(tok, sub_queries, backend_class=ScriptedBackend):
     """The ranking script with each training row's relevant passage filled in (row keys name the item)."""
     relevant = {s.item_id: RELEVANT_OF.get(s.sub_query, 1) for s in sub_queries}
 
     def respond(prompt, key):
         text = ranking_script(prompt, key)
-        return text.format(relevant[key[3]]) if key[1] == "relevance" else text
+        return text.format(relevant[key[4]]) if key[1] == "relevance" else text
 
-    return ScriptedBackend(tok, respond)
+    return backend_class(tok, respond)
 
 
-def relevance_trainer(tok, out_dir, *, steps=2, **kw):
+class DiskAdapterBackend(ScriptedBackend):
+    """A scripted backend that, like vLLM, samples with adapters registered from disk."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.registered: list[str] = []
+
+    def add_adapter(self, name, path):
+        self.registered.append(name)
+
+
+def relevance_trainer(tok, out_dir, *, steps=2, backend_class=ScriptedBackend, **kw):
     cfg = RelevanceConfig(enabled=True, steps=steps, prompts_per_step=2, group_size=4, lr=1e-2, eval_every=1,
                           checkpoint_every=1, micro_batch=2, **kw)
     model = lora_model(tiny_model(tok), {"ranker": None}, LORA)
@@ -73,7 +84,7 @@ def relevance_trainer(tok, out_dir, *, steps=2, **kw):
     search = SearchBudget(topn=6, topk=2)
     inputs = RelevanceInputs(policies, tok, FixedRetriever(CORPUS), prompts, gold_sub_queries(VAL),
                              RolloutConfig(search=search, ranker_max_new_tokens=32), ProtocolConfig(search=search),
-                             backend=scripted(tok, prompts))
+                             backend=scripted(tok, prompts, backend_class))
     return RelevanceTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False)
 
 
@@ -187,3 +198,12 @@ def test_each_method_starts_its_ranker_where_the_settings_say(monkeypatch, tmp_p
     assert starts == {"agent": tmp_path / "a", "ranker": tmp_path / ranker}
     off = replace(cfg, relevance=replace(cfg.relevance, enabled=False))
     assert experiment.method_starts(off, None, method)["ranker"] == tmp_path / "warm"
+
+
+def test_a_backend_that_reads_adapters_from_disk_gets_the_ranker_at_start_after_each_update_and_on_resume(tok, tmp_path):
+    t = relevance_trainer(tok, tmp_path, steps=2, backend_class=DiskAdapterBackend)
+    assert t.backend.registered == ["ranker"] and (tmp_path / "live_adapters" / "ranker" / "adapter_config.json").exists()
+    t.run()
+    assert t.backend.registered == ["ranker"] * 3
+    again = relevance_trainer(tok, tmp_path, steps=2, backend_class=DiskAdapterBackend)
+    assert again.resume() == 2 and again.backend.registered == ["ranker"] * 2

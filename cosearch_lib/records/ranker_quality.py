@@ -57,7 +57,7 @@ def quality_records(rows: Mapping[str, pd.DataFrame | Sequence[dict[str, Any]]])
     """One frame of per-item rows, ``method`` = the ranker's label; every ranker must cover the same items."""
     frames = []
     for label, part in rows.items():
-        frame = pd.DataFrame(part)[["question_id", "dataset", *HIT_COLUMNS, "valid"]].assign(method=label)
+        frame = pd.DataFrame(part, columns=["question_id", "dataset", *HIT_COLUMNS, "valid"]).assign(method=label)
         frames.append(frame)
     items = [frozenset(f["question_id"]) for f in frames]
     if any(i != items[0] for i in items):
@@ -105,7 +105,10 @@ def ranker_quality_records(cfg: Any, retriever: Any, trained: Mapping[str, str |
     if cfg.relevance.enabled:
         saved = relevance_endpoints(read_relevance_run(experiment.relevance_dir(cfg) / "run")[1])
     else:
-        rankers[WARM_START] = experiment.warm_start(cfg, retriever, roles=("ranker",))["ranker"]
+        warm = experiment.warm_start(cfg, retriever, roles=("ranker",)).get("ranker")
+        if warm is None:
+            raise ValueError(f"profile {cfg.profile!r} has neither a relevance-trained nor a warm-started ranker to score")
+        rankers[WARM_START] = warm
     rankers.update(trained or {})
     scored = experiment.held_out_ranker_rows(cfg, retriever, rankers)
     order = [RETRIEVER_ORDER, WARM_START, RELEVANCE_TRAINED, *(trained or {})]

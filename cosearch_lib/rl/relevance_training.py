@@ -47,7 +47,7 @@ from cosearch_lib.config import ProtocolConfig, RankerRewardConfig, RelevanceCon
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.metrics import has_answer, hit_at_k
 from cosearch_lib.models.generation.transformers_backend import TransformersBackend
-from cosearch_lib.models.lora_policies import PolicySet
+from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.paths import project_relative
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
@@ -56,7 +56,14 @@ from cosearch_lib.rl.policy_update import UpdateJob, grpo_update, ranker_sequenc
 from cosearch_lib.rl.ranker_validation import GoldSubQuery, RankerValidationSet, summarize_items
 from cosearch_lib.rl.rewards import relevance_reward
 from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
-from cosearch_lib.run_schema import RANKER_VALIDATION_KS, STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE, latest_checkpoint
+from cosearch_lib.run_schema import (
+    LIVE_ADAPTERS_DIR,
+    RANKER_VALIDATION_KS,
+    STEPS_FILE,
+    VALIDATION_COLUMNS,
+    VALIDATION_FILE,
+    latest_checkpoint,
+)
 from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
 
@@ -156,6 +163,11 @@ class RelevanceTrainer:
             else inputs.tokenizer.eos_token_id
         backend = inputs.backend if inputs.backend is not None else \
             TransformersBackend(self.policies.model, inputs.tokenizer, **inputs.generation_options)
+        # A backend that reads adapters from disk (vLLM) samples with saved copies: registered now,
+        # again after every update and after a resume (as the joint trainer does).
+        self.backend, self.live_dir = backend, self.out_dir / LIVE_ADAPTERS_DIR
+        self.live_adapters = callable(getattr(backend, "add_adapter", None))
+        self._sync()
         chat = ChatTokens(inputs.tokenizer)
         sampling = SamplingConfig(temperature=cfg.temperature, top_p=inputs.rollout.top_p,
                                   max_new_tokens=inputs.rollout.ranker_max_new_tokens, stop=("</rerank>",), seed=seed)
@@ -177,6 +189,10 @@ class RelevanceTrainer:
         self.records: list[dict] = []
         self.val_records: list[dict] = []
 
+    def _sync(self) -> None:
+        if self.live_adapters:
+            sync_adapters(self.policies, self.backend, self.live_dir, [self.adapter])
+
     # -- one step
 
     def step_items(self, step: int) -> list[RankingItem]:
@@ -192,8 +208,8 @@ class RelevanceTrainer:
         with clock("rollout"):
             items = self.step_items(step)
             requests = [RankRequest(q0=it.query.question, sub_query=it.query.sub_query, candidates=list(it.candidates),
-                                    k=self.topk, row_key=("relevance", step, it.query.item_id, g))
-                        for it in items for g in range(cfg.group_size)]
+                                    k=self.topk, row_key=("relevance", step, j, it.query.item_id, g))
+                        for j, it in enumerate(items) for g in range(cfg.group_size)]  # j: an item drawn twice samples twice
             rankings = self.ranker.rank(requests)
             samples = [SampledRanking(items[i // cfg.group_size], i % cfg.group_size, r) for i, r in enumerate(rankings)]
         with clock("reward"):
@@ -206,6 +222,7 @@ class RelevanceTrainer:
                                 [UpdateJob("ranker", ranker_sequences(samples), advantages, cfg.temperature,
                                            prompt_groups=groups.tolist())], cfg.grpo,
                                 micro_batch=cfg.micro_batch, max_grad_norm=self.max_grad_norm, pad_id=self.pad_id)
+            self._sync()
         self.step += 1
         record = {"step": step, **self._step_stats(samples, rewards), **stats}
         if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.steps:
@@ -284,6 +301,7 @@ class RelevanceTrainer:
         self.policies.load_state_dict(state["policies"])
         self.step, self.records, self.val_records = state["step"], state["records"], state["val_records"]
         restore_rng_states(state["rng"])
+        self._sync()  # the engine must serve the restored weights
         return self.step
 
     def save_ranker(self, root: str | Path) -> Path:
