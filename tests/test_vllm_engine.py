@@ -1,0 +1,161 @@
+"""VLLMBackend on a real vLLM engine: SmolLM2-135M on the CPU build (``make install-vllm``) or on
+CUDA vLLM (the ``gpu`` extra), against the library's own loop (TransformersBackend, fp32) as the
+reference.
+
+``make test-vllm`` runs this file; there ``COSEARCH_REQUIRE_VLLM=1`` turns a missing vLLM into a
+failure instead of a skip. The engine runs in this process and binds its threads, so the file runs
+in its own pytest process (``make test`` deselects the ``vllm`` marker).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+from cosearch_lib.agent.chat_tokens import ChatTokens
+from cosearch_lib.config import LoraSettings, SamplingConfig
+from cosearch_lib.models.generation.teacher_forced import reference_logprobs
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
+from cosearch_lib.models.generation.vllm_backend import VLLMBackend
+from cosearch_lib.models.lora_policies import lora_model
+from cosearch_lib.models.registry import load_causal_lm
+
+pytestmark = pytest.mark.vllm
+
+MODEL = "smollm2-135m-instruct"
+QUESTIONS = ["Name three colours of the rainbow.", "Count from one to ten in words.",
+             "What is the capital of France? Answer in one sentence.", "Write a haiku about the sea."]
+
+if importlib.util.find_spec("vllm") is None:
+    if os.environ.get("COSEARCH_REQUIRE_VLLM") == "1":
+        raise RuntimeError("COSEARCH_REQUIRE_VLLM=1 but vLLM is not installed: run `make install-vllm`")
+    pytest.skip("vLLM is not installed (make install-vllm)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def hf():
+    """The library's own loop on the same weights in fp32: the reference."""
+    model, tok = load_causal_lm(MODEL, dtype=torch.float32, device="cpu")
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def engine():
+    # fp32 so that the comparison with the fp32 reference tests the engine, not bf16 rounding
+    return VLLMBackend.from_model(MODEL, dtype="float32", max_model_len=1024, max_lora_rank=8, max_loras=2,
+                                  seed=0, kv_cache_gib=1)
+
+
+@pytest.fixture(scope="module")
+def prompts(engine):
+    chat = ChatTokens(engine.tokenizer)
+    return [chat.prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS]
+
+
+def test_chat_template_of_the_engine_tokenizer_matches_the_library_one(engine, hf, prompts):
+    ours = ChatTokens(hf[1])
+    assert prompts == [ours.prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS]
+    assert engine.tokenizer.eos_token_id == hf[1].eos_token_id
+
+
+def test_greedy_tokens_stop_strings_and_budget_match_the_library_loop(engine, hf, prompts):
+    reference = TransformersBackend(*hf)
+    for sampling in (SamplingConfig(temperature=0, max_new_tokens=40),  # eos or the budget
+                     SamplingConfig(temperature=0, max_new_tokens=40, stop=(",", ".")),  # stop strings
+                     SamplingConfig(temperature=0, max_new_tokens=5)):  # the budget
+        got, want = engine.generate(prompts, sampling), reference.generate(prompts, sampling)
+        for g, w in zip(got, want):
+            assert (g.token_ids, g.text, g.finish_reason) == (w.token_ids, w.text, w.finish_reason), sampling
+            assert g.logprobs == pytest.approx(w.logprobs, abs=2e-3)
+    reasons = {g.finish_reason for g in engine.generate(prompts, SamplingConfig(temperature=0, max_new_tokens=40,
+                                                                                stop=(",", ".")))}
+    assert "stop" in reasons  # the stop strings were met, not only the budget
+    assert all(len(g.token_ids) == 5 and g.finish_reason == "length"
+               for g in engine.generate(prompts, SamplingConfig(temperature=0, max_new_tokens=5)))
+
+
+def test_row_seeds_give_the_same_tokens_for_the_same_key_and_differ_across_rows(engine, prompts):
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=24, seed=11)
+    p = prompts[0]
+    first = engine.generate([p, p, p], sampling, row_keys=[("q", 0), ("q", 1), ("q", 0)])
+    assert first[0].token_ids == first[2].token_ids  # same seed and key in one call
+    assert first[0].token_ids != first[1].token_ids  # another row of the same prompt differs
+    # the same key in another call, beside other rows, samples the same tokens
+    again = engine.generate([prompts[1], p], sampling, row_keys=[("other", 3), ("q", 0)])
+    assert again[1].token_ids == first[0].token_ids
+    other_seed = engine.generate([p], SamplingConfig(temperature=1.0, max_new_tokens=24, seed=12), row_keys=[("q", 0)])
+    assert other_seed[0].token_ids != first[0].token_ids
+
+
+def test_sampled_logprobs_match_the_trainers_teacher_forced_ones(engine, hf, prompts):
+    gens = engine.generate(prompts * 2, SamplingConfig(temperature=1.0, max_new_tokens=32, seed=3))
+    seqs = [p + g.token_ids for p, g in zip(prompts * 2, gens)]
+    ref = reference_logprobs(hf[0], seqs, [len(p) for p in prompts * 2])
+    deltas = [abs(a - b) for g, r in zip(gens, ref) for a, b in zip(g.logprobs, r)]
+    assert len(deltas) > 100
+    assert max(deltas) < 5e-3, max(deltas)  # fp32 engine vs fp32 trainer: numerical noise only
+
+
+def _adapter(hf, folder, seed):
+    """A LoRA (r=8) with random B on a fresh base copy, saved in peft's format; its model for the reference."""
+    base, tok = load_causal_lm(MODEL, dtype=torch.float32, device="cpu")
+    model = lora_model(base, {"agent": None}, LoraSettings(r=8, alpha=16))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    model.eval()
+    model.save_pretrained(str(folder), selected_adapters=["agent"])
+    saved = folder / "agent" if (folder / "agent").is_dir() else folder
+    return model, tok, saved
+
+
+def test_adapters_add_refresh_after_an_update_and_remove(engine, hf, prompts, tmp_path):
+    from vllm.lora.request import LoRARequest
+
+    greedy = SamplingConfig(temperature=0, max_new_tokens=24)
+    base = engine.generate(prompts, greedy)
+    model_a, tok, path_a = _adapter(hf, tmp_path / "a", seed=1)
+    engine.add_adapter("agent", str(path_a))
+    with_a = engine.generate(prompts, greedy, adapter="agent")
+    want_a = TransformersBackend(model_a, tok).generate(prompts, greedy, adapter="agent")
+    assert [g.token_ids for g in with_a] == [w.token_ids for w in want_a]
+    assert [g.token_ids for g in with_a] != [g.token_ids for g in base]  # the adapter changes the model
+
+    # an update: new weights written over the same folder, then registered again
+    model_b, _, path_b = _adapter(hf, tmp_path / "b", seed=2)
+    for f in path_b.iterdir():
+        (path_a / f.name).write_bytes(f.read_bytes())
+    stale_id = engine.adapters["agent"].request.lora_int_id
+    engine.add_adapter("agent", str(path_a))
+    assert engine.adapters["agent"].request.lora_int_id != stale_id
+    assert stale_id not in engine.llm.llm_engine.list_loras()  # the replaced id was dropped
+    with_b = engine.generate(prompts, greedy, adapter="agent")
+    want_b = TransformersBackend(model_b, tok).generate(prompts, greedy, adapter="agent")
+    assert [g.token_ids for g in with_b] == [w.token_ids for w in want_b]
+    assert [g.token_ids for g in with_b] != [g.token_ids for g in with_a]
+
+    # why a fresh id: the engine caches weights by id, so reusing one serves what it loaded first
+    engine.adapters["stale"] = type(engine.adapters["agent"])("stale", str(path_a), LoRARequest("stale", 900, str(path_a)))
+    engine.generate(prompts[:1], greedy, adapter="stale")  # loads B's weights under id 900
+    _, _, path_c = _adapter(hf, tmp_path / "c", seed=3)
+    for f in path_c.iterdir():
+        (path_a / f.name).write_bytes(f.read_bytes())  # C on disk now
+    stale = engine.generate(prompts, greedy, adapter="stale")
+    assert [g.token_ids for g in stale] == [g.token_ids for g in with_b]  # still B: the check above has teeth
+
+    engine.remove_adapter("stale")
+    engine.remove_adapter("agent")
+    assert engine.llm.llm_engine.list_loras() == set()
+    with pytest.raises(ValueError, match="unknown adapter 'agent'"):
+        engine.generate(prompts, greedy, adapter="agent")
+    assert [g.token_ids for g in engine.generate(prompts, greedy)] == [g.token_ids for g in base]
+
+
+def test_a_prompt_beyond_the_engine_length_is_refused_by_name(engine, prompts):
+    with pytest.raises(ValueError, match=r"prompt 1 has 1100 tokens.*max_model_len=1024"):
+        engine.generate([prompts[0], [1] * 1100], SamplingConfig(max_new_tokens=8))
