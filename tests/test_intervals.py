@@ -345,3 +345,11 @@ def test_results_page_leads_with_the_findings_of_each_seed(tmp_path):
     assert head.count("| the oracle gap |") == 2 and head.count("| CoSearch - Fixed Ranker |") == 2
     assert "a > b (interval excludes 0)" in head and "no difference shown (interval includes 0)" in head
     assert "| lap_seed1 | 1 | oracle | 0.500 | 0.100 | 0.270 | 0.626 |" in head  # the paper's 7B Oracle avg beside ours
+    # each row is read in words that follow its verdict, with what it cannot show either way
+    assert ("- `lap`, seed 0, the oracle gap (+0.100, interval [+0.020, +0.180]). Shows: promoting answer-bearing "
+            "passages makes this agent answer better") in head
+    assert "- `lap_seed1`, seed 1, CoSearch - Fixed Ranker (-0.010, interval [-0.050, +0.030]). Shows: joint training and " \
+           "the frozen ranker are not told apart" in head
+    assert head.count("Cannot show:") == 4
+    from cosearch_lib.records.docs import FINDINGS, READINGS
+    assert {what for _, _, what in FINDINGS} == set(READINGS)

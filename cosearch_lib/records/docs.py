@@ -254,6 +254,42 @@ FINDINGS = (("oracle", "search_r1", "the oracle gap"), ("fixed_ranker", "search_
 PAPER_ROWS = {"search_r1": "Retrieval Only", "fixed_ranker": "Fixed Ranker", "cosearch": "CoSearch", "oracle": "Oracle"}
 
 
+#: What a comparison shows, by verdict, and what it cannot show whichever way it comes out:
+#: the page's reading of each row, generated so that it follows the numbers.
+READINGS = {
+    "the oracle gap": {
+        ">": "promoting answer-bearing passages makes this agent answer better: the paper's motivation holds here",
+        "<": "promoting answer-bearing passages made this agent worse: the motivation does not hold here",
+        "=": "the test questions cannot tell whether promoting answer-bearing passages helps this agent",
+        "never": "how large the gap is for a 7B agent on real corpora (the paper: Table 1)"},
+    "Fixed Ranker - Retrieval Only": {
+        ">": "a relevance-trained ranker between retriever and agent helps the agent",
+        "<": "the relevance-trained ranker hurts the agent: it ranks worse than the retriever's order",
+        "=": "no effect of the relevance-trained ranker shown: with a ranker that copies the retriever's order, none is expected",
+        "never": "whether a better ranker would help; see the ranker-quality table for how well it ranks"},
+    "CoSearch - Fixed Ranker": {
+        ">": "training the ranker jointly on the agent's reward beats a frozen relevance-trained ranker: the paper's finding",
+        "<": "joint training did worse than the frozen ranker at this budget",
+        "=": "joint training and the frozen ranker are not told apart at this budget",
+        "never": "what more steps, a larger G or a 7B ranker would give (the paper: 100+ steps of 512 x 8)"},
+    "CoSearch - Retrieval Only": {
+        ">": "CoSearch's agent with its ranker beats the same agent trained without one",
+        "<": "the trained ranker costs the agent F1 against no ranker",
+        "=": "CoSearch and Retrieval Only are not told apart",
+        "never": "which part of the difference comes from the ranker and which from the agent's own training"},
+}
+
+
+def _reading(comparison: str, verdict: str) -> tuple[str, str]:
+    """(what this row shows, what it cannot show) for a FINDINGS comparison and its verdict."""
+    readings = READINGS.get(comparison)
+    if readings is None:
+        return "", ""
+    key = ">" if verdict.startswith("a > b") else "<" if verdict.startswith("a < b") else "="
+    shows = readings[key] if verdict != "no interval" else "nothing (no interval: too few questions)"
+    return shows, readings["never"]
+
+
 def _verdict(row: Mapping[str, Any]) -> str:
     low, high = row.get("ci_low"), row.get("ci_high")
     if low is None or high is None or low != low or high != high:
@@ -268,7 +304,7 @@ def _verdict(row: Mapping[str, Any]) -> str:
 def _findings(root: Path, profiles: Sequence[str]) -> list[str]:
     """The trained methods' paired comparisons and their F1 beside the paper's, over every profile
     (one per seed) whose notebook 03 recorded them: the page's summary."""
-    rows, table2 = [], []
+    rows, table2, readings = [], [], []
     for profile in profiles:
         path = root / profile / "03_joint_grpo_training.metrics.json"
         if not path.exists():
@@ -281,6 +317,10 @@ def _findings(root: Path, profiles: Sequence[str]) -> list[str]:
                 rows.append({"profile": profile, "seed": m.get("seed"), "comparison": what, "mean_a": c["mean_a"],
                              "mean_b": c["mean_b"], "diff": c["diff"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
                              "n_questions": c["n_questions"], "verdict": _verdict(c)})
+                shows, never = _reading(what, rows[-1]["verdict"])
+                seed = "" if m.get("seed") is None else f", seed {m['seed']}"
+                readings.append(f"- `{profile}`{seed}, {what} ({c['diff']:+.3f}, interval [{c['ci_low']:+.3f}, "
+                                f"{c['ci_high']:+.3f}]). Shows: {shows}. Cannot show: {never}.")
         for method in PAPER_ROWS:
             f1 = (m.get("eval_f1") or {}).get(f"{method}: after GRPO")
             if f1:
@@ -296,6 +336,7 @@ def _findings(root: Path, profiles: Sequence[str]) -> list[str]:
             "Each trained method after the same GRPO budget, evaluated greedily on the same test questions; a - b of "
             "avg F1 with its paired 95% bootstrap interval, stratified by family (generated from each profile's "
             "notebook 03 records below):", "", markdown_table(rows, list(rows[0])), "",
+            "What each row shows, and what it cannot show whichever way it came out:", "", *readings, "",
             "Table 2 analogue: answer F1 of the trained methods, the paper's 7B avg beside:", "",
             markdown_table(table2, list(table2[0])) if table2 else "No trained method was evaluated.", ""]
 
