@@ -76,6 +76,14 @@ STEP_GLOSSARY: dict[str, str] = {
     "<role>_first_abs_log_ratio": "mean |logp - old logp| over the scored tokens of the role's first micro-batch, "
                                   "before any optimizer step: the drift between the rollout's sampling log-probs and "
                                   "the update's teacher-forced ones (~0 in float32 on CPU; bf16 on a GPU shows it)",
+    "<role>_logp_drift_mean": "mean |trainer logp - rollout logp| over the scored tokens of the first minibatch, "
+                              "before any optimizer step: how far the generation backend's sampling log-probs are "
+                              "from the trainer's forward (vLLM in bf16: ~0.04 measured on CPU)",
+    "<role>_logp_drift_p99": "99th percentile of that |delta logp|",
+    "<role>_ratio_outside_clip": "share of the first minibatch's importance ratios outside [1 - eps, 1 + eps_high] "
+                                 "before any optimizer step: clipping that acts on numerical noise (0 when "
+                                 "grpo.old_logprobs recomputes them)",
+    "<role>_tis_weight_mean": "mean truncated importance weight min(pi_trainer / pi_rollout, grpo.tis_cap) (TIS on)",
     "<adapter>_grad_norm": "adapter gradient norm before clipping (mean over minibatches)",
     "<adapter>_update_s": "seconds spent updating the adapter",
     "sync_s": "seconds spent saving the updated adapters and re-registering them with vLLM (vLLM backend only)",

@@ -485,3 +485,74 @@ def test_a_truncated_or_corrupted_checkpoint_is_named_and_skipped_for_the_one_be
     data[len(data) // 2] ^= 0xFF  # same size, one byte flipped
     adapter.write_bytes(bytes(data))
     assert "SHA-256" in checkpoint_problem(ckpts / "step_000003")
+
+
+# ------------------------------------------------------------------------------ old log-probs: backend or recomputed
+
+
+def _rollouts_as_reported(tok, *, noise, seed=0):
+    """Sequences whose old log-probs are the trainer's own (what the transformers backend reports)
+    plus N(0, noise) per token (what an engine in another dtype or with other kernels reports)."""
+    model = lora_model(tiny_model(tok), {"agent": None}, LORA)
+    torch.manual_seed(1)
+    for p in adapter_parameters(model, "agent").values():
+        torch.nn.init.normal_(p, std=0.05)
+    seqs = _sequences(tok, n=6, seed=seed)
+    exact = reference_logprobs(model.eval(), [s.ids for s in seqs], [1] * len(seqs))
+    g = torch.Generator().manual_seed(seed + 7)
+    out = []
+    for s, lp in zip(seqs, exact):
+        old = [0.0] + [x + float(torch.randn(1, generator=g)) * noise if m else 0.0 for x, m in zip(lp, s.mask[1:])]
+        out.append(PolicySequence(s.ids, s.mask, old))
+    return out
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.1])  # the transformers backend; an engine that drifts (vLLM: ~0.04 mean)
+def test_recomputed_old_logprobs_give_a_first_ratio_of_exactly_one_whatever_the_backend_reported(tok, noise):
+    seqs, advs = _rollouts_as_reported(tok, noise=noise), [1.0, -1.0, 0.5, -0.5, 2.0, -2.0]
+    stats, grads, _ = _recorded_update(tok, seqs, advs, micro_batch=2, recompute_old=True)
+    assert stats["agent_ratio_mean"] == 1.0 and stats["agent_ratio_max"] == 1.0  # exactly: the same forward
+    assert stats["agent_ratio_outside_clip"] == 0.0
+    assert stats["agent_logp_drift_mean"] == pytest.approx(noise * math.sqrt(2 / math.pi), rel=0.35, abs=1e-5)
+    backend, backend_grads, _ = _recorded_update(tok, seqs, advs, micro_batch=2)
+    assert backend["agent_logp_drift_mean"] == stats["agent_logp_drift_mean"]  # recorded either way
+    if noise:
+        assert backend["agent_ratio_outside_clip"] > 0.0  # the engine's noise reaches the clip...
+        assert backend_grads.keys() == grads.keys() and any(not torch.allclose(backend_grads[n], grads[n]) for n in grads)
+    else:
+        _assert_same_gradients(backend_grads, grads)  # ...and without noise the two settings agree
+
+
+def test_recompute_and_tis_across_minibatches_take_the_pre_update_logprobs(tok):
+    seqs, advs = _rollouts_as_reported(tok, noise=0.2), [1.0, -1.0, 0.5, -0.5, 2.0, -2.0]
+    # minibatches=2: the second minibatch is forwarded after the first step; its old log-probs were
+    # taken before it (a recorder stands in for the optimizer, so the weights do not move here)
+    model = lora_model(tiny_model(tok), {"agent": None}, LORA)
+    torch.manual_seed(1)
+    for p in adapter_parameters(model, "agent").values():
+        torch.nn.init.normal_(p, std=0.05)
+    policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
+    policies.optimizers["agent"] = GradientRecorder(policies.params["agent"])
+    stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, 1.0)], GRPOConfig(kl_coef=0.0, tis_cap=1.0),
+                        micro_batch=2, max_grad_norm=0.0, pad_id=0, minibatches=2, recompute_old=True)
+    assert len(policies.optimizers["agent"].steps) == 2
+    assert stats["agent_ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # pre-update = current weights here
+    assert stats["agent_ratio_outside_clip"] == 0.0
+    # TIS: min(pi_trainer / pi_rollout, 1) over every token of both minibatches, below 1 where the engine was likelier
+    assert 0.5 < stats["agent_tis_weight_mean"] < 1.0
+    untruncated = grpo_update(PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0}), "agent",
+                              [UpdateJob("agent", seqs, advs, 1.0)], GRPOConfig(kl_coef=0.0, tis_cap=1e6),
+                              micro_batch=2, max_grad_norm=0.0, pad_id=0, recompute_old=True)
+    assert untruncated["agent_tis_weight_mean"] > stats["agent_tis_weight_mean"]
+
+
+def test_old_logprobs_setting_resolves_per_backend_and_refuses_bad_values():
+    assert GRPOConfig().old_logprobs == "auto" and GRPOConfig().tis_cap is None
+    assert GRPOConfig().recomputes_old_logprobs(generated_by_trainer=False)  # vLLM, Unsloth: recompute
+    assert not GRPOConfig().recomputes_old_logprobs(generated_by_trainer=True)  # the trainer's own model sampled
+    assert GRPOConfig(old_logprobs="recompute").recomputes_old_logprobs(generated_by_trainer=True)
+    assert not GRPOConfig(old_logprobs="backend").recomputes_old_logprobs(generated_by_trainer=False)
+    with pytest.raises(ValueError, match="old_logprobs"):
+        GRPOConfig(old_logprobs="vllm")
+    with pytest.raises(ValueError, match="tis_cap"):
+        GRPOConfig(tis_cap=0.5)

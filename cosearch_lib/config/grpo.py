@@ -165,6 +165,11 @@ class GroupingConfig(_Resolved):
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
+#: Where the old log-probs of the GRPO ratio come from: the generation backend as it sampled, or
+#: the trainer's forward pass before the update's first optimizer step (verl's default).
+OLD_LOGPROBS = ("auto", "backend", "recompute")
+
+
 @dataclass
 class GRPOConfig:
     clip_eps: float = 0.2  # PPO clip range: ratio kept in [1 - clip_eps, 1 + eps_high] (paper: 0.2)
@@ -173,6 +178,8 @@ class GRPOConfig:
     scale_std: bool = True  # divide advantages by the group std; False = mean-centring only (Dr.GRPO)
     std_eps: float = 1e-6  # added to the group std before dividing
     aggregation: str = "token-mean"  # one of AGGREGATIONS; "token-mean" = paper and released code
+    old_logprobs: str = "auto"  # one of OLD_LOGPROBS: the ratio's denominator; "auto" = "recompute" unless the trainer's own model generated
+    tis_cap: float | None = None  # truncated importance sampling: each token weighted by min(pi_trainer_old / pi_rollout, tis_cap); None = off
 
     def __post_init__(self) -> None:
         check = Fields("training.grpo", self)
@@ -180,6 +187,17 @@ class GRPOConfig:
         check.numbers("clip_eps_high", low=0, low_open=True, finite=False, allow_none=True)
         check.numbers("kl_coef", "std_eps", low=0)
         check.choice("aggregation", AGGREGATIONS)
+        check.choice("old_logprobs", OLD_LOGPROBS)
+        check.numbers("tis_cap", low=1, allow_none=True, why="a cap on pi_trainer / pi_rollout; 1 = weights never above 1")
+
+    def recomputes_old_logprobs(self, generated_by_trainer: bool) -> bool:
+        """Whether the update takes the trainer's own pre-update log-probs as the old ones.
+
+        ``generated_by_trainer``: the rollouts were sampled by the trainer's model in its dtype (the
+        transformers backend), so the backend's log-probs are the trainer's up to kernel noise."""
+        if self.old_logprobs == "auto":
+            return not generated_by_trainer
+        return self.old_logprobs == "recompute"
 
     @property
     def eps_high(self) -> float:

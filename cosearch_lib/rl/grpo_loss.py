@@ -184,13 +184,16 @@ def policy_loss(
     mask: Tensor,
     cfg: GRPOConfig | None = None,
     ref_logprobs: Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """GRPO loss: ``-agg(min(rho A, clip(rho, 1 - eps, 1 + eps_high) A)) + kl_coef * agg(k3)``.
+    """GRPO loss: ``-agg(w * min(rho A, clip(rho, 1 - eps, 1 + eps_high) A)) + kl_coef * agg(k3)``.
 
     ``logprobs`` (B, T) are the current policy's (with grad), ``old_logprobs`` (B, T) the rollout
     policy's, ``advantages`` (B,) one per sequence, ``mask`` (B, T) the generated tokens,
     ``ref_logprobs`` (B, T) the reference policy's or None. ``rho = exp(logprobs - old_logprobs)``.
     The KL term is added only when ``ref_logprobs`` is given and ``cfg.kl_coef > 0``.
+    ``token_weights`` (B, T), detached, scale each token's surrogate (truncated importance sampling
+    of a rollout engine's distribution, ``rl.policy_update``); None = 1.
 
     Stats (python floats, detached; means run over masked tokens):
 
@@ -210,6 +213,8 @@ def policy_loss(
     named = {"old_logprobs": old_logprobs, "mask": mask}
     if ref_logprobs is not None:
         named["ref_logprobs"] = ref_logprobs
+    if token_weights is not None:
+        named["token_weights"] = token_weights
     for name, t in named.items():
         if tuple(t.shape) != shape:
             raise ValueError(f"{name} has shape {tuple(t.shape)} but logprobs has {shape}; they must match")
@@ -228,6 +233,8 @@ def policy_loss(
     ratio = torch.exp(lp - old)  # (B, T) rho; 1 on masked slots
     lo, hi = 1.0 - cfg.clip_eps, 1.0 + cfg.eps_high
     surrogate = torch.minimum(ratio * adv, ratio.clamp(lo, hi) * adv)  # (B, T)
+    if token_weights is not None:
+        surrogate = surrogate * torch.where(m, token_weights.detach().to(lp.dtype), zero)  # (B, T)
     pg_loss = -masked_aggregate(surrogate, m, cfg.aggregation)
 
     loss = pg_loss

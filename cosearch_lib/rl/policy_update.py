@@ -249,6 +249,11 @@ class _RoleTally:
     positions: int = 0  # token positions forwarded, padding included
     padding: int = 0  # of which padding
     drift: float | None = None  # mean |logp - old logp| of the first micro-batch, before any optimizer step
+    deltas: list[torch.Tensor] = field(default_factory=list)  # |trainer logp - rollout logp| per scored token of the first minibatch
+    first_tokens: int = 0  # scored tokens of the first minibatch (before any optimizer step)
+    outside: int = 0  # of which the ratio the loss sees lies outside [1 - eps, 1 + eps_high]
+    tis_weight: float = 0.0  # sum of the truncated importance weights over the scored tokens
+    tis_tokens: int = 0
 
     def add(self, stats: dict[str, float], n_sequences: int, positions: int, padding: int) -> None:
         tokens = stats.pop("n_tokens")
@@ -268,6 +273,14 @@ class _RoleTally:
             out[f"{role}_pad_frac"] = self.padding / self.positions
         if self.drift is not None:
             out[f"{role}_first_abs_log_ratio"] = self.drift
+        if self.deltas:
+            deltas = torch.cat(self.deltas).double()
+            out[f"{role}_logp_drift_mean"] = float(deltas.mean())
+            out[f"{role}_logp_drift_p99"] = float(torch.quantile(deltas, 0.99))
+        if self.first_tokens:
+            out[f"{role}_ratio_outside_clip"] = self.outside / self.first_tokens
+        if self.tis_tokens:
+            out[f"{role}_tis_weight_mean"] = self.tis_weight / self.tis_tokens
         return out
 
 
@@ -318,29 +331,77 @@ class _Prefixes:
 
 
 def _micro_batch(model: Any, adapter: str, job: UpdateJob, chunk: list[int], part: _JobSlice, prefixes: _Prefixes,
-                 cfg: GRPOConfig, *, pad_id: int, device: Any, tally: _RoleTally, first_part: bool) -> None:
+                 cfg: GRPOConfig, *, pad_id: int, device: Any, tally: _RoleTally, first_part: bool,
+                 recompute_old: bool = False, pre_update: Mapping[int, torch.Tensor] | None = None) -> None:
     """Forward ``chunk`` of ``job`` under the adapter, backward its loss weighted by its share of the
-    slice's aggregate (so micro-batching does not change the gradient), and add its stats to ``tally``."""
+    slice's aggregate (so micro-batching does not change the gradient), and add its stats to ``tally``.
+
+    The trainer's pre-update log-probs are this forward's own in the first minibatch (no optimizer
+    step has run yet), else ``pre_update[i]`` (:func:`_pre_update_logprobs`). ``recompute_old``
+    makes them the ratio's denominator (the first minibatch's ratio is then exactly 1); with
+    ``cfg.tis_cap`` each token's surrogate is weighted by min(pi_trainer / pi_rollout, cap)."""
     seqs = [job.seqs[i] for i in chunk]
     ids, attn, mask, old = _padded(seqs, pad_id, device)  # (B, L), (B, L), (B, L-1), (B, L-1)
     adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=device)  # (B,)
+    m = mask.bool()  # (B, L-1)
     with adapter_context(model, adapter):
         lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask, prefix=prefixes.policy)
         if first_part and tally.drift is None and mask.any():
-            tally.drift = float((lp.detach() - old)[mask.bool()].abs().mean())
+            tally.drift = float((lp.detach() - old)[m].abs().mean())
+        rollout_old = old
+        trainer_old = lp.detach() if first_part else _rows_like(old, [pre_update[i] for i in chunk]) if pre_update else None
+        if first_part:
+            tally.deltas.append((trainer_old - rollout_old)[m].abs().cpu())  # the rollout engine's drift from the trainer
+        if recompute_old:
+            old = trainer_old
+        weights = None
+        if cfg.tis_cap is not None:
+            weights = torch.exp(trainer_old - rollout_old).clamp(max=cfg.tis_cap)  # (B, L-1) min(pi_trainer / pi_rollout, C)
+            tally.tis_weight += float(weights[m].sum())
+            tally.tis_tokens += int(m.sum())
+        if first_part:
+            ratio = torch.exp(lp.detach() - old)[m]  # what the clip sees before any step
+            tally.outside += int(((ratio < 1 - cfg.clip_eps) | (ratio > 1 + cfg.eps_high)).sum())
+            tally.first_tokens += int(m.sum())
         ref = None
         if cfg.kl_coef > 0:
             with torch.no_grad(), adapter_context(model, None):
                 ref = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask,
                                             prefix=prefixes.reference)
-        loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref)
+        loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref, token_weights=weights)
         (loss * (_denominator(seqs, cfg.aggregation) / part.denominator)).backward()
     tally.add(stats, len(chunk), ids.numel(), ids.numel() - sum(part.lengths[i] for i in chunk))
 
 
+def _rows_like(template: torch.Tensor, rows: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-sequence log-prob rows (length L_i - 1 each) right-padded with 0 into ``template``'s (B, L-1)."""
+    out = torch.zeros_like(template)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row.to(out.device, out.dtype)
+    return out
+
+
+def _pre_update_logprobs(model: Any, adapter: str, job: UpdateJob, indices: Sequence[int], *, micro_batch: int,
+                         pad_id: int, device: Any) -> dict[int, torch.Tensor]:
+    """The trainer's log-probs of sequences ``indices`` under the adapter as it is now (before the
+    update's first optimizer step), without gradient: the old log-probs of the minibatches after the
+    first one, whose own forward comes after a step. Row i has one entry per predicted position."""
+    out: dict[int, torch.Tensor] = {}
+    with torch.no_grad(), adapter_context(model, adapter):
+        for start in range(0, len(indices), micro_batch):
+            chunk = list(indices[start:start + micro_batch])
+            seqs = [job.seqs[i] for i in chunk]
+            ids, attn, mask, _ = _padded(seqs, pad_id, device)
+            lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)  # (B, L-1)
+            for row, i in enumerate(chunk):
+                out[i] = lp[row, :len(job.seqs[i].ids) - 1].cpu()
+    return out
+
+
 def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cfg: GRPOConfig, *, micro_batch: int,
                 max_grad_norm: float, pad_id: int, minibatches: int = 1, length_grouped: bool = True,
-                gradient_checkpointing: bool = False, shared_prefix: bool = True) -> dict[str, float]:
+                gradient_checkpointing: bool = False, shared_prefix: bool = True,
+                recompute_old: bool = False) -> dict[str, float]:
     """GRPO update(s) of one adapter from its ``jobs`` (one per role it plays: two with a shared
     backbone). Each job's loss is aggregated over its own tokens; the jobs' losses are summed.
 
@@ -356,12 +417,25 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
     ``<role>_n_tokens``, ``<role>_pad_frac``: padding positions / positions forwarded, and
     ``<role>_first_abs_log_ratio``: mean |logp - old logp| over the scored tokens of the role's first
     micro-batch, measured before any optimizer step, the drift between the rollout's log-probs and
-    the update's) and ``grad_norm`` (mean pre-clip norm)."""
+    the update's) and ``grad_norm`` (mean pre-clip norm).
+
+    Old log-probs: the sequences' own (what the rollout backend reported) unless ``recompute_old``,
+    then the trainer's before the first optimizer step (``GRPOConfig.recomputes_old_logprobs``);
+    ``cfg.tis_cap`` adds truncated importance weights. Either way the first minibatch records the
+    rollout backend's drift from the trainer: ``<role>_logp_drift_mean`` / ``_p99`` (|delta logp|
+    per scored token), ``<role>_ratio_outside_clip`` (share of its ratios outside [1 - eps, 1 +
+    eps_high] before any step: 0 with ``recompute_old``) and ``<role>_tis_weight_mean``."""
     model, optimizer = policies.model, policies.optimizers[adapter]
     params = list(policies.params[adapter].values())
     device = next(model.parameters()).device
     tallies = {job.role: _RoleTally() for job in jobs}
     norms = []
+    pre_update: dict[str, dict[int, torch.Tensor]] = {}
+    if (recompute_old or cfg.tis_cap is not None) and minibatches > 1:
+        for job in jobs:  # the later minibatches' old log-probs, before the first step changes the adapter
+            later = [i for part in range(1, minibatches) for i in _JobSlice.of(job, part, minibatches, cfg.aggregation).active]
+            pre_update[job.role] = _pre_update_logprobs(model, adapter, job, later, micro_batch=micro_batch,
+                                                        pad_id=pad_id, device=device)
     with update_checkpointing(model, gradient_checkpointing):
         for part in range(minibatches):
             optimizer.zero_grad(set_to_none=True)
@@ -373,14 +447,16 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
                         prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in chunk], device=device,
                                                  with_reference=cfg.kl_coef > 0) if sharing else _Prefixes()
                         _micro_batch(model, adapter, job, chunk, piece, prefixes, cfg, pad_id=pad_id, device=device,
-                                     tally=tallies[job.role], first_part=part == 0)
+                                     tally=tallies[job.role], first_part=part == 0, pre_update=pre_update.get(job.role),
+                                     recompute_old=recompute_old)
                         prefixes.backward(model, adapter)
                     continue
                 prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in piece.active], device=device,
                                          with_reference=cfg.kl_coef > 0) if sharing else _Prefixes()
                 for chunk in micro_batches(piece.active, piece.lengths, micro_batch, by_length=length_grouped):
                     _micro_batch(model, adapter, job, chunk, piece, prefixes, cfg, pad_id=pad_id, device=device,
-                                 tally=tallies[job.role], first_part=part == 0)
+                                 tally=tallies[job.role], first_part=part == 0, pre_update=pre_update.get(job.role),
+                                 recompute_old=recompute_old)
                 prefixes.backward(model, adapter)
             if any(p.grad is not None for p in params):
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)))

@@ -167,6 +167,7 @@ class RelevanceTrainer:
         # again after every update and after a resume (as the joint trainer does).
         self.backend, self.live_dir = backend, self.out_dir / LIVE_ADAPTERS_DIR
         self.live_adapters = callable(getattr(backend, "add_adapter", None))
+        self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.live_adapters)
         self._sync()
         chat = ChatTokens(inputs.tokenizer)
         sampling = SamplingConfig(temperature=cfg.temperature, top_p=inputs.rollout.top_p,
@@ -221,7 +222,8 @@ class RelevanceTrainer:
             stats = grpo_update(self.policies, self.adapter,
                                 [UpdateJob("ranker", ranker_sequences(samples), advantages, cfg.temperature,
                                            prompt_groups=groups.tolist())], cfg.grpo,
-                                micro_batch=cfg.micro_batch, max_grad_norm=self.max_grad_norm, pad_id=self.pad_id)
+                                micro_batch=cfg.micro_batch, max_grad_norm=self.max_grad_norm, pad_id=self.pad_id,
+                                recompute_old=self.recompute_old)
             self._sync()
         self.step += 1
         record = {"step": step, **self._step_stats(samples, rewards), **stats}

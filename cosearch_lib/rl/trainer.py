@@ -154,6 +154,9 @@ class JointTrainer:
         if self.live_adapters:
             sync_adapters(self.policies, self.backend, self.live_dir)
         self._live_step = self.step  # the step whose adapter weights the backend serves
+        # The ratio's old log-probs: a disk-reading engine is not the trainer's model (vLLM samples
+        # in bf16 with its own kernels), so by default the update recomputes them (GRPOConfig.old_logprobs).
+        self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.live_adapters)
         # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
         self.tracker = tracker
 
@@ -234,7 +237,7 @@ class JointTrainer:
                                              max_grad_norm=cfg.max_grad_norm, pad_id=self.pad_id,
                                              minibatches=cfg.minibatches, length_grouped=cfg.length_grouped_micro_batches,
                                              gradient_checkpointing=cfg.gradient_checkpointing,
-                                             shared_prefix=cfg.shared_prefix_update)
+                                             shared_prefix=cfg.shared_prefix_update, recompute_old=self.recompute_old)
         return stats
 
     def _sync(self, updated: Mapping[str, Any]) -> None:
