@@ -31,7 +31,7 @@ from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
 from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.contract import GenerationBackend
-from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
+from cosearch_lib.models.lora_policies import PolicySet, load_policy_model, vllm_max_lora_rank
 from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
 from cosearch_lib.paths import cache_dir, path_text, project_relative, run_dir
 from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_corpus, prepare_index
@@ -80,10 +80,11 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     starts = {"agent": warm.get("agent"), "ranker": warm.get("ranker"), "shared": warm.get("agent")}
     adapters = {name: starts[name] for name in dict.fromkeys(a for a in roles.values() if a)}
     ro = cfg.rollout  # longest sequence: a context just under the cap plus one generated turn or ranking
+    max_len = ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens)
     model, tokenizer, policy_backend = load_policy_model(
-        cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed,
-        max_seq_length=ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens))
-    backend = backend if backend is not None else policy_backend  # unsloth: its vLLM engine generates
+        cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed, max_seq_length=max_len,
+        vllm_options=vllm_options(cfg))
+    backend = backend if backend is not None else policy_backend  # vllm, unsloth: their engine generates
     policies = PolicySet(model, roles, tcfg.trainable(),
                          {"agent": tcfg.agent_lr, "ranker": tcfg.ranker_lr, "shared": tcfg.agent_lr})
     qa = corpus_paths(cfg).qa
@@ -190,7 +191,8 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
     start = warm_start(cfg, retriever, roles=("ranker",), progress=progress).get("ranker")
     ro = cfg.rollout
     model, tokenizer, backend = load_policy_model(cfg.models.ranker, {"ranker": start}, cfg.lora, backend=cfg.models.backend,
-                                                  seed=cfg.seed, max_seq_length=ro.max_context_tokens + ro.ranker_max_new_tokens)
+                                                  seed=cfg.seed, max_seq_length=ro.max_context_tokens + ro.ranker_max_new_tokens,
+                                                  vllm_options=vllm_options(cfg))
     policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": rc.lr})
     qa = corpus_paths(cfg).qa
     if rc.split not in qa:
@@ -331,12 +333,21 @@ def harness_config(cfg: ProfileConfig, **overrides: Any) -> HarnessConfig:
     return HarnessConfig(**{**fields, **overrides})
 
 
+def vllm_options(cfg: ProfileConfig) -> dict[str, Any]:
+    """:meth:`VLLMBackend.from_model` options of the profile (``models.vllm``), one set for every
+    stage, so that training, relevance training and evaluation share one engine per process."""
+    ro = cfg.rollout
+    longest = ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens)
+    return {**cfg.models.vllm.engine_kwargs(longest), "max_lora_rank": vllm_max_lora_rank(cfg.lora.r), "seed": cfg.seed}
+
+
 def build_backends(cfg: ProfileConfig, *, progress: bool = False) -> tuple[GenerationBackend, GenerationBackend]:
     """(agent backend, ranker backend) for the profile's ``models`` section. When agent and ranker
     name the same model they share one loaded backend (LoRA adapters tell the two policies apart)."""
 
     m = cfg.models
-    kwargs = {**m.transformers_options(), "progress": progress} if m.backend == "transformers" else {}
+    kwargs = {**m.transformers_options(), "progress": progress} if m.backend == "transformers" else \
+        vllm_options(cfg) if m.backend == "vllm" else {}
     agent = make_backend(m.backend, m.agent, **kwargs)
     ranker = agent if m.ranker == m.agent else make_backend(m.backend, m.ranker, **kwargs)
     return agent, ranker

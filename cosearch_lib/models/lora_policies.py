@@ -194,7 +194,8 @@ def sync_adapters(policies: PolicySet, backend: Any, folder: str | Path,
 
 def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], lora: LoraSettings, *,
                       backend: str = "transformers", seed: int = 0, max_seq_length: int = 4096,
-                      gpu_memory_utilization: float = 0.5, load_in_4bit: bool = False) -> tuple[Any, Any, Any]:
+                      gpu_memory_utilization: float = 0.5, load_in_4bit: bool = False,
+                      vllm_options: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
     """The trainable policy model: ``(peft model, tokenizer, generation backend or None)``.
 
     ``adapters`` maps adapter names ("agent", "ranker" or "shared") to a saved adapter folder (a
@@ -207,20 +208,23 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
       ``gpu_memory_utilization`` of the GPU, a 16-bit base unless ``load_in_4bit``); the adapters are
       then built as described in :func:`_unsloth_adapters`, and the generation backend is
       :meth:`models.generation.vllm_backend.VLLMBackend.from_unsloth` (adapters still to register: the trainer does it).
-    * ``backend="vllm"`` is rejected: a vLLM engine alone cannot update weights.
+    * ``backend="vllm"``: transformers + peft train, as above, and a vLLM engine generates
+      (:meth:`VLLMBackend.shared`, ``vllm_options``: :meth:`VLLMBackend.from_model`'s; CPU with
+      ``make install-vllm``, GPU with the ``gpu`` extra). vLLM reads each adapter from a saved
+      folder: the trainer saves and registers them after every update (:func:`sync_adapters`).
     """
     if not adapters:
         raise ValueError("load_policy_model needs at least one adapter name")
-    if backend == "vllm":
-        raise ValueError("training cannot run on backend 'vllm': vLLM only generates and cannot update weights; "
-                         "use models.backend 'unsloth' (GPU: Unsloth trains, its vLLM engine generates) "
-                         "or 'transformers'")
     if backend not in TRAIN_BACKENDS:
         raise ValueError(f"unknown training backend {backend!r}; expected one of {TRAIN_BACKENDS}")
-    if backend == "transformers":
-
+    if backend in ("transformers", "vllm"):
         base, tokenizer = load_causal_lm(model_name)
-        return lora_model(base, adapters, lora), tokenizer, None
+        generation = None
+        if backend == "vllm":
+            options = {"max_lora_rank": vllm_max_lora_rank(lora.r), "max_model_len": max_seq_length,
+                       **(vllm_options or {})}
+            generation = VLLMBackend.shared(model_name, **options)
+        return lora_model(base, adapters, lora), tokenizer, generation
 
     if UNSLOTH_DEFAULT_ADAPTER in adapters:
         raise ValueError(f"adapter name {UNSLOTH_DEFAULT_ADAPTER!r} is reserved on the unsloth backend")

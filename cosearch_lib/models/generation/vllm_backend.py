@@ -29,6 +29,10 @@ GPU_EXTRA_HINT = ("install the GPU extra on a CUDA machine (pip install -e .[gpu
 #: Devices :func:`engine_options` knows.
 ENGINE_DEVICES = ("cuda", "cpu")
 
+#: Engines started in this process, by model and options (:meth:`VLLMBackend.shared`): an engine holds
+#: its weights and KV cache until the process ends, so every trainer and evaluation reuses one.
+_ENGINES: dict[str, VLLMBackend] = {}
+
 
 def _import_vllm() -> Any:
     try:
@@ -160,6 +164,15 @@ class VLLMBackend:
             raise RuntimeError(f"vLLM could not start on {device} with {kwargs} "
                                f"(environment: {({k: os.environ[k] for k in env})}): {err}") from err
         return cls.from_llm(llm, max_model_len=max_model_len)
+
+    @classmethod
+    def shared(cls, model_name: str, **options: Any) -> VLLMBackend:
+        """The engine of this process for ``model_name`` and ``options`` (:meth:`from_model`'s), started on
+        first use. Adapters stay registered by name; a trainer re-registers its own (a fresh id each time)."""
+        key = repr((model_name, sorted(options.items())))
+        if key not in _ENGINES:
+            _ENGINES[key] = cls.from_model(model_name, **options)
+        return _ENGINES[key]
 
     @classmethod
     def from_unsloth_pretrained(cls, model_name: str, *, max_seq_length: int = 4096, max_lora_rank: int = 64,
