@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -193,3 +195,22 @@ def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, va
     inputs = TrainerInputs(policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
                            val_questions=val_questions, backend=ScriptedBackend(tok, script), cross_encoder=cross_encoder)
     return JointTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False)
+
+
+# ------------------------------------------------------------------------------ vLLM's outputs, as the real engine returned them
+
+#: Written by tests/test_vllm_engine.py from a real vLLM engine (make test-vllm).
+VLLM_FIXTURE = Path(__file__).parent / "fixtures" / "vllm_request_outputs.json"
+
+
+def recorded_vllm_cases() -> list[dict]:
+    """The recorded requests: each case (eos, stop, length) with its prompts and serialised outputs."""
+    return json.loads(VLLM_FIXTURE.read_text())["cases"]
+
+
+def replayed_request_output(o: dict) -> SimpleNamespace:
+    """A recorded output rebuilt with the attributes vLLM's RequestOutput has (``outputs[0]``: text,
+    token_ids, logprobs as {token id: object with .logprob}, finish_reason, stop_reason)."""
+    steps = [{int(t): SimpleNamespace(logprob=lp) for t, lp in step.items()} for step in o["logprobs"]]
+    return SimpleNamespace(outputs=[SimpleNamespace(text=o["text"], token_ids=list(o["token_ids"]), logprobs=steps,
+                                                    finish_reason=o["finish_reason"], stop_reason=o["stop_reason"])])

@@ -16,13 +16,31 @@ from pathlib import Path
 import pytest
 import torch
 
-from cosearch_lib.config import GroupingConfig, LoraSettings, ProtocolConfig, RolloutConfig, SearchBudget, TrainConfig
+from cosearch_lib.config import (
+    GroupingConfig,
+    LoraSettings,
+    ProtocolConfig,
+    RolloutConfig,
+    SamplingConfig,
+    SearchBudget,
+    TrainConfig,
+)
 from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.vllm_backend import VLLMBackend, resolved_model_path
 from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, load_policy_model, lora_model, vllm_max_lora_rank
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
-from tests.doubles import CORPUS, LORA, QUESTIONS, FixedRetriever, ScriptedBackend, script, tiny_model
+from tests.doubles import (
+    CORPUS,
+    LORA,
+    QUESTIONS,
+    FixedRetriever,
+    ScriptedBackend,
+    recorded_vllm_cases,
+    replayed_request_output,
+    script,
+    tiny_model,
+)
 from tests.fixture_files import search_r1_rows, write_search_r1_parquet
 
 MODEL = "smollm2-135m-instruct"  # a bundled name: Unsloth must get its converted folder, not the name
@@ -51,9 +69,13 @@ def fake_unsloth(monkeypatch, tok):
             torch.manual_seed(random_state)
             peft = get_peft_model(model, LoraConfig(r=r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, bias=bias,
                                                     target_modules=list(target_modules), task_type="CAUSAL_LM"))
-            peft.fast_generate = lambda *a, **k: calls["fast_generate"].append((a, k)) or []
+            peft.fast_generate = lambda *a, **k: calls["fast_generate"].append((a, k)) or replay(len(a[0]))
             peft.load_lora = lambda path: calls["load_lora"].append(path) or f"lora-request:{path}"
             return peft
+
+    def replay(n):  # what the real vLLM engine returned (tests/fixtures, recorded by make test-vllm)
+        outputs = [replayed_request_output(o) for case in recorded_vllm_cases() for o in case["outputs"]]
+        return (outputs * (n // len(outputs) + 1))[:n]
 
     module = types.ModuleType("unsloth")
     module.FastLanguageModel = FastLanguageModel
@@ -144,8 +166,34 @@ def test_missing_unsloth_and_vllm_say_what_to_do(monkeypatch):
         load_policy_model(MODEL, {}, LORA)
 
 
+def test_generation_through_unsloth_maps_what_the_real_engine_returned(tok, monkeypatch):
+    """The fake's outputs are the real engine's (recorded by tests/test_vllm_engine.py): eos, a stop
+    string and the token budget each map to the contract's finish reason, ids and log-probs."""
+    fake_unsloth(monkeypatch, tok)
+    model, tokenizer, backend = load_policy_model(MODEL, {"agent": None}, LORA, backend="unsloth")
+    backend.add_adapter("agent", "/ckpt/agent")
+    seen = set()
+    for case in recorded_vllm_cases():
+        want = case["outputs"]
+        monkeypatch.setattr(backend, "generate_fn",
+                            lambda prompts, _want=want, **kw: [replayed_request_output(o) for o in _want])
+        gens = backend.generate(case["prompts"], SamplingConfig(temperature=0, max_new_tokens=case["max_new_tokens"],
+                                                                stop=tuple(case["stop"])), adapter="agent")
+        for g, o in zip(gens, want, strict=True):
+            assert g.token_ids == o["token_ids"] and g.text == o["text"]
+            assert g.logprobs == [step[str(t)] for step, t in zip(o["logprobs"], o["token_ids"])]
+            expected = "length" if o["finish_reason"] == "length" else "stop" if isinstance(o["stop_reason"], str) else "eos"
+            assert g.finish_reason == expected
+            seen.add(g.finish_reason)
+    assert seen == {"eos", "stop", "length"}
+    # the fake model itself returns the same recorded outputs through fast_generate
+    out = model.fast_generate([[1, 2]], sampling_params=None)
+    assert out[0].outputs[0].token_ids == recorded_vllm_cases()[0]["outputs"][0]["token_ids"]
+
+
 def test_vllm_training_trains_with_peft_and_generates_on_one_shared_engine(monkeypatch):
     from cosearch_lib.models.generation import vllm_backend
+
     from tests.test_generation import fake_vllm
 
     rec = fake_vllm(monkeypatch, [])

@@ -10,7 +10,9 @@ in its own pytest process (``make test`` deselects the ``vllm`` marker).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -159,3 +161,49 @@ def test_adapters_add_refresh_after_an_update_and_remove(engine, hf, prompts, tm
 def test_a_prompt_beyond_the_engine_length_is_refused_by_name(engine, prompts):
     with pytest.raises(ValueError, match=r"prompt 1 has 1100 tokens.*max_model_len=1024"):
         engine.generate([prompts[0], [1] * 1100], SamplingConfig(max_new_tokens=8))
+
+
+# ------------------------------------------------------------------------------ the fixture the Unsloth fake replays
+
+#: What the real engine returned for the three ways a request ends; tests/test_gpu_path.py replays
+#: it through a fake Unsloth model, so the fake returns what vLLM returns. Rewritten by this test
+#: when COSEARCH_RECORD_VLLM=1 (or when missing); otherwise the engine must still return it.
+FIXTURE = Path(__file__).parent / "fixtures" / "vllm_request_outputs.json"
+CASES = {"eos": SamplingConfig(temperature=0, max_new_tokens=96),
+         "stop": SamplingConfig(temperature=0, max_new_tokens=40, stop=(",", ".")),
+         "length": SamplingConfig(temperature=0, max_new_tokens=5)}
+
+
+def _serialised(request_output) -> dict:
+    o = request_output.outputs[0]
+    return {"request_output": type(request_output).__name__, "completion_output": type(o).__name__,
+            "text": o.text, "token_ids": [int(t) for t in o.token_ids],
+            "logprobs": [{str(t): float(lp.logprob) for t, lp in step.items()} for step in o.logprobs],
+            "logprob_type": type(next(iter(o.logprobs[0].values()))).__name__,
+            "finish_reason": o.finish_reason, "stop_reason": o.stop_reason}
+
+
+def test_the_recorded_engine_outputs_are_what_the_engine_returns(engine, prompts):
+    recorded = {"device": engine.llm.llm_engine.vllm_config.device_config.device_type, "cases": []}
+    for name, sampling in CASES.items():
+        params = engine.sampling_params(sampling, [None] * len(prompts))
+        outputs = engine.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        recorded["cases"].append({"case": name, "max_new_tokens": sampling.max_new_tokens, "stop": list(sampling.stop),
+                                  "prompts": prompts, "outputs": [_serialised(o) for o in outputs]})
+    finish = {c["case"]: {o["finish_reason"] for o in c["outputs"]} for c in recorded["cases"]}
+    assert "stop" in finish["eos"] and finish["length"] == {"length"} and "stop" in finish["stop"]
+    stop_reasons = {type(o["stop_reason"]).__name__ for c in recorded["cases"] for o in c["outputs"]
+                    if o["finish_reason"] == "stop"}
+    assert {"str", "NoneType"} <= stop_reasons  # a stop string, and eos (None)
+    if os.environ.get("COSEARCH_RECORD_VLLM") == "1" or not FIXTURE.exists():
+        FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+        FIXTURE.write_text(json.dumps(recorded, indent=1) + "\n")
+    fixture = json.loads(FIXTURE.read_text())
+    assert [c["case"] for c in fixture["cases"]] == list(CASES)
+    for old, new in zip(fixture["cases"], recorded["cases"]):
+        for a, b in zip(old["outputs"], new["outputs"]):
+            assert set(a) == set(b) and {k: a[k] for k in ("request_output", "completion_output", "logprob_type")} == \
+                {k: b[k] for k in ("request_output", "completion_output", "logprob_type")}
+            if fixture["device"] == recorded["device"]:  # the same kernels: the same greedy tokens
+                assert (a["token_ids"], a["text"], a["finish_reason"], a["stop_reason"]) == \
+                    (b["token_ids"], b["text"], b["finish_reason"], b["stop_reason"])
