@@ -169,6 +169,9 @@ def test_missing_unsloth_and_vllm_say_what_to_do(monkeypatch):
 def test_generation_through_unsloth_maps_what_the_real_engine_returned(tok, monkeypatch):
     """The fake's outputs are the real engine's (recorded by tests/test_vllm_engine.py): eos, a stop
     string and the token budget each map to the contract's finish reason, ids and log-probs."""
+    from tests.test_generation import fake_vllm
+
+    fake_vllm(monkeypatch, [])  # Unsloth's vLLM: its TokensPrompt (the engine itself is Unsloth's fake)
     fake_unsloth(monkeypatch, tok)
     model, tokenizer, backend = load_policy_model(MODEL, {"agent": None}, LORA, backend="unsloth")
     backend.add_adapter("agent", "/ckpt/agent")

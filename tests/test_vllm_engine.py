@@ -207,3 +207,47 @@ def test_the_recorded_engine_outputs_are_what_the_engine_returns(engine, prompts
             if fixture["device"] == recorded["device"]:  # the same kernels: the same greedy tokens
                 assert (a["token_ids"], a["text"], a["finish_reason"], a["stop_reason"]) == \
                     (b["token_ids"], b["text"], b["finish_reason"], b["stop_reason"])
+
+
+# ------------------------------------------------------------------------------ the ci profile end to end on vLLM
+
+
+def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monkeypatch):
+    """`cosearch run --profile ci_vllm --notebooks 02 03`: rollouts on the engine, both adapters
+    saved and registered again after every update, old log-probs recomputed by the trainer, the
+    drift recorded, and records in the transformers backend's schema."""
+    import pandas as pd
+
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.eval.harness import RECORD_COLUMNS
+    from cosearch_lib.eval.tables import load_records
+    from cosearch_lib.experiment import warmstart_dir
+    from cosearch_lib.models.lora_policies import adapter_change
+    from cosearch_lib.records.papermill_runner import list_notebooks, run_notebook
+    from cosearch_lib.run_schema import describe_step_metric
+
+    monkeypatch.setenv("COSEARCH_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
+    runs = tmp_path / "runs" / "ci_vllm"
+    for prefix in ("02_", "03_"):
+        nb = next(p for p in list_notebooks() if p.name.startswith(prefix))
+        run_notebook(nb, "ci_vllm", progress=False)
+    records = load_records(runs / "02_eval_records.parquet")
+    assert list(records.columns) == RECORD_COLUMNS and len(records)
+    steps = pd.read_csv(runs / "training" / "cosearch" / "steps.csv")
+    assert steps["step"].tolist() == [0, 1] and all(describe_step_metric(c) for c in steps.columns)
+    assert steps["sync_s"].notna().all()  # both adapters re-registered with the engine after each update
+    for role in ("agent", "ranker"):
+        forwarded = steps[f"{role}_n_forwarded"] > 0
+        assert forwarded.any(), steps.to_string()
+        # bf16 engine against the fp32 trainer: a drift the records show, and a ratio of exactly 1
+        # before the first step because the trainer recomputed the old log-probs (grpo.old_logprobs: auto)
+        assert (steps.loc[forwarded, f"{role}_logp_drift_mean"] > 0).all()
+        assert (steps.loc[forwarded, f"{role}_ratio_outside_clip"] == 0).all()
+    warm = warmstart_dir(load_profile("ci_vllm"))
+    last = sorted((runs / "training" / "cosearch" / "checkpoints").iterdir())[-1] / "adapters"
+    for adapter in ("agent", "ranker"):
+        assert adapter_change(warm / adapter, last / adapter)["changed"] > 0, adapter
+    evaluated = load_records(runs / "03_eval_records.parquet")
+    assert list(evaluated.columns) == RECORD_COLUMNS
+    assert set(evaluated["method"]) == {"cosearch: warm start", "cosearch: after GRPO"}
