@@ -152,8 +152,11 @@ def test_extends_merges_sections_and_refuses_loops(tmp_path):
 
 def test_laptop_profile_extends_demo_with_a_larger_warm_start_and_the_fixed_ranker():
     demo, laptop = load_profile("demo"), load_profile("laptop")
-    shaping = ("world", "data", "retrieval", "search", "protocol", "models", "lora", "seed")
+    shaping = ("world", "data", "retrieval", "search", "protocol", "lora", "seed")
     assert laptop.fingerprint(*shaping) == demo.fingerprint(*shaping)
+    # the same models; laptop generates 32 prompts per forward pass (its 140-question evaluations)
+    assert dataclasses.replace(laptop.models, batch_size=demo.models.batch_size) == demo.models
+    assert laptop.models.batch_size > demo.models.batch_size
     assert laptop.warmstart.epochs > demo.warmstart.epochs and laptop.relevance.enabled and not demo.relevance.enabled
     assert laptop.evaluation.n_per_dataset > demo.evaluation.n_per_dataset
     assert laptop.training.steps > demo.training.steps
