@@ -25,7 +25,7 @@ in the given order, micro-batches of similar length (``training.length_grouped_m
 and the latter with gradient checkpointing (``training.gradient_checkpointing``). Per setting: the
 median seconds of ``--repeats`` updates (after an untimed warm-up update on two short sequences),
 the padding share of the positions forwarded (``agent_pad_frac``), the rollout-vs-update log-prob
-drift of the first micro-batch (``agent_first_abs_log_ratio``; old log-probs teacher-forced by the
+drift over the first minibatch (``agent_logp_drift_mean``; old log-probs teacher-forced by the
 same model, so ~0 in float32), the gradient norm (the same in every setting) and on CUDA the peak
 allocation; then the ratios grouped / in order and checkpointed / not. Writes
 ``papermill_runs/<profile>/bench/train_update_options.{json,csv}``.
@@ -133,7 +133,7 @@ def run_update_options(profile: str, seed: int, n: int, lengths: tuple[int, int]
             seconds.append(time.perf_counter() - t0)
         rows.append({"setting": setting, "length_grouped": grouped, "gradient_checkpointing": checkpointing,
                      "update_s": float(np.median(seconds)), "update_s_all": [round(x, 3) for x in seconds],
-                     "pad_frac": stats["agent_pad_frac"], "first_abs_log_ratio": stats["agent_first_abs_log_ratio"],
+                     "pad_frac": stats["agent_pad_frac"], "logp_drift_mean": stats["agent_logp_drift_mean"],
                      "grad_norm": stats["grad_norm"],
                      "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None})
     return {"model": cfg.models.agent, "device": str(next(model.parameters()).device),
@@ -153,7 +153,7 @@ def report_update_options(args) -> None:
           f"sequences={result['n_sequences']} (lengths {min(result['lengths'])}-{max(result['lengths'])}, "
           f"{sum(result['lengths'])} tokens) micro_batch={result['micro_batch']} repeats={result['repeats']} "
           f"cpu_threads={torch.get_num_threads()}")
-    shown = ["update_s", "update_s_all", "pad_frac", "first_abs_log_ratio", "grad_norm", "cuda_peak_mb"]
+    shown = ["update_s", "update_s_all", "pad_frac", "logp_drift_mean", "grad_norm", "cuda_peak_mb"]
     print(table[shown].to_string(float_format=lambda x: f"{x:.4g}"))
     in_order, grouped, checkpointed = (table.loc[name] for name, _, _ in UPDATE_SETTINGS)
     ratios = {"grouped / in order (seconds)": grouped["update_s"] / in_order["update_s"],

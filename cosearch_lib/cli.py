@@ -67,6 +67,18 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from cosearch_lib.records.launched_training import run_training
+
+    cfg = load_profile(args.profile, seed=args.seed)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    rec = run_training(cfg, methods, steps=args.steps, resume=args.resume, retriever_url=args.retriever_url,
+                       progress=not args.quiet)
+    if rec is not None:  # rank 0
+        print(json.dumps({k: v for k, v in rec.items() if k != "environment"}, indent=2))
+    return 0
+
+
 def _cmd_compare_runs(args: argparse.Namespace) -> int:
     from cosearch_lib.records.compare import compare_tables
 
@@ -172,6 +184,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="with --slurm: write the sbatch files, submit nothing")
     p.add_argument("--quiet", action="store_true", help="no per-cell progress bar")
     p.set_defaults(fn=_cmd_grid)
+
+    p = sub.add_parser("train", help="GRPO-train methods of a profile: one process, or every rank of a torchrun/srun job "
+                                     "(data parallel over questions; docs/USAGE.md)")
+    p.add_argument("--profile", default="demo")
+    p.add_argument("--methods", default="cosearch", help="comma-separated: search_r1, fixed_ranker, cosearch, oracle")
+    p.add_argument("--steps", type=int, help="GRPO steps per method (default: training.steps of the profile)")
+    p.add_argument("--seed", type=int, help="override the profile's seed")
+    p.add_argument("--resume", action="store_true", help="continue each method from its newest checkpoint")
+    p.add_argument("--retriever-url", help="search through this retrieval server (cosearch serve-retriever) instead of "
+                                           "loading the index in every rank")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(fn=_cmd_train)
 
     p = sub.add_parser("warm-start", help="train (or load from the cache) the profile's supervised warm start")
     p.add_argument("--profile", default="demo")

@@ -10,6 +10,7 @@ every layer below takes explicit settings objects and never reads a profile itse
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_corpus, prepa
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import relevance_lists, warm_start_cross_encoder
+from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
 from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries
 from cosearch_lib.rl.relevance_training import RelevanceInputs, RelevanceTrainer
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
@@ -60,7 +62,7 @@ def build_retriever(profile: str | ProfileConfig, *, progress: bool = True, devi
 
 def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[str, str | Path] | None = None,
                   out_dir: str | Path | None = None, progress: bool = True, backend: Any = None,
-                  resume: bool = False, **overrides: Any) -> JointTrainer:
+                  resume: bool = False, dp: DataParallel = SINGLE_PROCESS, **overrides: Any) -> JointTrainer:
     """A :class:`JointTrainer` for a profile: ``cfg.training`` with ``overrides`` (e.g. ``method=``,
     ``steps=``), the agent model with LoRA adapters started from ``warm`` ({role: adapter folder},
     e.g. :func:`warm_start`; missing roles start fresh), questions from the profile's
@@ -69,7 +71,10 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
 
     ``resume=True`` continues from the newest checkpoint in the output folder when there is one;
     ``resume=False`` starts over: earlier checkpoints and records of that folder are deleted first
-    (they belong to the run being replaced)."""
+    (they belong to the run being replaced).
+
+    ``dp``: this process's rank in a data-parallel job (``rl.data_parallel``); every rank calls this
+    with the same arguments, rank 0 clears the folder, and every rank resumes from the same checkpoint."""
 
     tcfg = replace(cfg.training, **overrides)
     roles = tcfg.roles()
@@ -94,8 +99,9 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     validates = tcfg.eval_every or tcfg.validate_at_start
     val = select_examples(load_qa(qa[tcfg.val_split]), tcfg.val_per_dataset) if validates else []
     out_dir = Path(out_dir or run_dir(cfg.profile) / "training" / tcfg.method)
-    if not resume:
+    if not resume and dp.is_main:
         clear_run(out_dir)
+    dp.barrier()
     scorer = CrossEncoderScorer.load(cross_encoder_start(cfg, retriever, tcfg.cross_encoder, progress=progress)) \
         if tcfg.uses_cross_encoder else None
     inputs = TrainerInputs(policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
@@ -103,13 +109,14 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
                            validation=harness_config(cfg, split=tcfg.val_split, n_per_dataset=tcfg.val_per_dataset,
                                                      n_samples=1, temperature=0.0),
                            generation_options=cfg.models.transformers_options())
-    trainer = JointTrainer(tcfg, inputs, out_dir=out_dir, seed=cfg.seed, progress=progress)
+    trainer = JointTrainer(tcfg, inputs, out_dir=out_dir, seed=cfg.seed, progress=progress, dp=dp)
     newest = latest_checkpoint(out_dir) if resume else None  # checked (hashed) once
     if newest is not None:
         done = trainer.load_checkpoint(newest)
-        print(f"[{tcfg.method}] resumed from checkpoint {project_relative(newest)}: {done} of {tcfg.steps} steps done",
-              flush=True)
-    elif resume:
+        if dp.is_main:
+            print(f"[{tcfg.method}] resumed from checkpoint {project_relative(newest)}: {done} of {tcfg.steps} steps done",
+                  flush=True)
+    elif resume and dp.is_main:
         print(f"[{tcfg.method}] resume: no checkpoint under {project_relative(out_dir)}, starting at step 0", flush=True)
     return trainer
 
@@ -288,6 +295,36 @@ def policy_starts(cfg: ProfileConfig, retriever: SearchBackend | None, *, progre
     if cfg.training.ranker_kind == "cross_encoder":
         starts["cross_encoder"] = cross_encoder_start(cfg, retriever, progress=progress)
     return starts
+
+
+def train_methods(cfg: ProfileConfig, methods: Sequence[str], *, retriever: SearchBackend | None = None,
+                  dp: DataParallel = SINGLE_PROCESS, resume: bool = False, progress: bool = True,
+                  **overrides: Any) -> dict[str, Path]:
+    """Train each of ``methods`` in turn into ``papermill_runs/<profile>/training/<method>/`` (what
+    notebook 03 does before it evaluates): the entry point of ``cosearch train``, in one process or
+    as every rank of a torchrun/srun job (``dp``). Rank 0 first builds what the ranks share and the
+    cache keeps (world, index, warm start, the Fixed Ranker); the other ranks wait, then read it.
+    ``retriever``: the ranks' search backend (e.g. an ``HttpRetriever`` to one shared server);
+    default the profile's in-process index. Returns {method: run folder}."""
+    for method in methods:
+        method_spec(method)  # an unknown method fails here, before anything is built
+    if dp.is_main:
+        retriever = retriever or build_retriever(cfg, progress=progress)
+        for method in methods:
+            method_starts(cfg, retriever, method, progress=progress)
+    dp.barrier()
+    retriever = retriever or build_retriever(cfg, progress=False)  # the other ranks: from the cache
+    out: dict[str, Path] = {}
+    for method in methods:
+        trainer = build_trainer(cfg, retriever, warm=method_starts(cfg, retriever, method, progress=False), method=method,
+                                resume=resume, dp=dp, progress=progress, **overrides)
+        trainer.run()
+        out[method] = trainer.out_dir
+        if dp.is_main:
+            print(f"{method}: {trainer.step} steps -> {project_relative(trainer.out_dir)}", flush=True)
+        del trainer
+        gc.collect()
+    return out
 
 
 #: The policy sources notebooks can evaluate.

@@ -72,13 +72,12 @@ STEP_GLOSSARY: dict[str, str] = {
     "<role>_n_forwarded": "sequences forwarded (non-zero advantage)",
     "<role>_n_tokens": "scored tokens in the forwarded sequences",
     "<role>_pad_frac": "padding positions / all token positions forwarded in the role's micro-batches "
-                       "(TrainConfig.length_grouped_micro_batches lowers it)",
-    "<role>_first_abs_log_ratio": "mean |logp - old logp| over the scored tokens of the role's first micro-batch, "
-                                  "before any optimizer step: the drift between the rollout's sampling log-probs and "
-                                  "the update's teacher-forced ones (~0 in float32 on CPU; bf16 on a GPU shows it)",
+                       "(TrainConfig.length_grouped_micro_batches lowers it); a speed figure: it depends on how "
+                       "the sequences fall into micro-batches and, data parallel, into ranks",
     "<role>_logp_drift_mean": "mean |trainer logp - rollout logp| over the scored tokens of the first minibatch, "
                               "before any optimizer step: how far the generation backend's sampling log-probs are "
-                              "from the trainer's forward (vLLM in bf16: ~0.04 measured on CPU)",
+                              "from the trainer's forward (~0 in float32 on CPU with the transformers backend; vLLM in "
+                              "bf16: ~0.04 measured on CPU)",
     "<role>_logp_drift_p99": "99th percentile of that |delta logp|",
     "<role>_ratio_outside_clip": "share of the first minibatch's importance ratios outside [1 - eps, 1 + eps_high] "
                                  "before any optimizer step: clipping that acts on numerical noise (0 when "

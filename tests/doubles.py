@@ -180,9 +180,9 @@ def script(prompt, key):
 
 
 def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, val_questions=(), eval_every=0,
-            cross_encoder=None, rules=None, **kw):
+            cross_encoder=None, rules=None, dp=None, **kw):
     """The scripted joint trainer; ``rules`` (a config.RuleSet; None: the paper's) reaches every stage by
-    construction, as a profile's ``rules:`` does."""
+    construction, as a profile's ``rules:`` does. ``dp``: this rank of a data-parallel job (None: one process)."""
     rules = PAPER_RULES if rules is None else rules
     cfg = TrainConfig(method=method, steps=steps, questions_per_step=2, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
                       micro_batch=1, eval_every=eval_every, shared_backbone=shared,
@@ -194,7 +194,7 @@ def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, va
                             rules=rules)
     inputs = TrainerInputs(policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
                            val_questions=val_questions, backend=ScriptedBackend(tok, script), cross_encoder=cross_encoder)
-    return JointTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False)
+    return JointTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False, **({"dp": dp} if dp is not None else {}))
 
 
 # ------------------------------------------------------------------------------ vLLM's outputs, as the real engine returned them

@@ -343,7 +343,7 @@ def test_update_checkpointing_leaves_a_model_that_already_checkpoints_as_it_was(
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_first_abs_log_ratio_is_zero_for_the_same_model_and_measures_a_shift(tok, temperature):
+def test_logp_drift_is_zero_for_the_same_model_and_measures_a_shift(tok, temperature):
     seqs = _mixed_length_sequences([12, 8, 10])
     model = lora_model(tiny_model(tok), {"agent": None}, LORA)
     torch.manual_seed(1)
@@ -355,8 +355,8 @@ def test_first_abs_log_ratio_is_zero_for_the_same_model_and_measures_a_shift(tok
     advs = [1.0, -1.0, 0.5]
     exact, _, _ = _recorded_update(tok, same, advs, micro_batch=2, temperature=temperature)
     off, _, _ = _recorded_update(tok, shifted, advs, micro_batch=2, temperature=temperature)
-    assert exact["agent_first_abs_log_ratio"] < 1e-4
-    assert off["agent_first_abs_log_ratio"] == pytest.approx(0.25, abs=1e-4)
+    assert exact["agent_logp_drift_mean"] < 1e-4
+    assert off["agent_logp_drift_mean"] == pytest.approx(0.25, abs=1e-4)
     assert exact["agent_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
 
 
@@ -375,7 +375,7 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     assert rec["agent_n_forwarded"] == 8 and rec["ranker_n_forwarded"] > 0
     assert rec["agent_pad_frac"] == 0.0 and rec["ranker_pad_frac"] == 0.0  # micro_batch 1: nothing to pad
     # the scripted rollout's log-probs are all -1, not the model's: the drift is large, and measured
-    assert rec["agent_first_abs_log_ratio"] > 0.1 and rec["ranker_first_abs_log_ratio"] > 0.1
+    assert rec["agent_logp_drift_mean"] > 0.1 and rec["ranker_logp_drift_mean"] > 0.1
     assert rec["grouping_n_groups_post"] >= 1 and not math.isnan(rec["ranker_reward_post"])
     assert t.calls_frame()["group"].ge(0).any()
     from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY

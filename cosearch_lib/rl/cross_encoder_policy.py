@@ -101,8 +101,8 @@ def cross_encoder_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Opti
     call's picks are re-scored, their Plackett-Luce log-probs compared with the recorded ones, and
     the clipped surrogate aggregated over all picks of the calls (token-mean, calls with advantage 0
     counted in the denominator as in :func:`rl.policy_update.grpo_update`). Returns ``ranker_*`` stats
-    named like the LLM ranker's: loss, clip_frac, ratio_mean, first_abs_log_ratio, n_forwarded,
-    n_tokens, and grad_norm."""
+    named like the LLM ranker's: loss, clip_frac, ratio_mean, logp_drift_mean (mean |logp - old logp|
+    over the trained picks, before the step), n_forwarded, n_tokens, and grad_norm."""
     if len(calls) != len(advantages):
         raise ValueError(f"{len(calls)} calls but {len(advantages)} advantages")
     missing = [i for i, c in enumerate(calls) if len(c.candidate_texts) == 0 and c.order]
@@ -113,13 +113,12 @@ def cross_encoder_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Opti
     scorer.eval()  # no dropout: the ratio must be 1 where the weights are those that sampled
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
-    weight, drift = 0.0, float("nan")
+    weight, deltas = 0.0, []
     for i in active:
         c = calls[i]
         lp = plackett_luce_logprobs(scorer.scores(c.sub_query, c.candidate_texts), c.order, temperature).unsqueeze(0)
         old = torch.tensor([c.output_logprobs], dtype=lp.dtype)
-        if math.isnan(drift):
-            drift = float((lp.detach() - old).abs().mean())
+        deltas.append((lp.detach() - old).abs().reshape(-1))
         mask = torch.ones_like(lp)
         loss, stats = policy_loss(lp, old, torch.tensor([advantages[i]]), mask, cfg)
         (loss * (len(c.order) / denom)).backward()
@@ -136,8 +135,8 @@ def cross_encoder_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Opti
     optimizer.zero_grad(set_to_none=True)
     out = {f"ranker_{k}": v / weight for k, v in sums.items()} if weight else {}
     out.update(ranker_n_forwarded=len(active), ranker_n_tokens=weight, grad_norm=grad_norm)
-    if not math.isnan(drift):
-        out["ranker_first_abs_log_ratio"] = drift
+    if deltas:
+        out["ranker_logp_drift_mean"] = float(torch.cat(deltas).double().mean())
     return out
 
 

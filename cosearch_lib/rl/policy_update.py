@@ -33,6 +33,7 @@ from cosearch_lib.config import GRPOConfig
 from cosearch_lib.models.generation.adapters import adapter_context
 from cosearch_lib.models.generation.prefix_cache import runnable_prefix_length
 from cosearch_lib.models.lora_policies import PolicySet
+from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
 from cosearch_lib.rl.grpo_loss import policy_loss, token_logprobs
 
 # --------------------------------------------------------------------------- sequences and updates
@@ -177,6 +178,10 @@ class UpdateJob:
     advantages: Sequence[float]  # one per sequence
     temperature: float  # the temperature the sequences were sampled at (log-probs are recomputed at it)
     prompt_groups: Sequence[int] | None = None  # sequences with one label share their prompt (G samples of it): micro-batches stay inside a group and run its prompt once
+    positions: Sequence[int] | None = None  # each sequence's position in the step's whole batch (data parallel: a rank holds some of them); None: 0, 1, ...
+
+    def position(self, i: int) -> int:
+        return i if self.positions is None else self.positions[i]
 
 
 def grouped_micro_batches(indices: Sequence[int], groups: Sequence[int], size: int) -> list[list[int]]:
@@ -248,7 +253,6 @@ class _RoleTally:
     forwarded: int = 0  # sequences forwarded
     positions: int = 0  # token positions forwarded, padding included
     padding: int = 0  # of which padding
-    drift: float | None = None  # mean |logp - old logp| of the first micro-batch, before any optimizer step
     deltas: list[torch.Tensor] = field(default_factory=list)  # |trainer logp - rollout logp| per scored token of the first minibatch
     first_tokens: int = 0  # scored tokens of the first minibatch (before any optimizer step)
     outside: int = 0  # of which the ratio the loss sees lies outside [1 - eps, 1 + eps_high]
@@ -271,8 +275,6 @@ class _RoleTally:
         out.update({f"{role}_n_forwarded": self.forwarded, f"{role}_n_tokens": self.tokens})
         if self.positions:
             out[f"{role}_pad_frac"] = self.padding / self.positions
-        if self.drift is not None:
-            out[f"{role}_first_abs_log_ratio"] = self.drift
         if self.deltas:
             deltas = torch.cat(self.deltas).double()
             out[f"{role}_logp_drift_mean"] = float(deltas.mean())
@@ -283,6 +285,24 @@ class _RoleTally:
             out[f"{role}_tis_weight_mean"] = self.tis_weight / self.tis_tokens
         return out
 
+    @classmethod
+    def merged(cls, tallies: Sequence[_RoleTally]) -> _RoleTally:
+        """Every rank's tally of one role as one (data parallel): sums of the sums, all the deltas."""
+        out = cls()
+        for t in tallies:
+            for stat, total in t.weighted.items():
+                out.weighted[stat] = out.weighted.get(stat, 0.0) + total
+            out.tokens += t.tokens
+            out.forwarded += t.forwarded
+            out.positions += t.positions
+            out.padding += t.padding
+            out.deltas.extend(t.deltas)
+            out.first_tokens += t.first_tokens
+            out.outside += t.outside
+            out.tis_weight += t.tis_weight
+            out.tis_tokens += t.tis_tokens
+        return out
+
 
 @dataclass
 class _JobSlice:
@@ -291,14 +311,17 @@ class _JobSlice:
 
     active: list[int]  # indices into job.seqs: non-zero advantage and some scored token
     lengths: dict[int, int]  # token count of each active sequence
-    denominator: float  # tokens (token-mean) or sequences of the whole slice
+    denominator: float  # tokens (token-mean) or sequences of the whole slice, over every rank
 
     @classmethod
-    def of(cls, job: UpdateJob, part: int, minibatches: int, aggregation: str) -> _JobSlice:
-        idx = [i for i in range(len(job.seqs)) if i % minibatches == part]
+    def of(cls, job: UpdateJob, part: int, minibatches: int, aggregation: str,
+           dp: DataParallel = SINGLE_PROCESS) -> _JobSlice:
+        """The slice ``part`` of ``job`` (round-robin over the step's positions, so a rank's slice
+        holds its share of the single-process slice); its denominator is summed over ranks."""
+        idx = [i for i in range(len(job.seqs)) if job.position(i) % minibatches == part]
         active = [i for i in idx if job.advantages[i] != 0.0 and any(job.seqs[i].mask)]
         return cls(active, {i: len(job.seqs[i].ids) for i in active},
-                   _denominator([job.seqs[i] for i in idx], aggregation))
+                   dp.sum(_count([job.seqs[i] for i in idx], aggregation)) or 1.0)
 
 
 @dataclass
@@ -346,8 +369,6 @@ def _micro_batch(model: Any, adapter: str, job: UpdateJob, chunk: list[int], par
     m = mask.bool()  # (B, L-1)
     with adapter_context(model, adapter):
         lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask, prefix=prefixes.policy)
-        if first_part and tally.drift is None and mask.any():
-            tally.drift = float((lp.detach() - old)[m].abs().mean())
         rollout_old = old
         trainer_old = lp.detach() if first_part else _rows_like(old, [pre_update[i] for i in chunk]) if pre_update else None
         if first_part:
@@ -401,7 +422,7 @@ def _pre_update_logprobs(model: Any, adapter: str, job: UpdateJob, indices: Sequ
 def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cfg: GRPOConfig, *, micro_batch: int,
                 max_grad_norm: float, pad_id: int, minibatches: int = 1, length_grouped: bool = True,
                 gradient_checkpointing: bool = False, shared_prefix: bool = True,
-                recompute_old: bool = False) -> dict[str, float]:
+                recompute_old: bool = False, dp: DataParallel = SINGLE_PROCESS) -> dict[str, float]:
     """GRPO update(s) of one adapter from its ``jobs`` (one per role it plays: two with a shared
     backbone). Each job's loss is aggregated over its own tokens; the jobs' losses are summed.
 
@@ -414,10 +435,13 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
     micro-batches inside its groups (:func:`grouped_micro_batches`) and each runs its group's whole
     prompt once. Returns ``<role>_<stat>`` (token-weighted means
     over micro-batches of :func:`cosearch_lib.rl.grpo_loss.policy_loss`'s stats, plus ``<role>_n_forwarded``,
-    ``<role>_n_tokens``, ``<role>_pad_frac``: padding positions / positions forwarded, and
-    ``<role>_first_abs_log_ratio``: mean |logp - old logp| over the scored tokens of the role's first
-    micro-batch, measured before any optimizer step, the drift between the rollout's log-probs and
-    the update's) and ``grad_norm`` (mean pre-clip norm).
+    ``<role>_n_tokens``, ``<role>_pad_frac``: padding positions / positions forwarded) and
+    ``grad_norm`` (mean pre-clip norm).
+
+    Data parallel (``dp``, ``rl.data_parallel``): each rank passes the jobs of its own sequences,
+    with their ``positions`` in the step's whole batch; the aggregate's denominators and the
+    gradients are summed over ranks before each optimizer step, and the statistics are those of
+    the whole batch, so every rank returns what one process would.
 
     Old log-probs: the sequences' own (what the rollout backend reported) unless ``recompute_old``,
     then the trainer's before the first optimizer step (``GRPOConfig.recomputes_old_logprobs``);
@@ -433,14 +457,14 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
     pre_update: dict[str, dict[int, torch.Tensor]] = {}
     if (recompute_old or cfg.tis_cap is not None) and minibatches > 1:
         for job in jobs:  # the later minibatches' old log-probs, before the first step changes the adapter
-            later = [i for part in range(1, minibatches) for i in _JobSlice.of(job, part, minibatches, cfg.aggregation).active]
+            later = [i for part in range(1, minibatches) for i in _JobSlice.of(job, part, minibatches, cfg.aggregation, dp).active]
             pre_update[job.role] = _pre_update_logprobs(model, adapter, job, later, micro_batch=micro_batch,
                                                         pad_id=pad_id, device=device)
     with update_checkpointing(model, gradient_checkpointing):
         for part in range(minibatches):
             optimizer.zero_grad(set_to_none=True)
             for job in jobs:
-                piece = _JobSlice.of(job, part, minibatches, cfg.aggregation)
+                piece = _JobSlice.of(job, part, minibatches, cfg.aggregation, dp)
                 sharing = shared_prefix and not gradient_checkpointing
                 if job.prompt_groups is not None:  # a prefix per micro-batch: its group's prompt
                     for chunk in grouped_micro_batches(piece.active, job.prompt_groups, micro_batch):
@@ -458,17 +482,25 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
                                  tally=tallies[job.role], first_part=part == 0, pre_update=pre_update.get(job.role),
                                  recompute_old=recompute_old)
                 prefixes.backward(model, adapter)
-            if any(p.grad is not None for p in params):
+            if dp.sum_grads(params):  # this rank's gradient, summed over ranks: the whole batch's
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)))
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+    if dp.distributed:  # the whole batch's statistics: every rank's tally of each role, merged
+        every_rank = dp.gather(tallies)
+        tallies = {role: _RoleTally.merged([ranked[role] for ranked in every_rank]) for role in tallies}
     out = {key: value for job in jobs for key, value in tallies[job.role].columns(job.role).items()}
     out["grad_norm"] = float(np.mean(norms)) if norms else 0.0
     return out
 
 
-def _denominator(seqs: Sequence[PolicySequence], aggregation: str) -> float:
+def _count(seqs: Sequence[PolicySequence], aggregation: str) -> float:
     """What the aggregation divides by over ``seqs``: tokens (token-mean) or sequences with tokens."""
     if aggregation == "token-mean":
-        return float(sum(sum(s.mask[1:]) for s in seqs)) or 1.0
-    return float(sum(1 for s in seqs if any(s.mask[1:]))) or 1.0
+        return float(sum(sum(s.mask[1:]) for s in seqs))
+    return float(sum(1 for s in seqs if any(s.mask[1:])))
+
+
+def _denominator(seqs: Sequence[PolicySequence], aggregation: str) -> float:
+    """:func:`_count`, or 1 where there is nothing to count."""
+    return _count(seqs, aggregation) or 1.0

@@ -19,6 +19,11 @@ and recorded as ``<stage>_s``):
 7. **checkpoint** (:meth:`JointTrainer.run`, after the step): adapters, optimizer and RNG states,
    records, written whole or not at all.
 
+Data parallel (``dp``, :mod:`cosearch_lib.rl.data_parallel`): each rank rolls out its share of the
+step's questions; the rollouts are exchanged, so stages 2-3 and the record are the whole step's on
+every rank; stage 4 updates on the rank's own sequences with the gradients and denominators summed
+over ranks; rank 0 writes checkpoints and records, and shows the progress bars.
+
 Every ``eval_every`` steps (and after the last) the record also gets a greedy validation: the
 agent's answer F1 on the validation questions (``val_f1``) and the method's ranking alone on held-out
 sub-queries of those questions (``val_ranker_hit@k``, ``rl.ranker_validation``). With
@@ -62,6 +67,7 @@ from cosearch_lib.paths import project_relative
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import cross_encoder_update, load_scorer_state, make_optimizer, scorer_state
+from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
 from cosearch_lib.rl.judge import judge_calls
 from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences
 from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries, summarize_items
@@ -110,11 +116,12 @@ class JointTrainer:
     """Trains the policies of one method; ``run`` steps, records and checkpoints."""
 
     def __init__(self, cfg: TrainConfig, inputs: TrainerInputs, *, out_dir: str | Path, seed: int = 0,
-                 progress: bool = True, tracker: StepTracker | None = None) -> None:
+                 progress: bool = True, tracker: StepTracker | None = None, dp: DataParallel = SINGLE_PROCESS) -> None:
         rollout = inputs.rollout
         if rollout.temperature <= 0:
             raise ValueError("GRPO needs sampled rollouts: rollout temperature must be > 0")
-        self.cfg, self.spec, self.seed, self.progress = cfg, method_spec(cfg.method), seed, progress
+        self.cfg, self.spec, self.seed, self.dp = cfg, method_spec(cfg.method), seed, dp
+        self.progress = progress and dp.is_main  # one set of bars per job
         self.policies, self.tokenizer, self.retriever = inputs.policies, inputs.tokenizer, inputs.retriever
         self.questions, self.val_questions = list(inputs.questions), list(inputs.val_questions)
         self.rollout_cfg, self.protocol = rollout, inputs.protocol
@@ -131,6 +138,8 @@ class JointTrainer:
             raise ValueError(f"training.ranker_kind 'cross_encoder' with method {cfg.method!r} needs a cross_encoder scorer")
         self.cross_encoder = inputs.cross_encoder if cfg.uses_cross_encoder else None
         self.cross_encoder_trained = self.cross_encoder is not None and self.spec.trains_ranker
+        if self.cross_encoder_trained and dp.distributed:
+            raise ValueError("the cross-encoder ranker trains in one process only; launch this method without torchrun/srun")
         self.cross_encoder_optimizer = make_optimizer(self.cross_encoder, cfg.cross_encoder.lr, cfg.cross_encoder.head_lr) \
             if self.cross_encoder_trained else None
         self.validation = inputs.validation if inputs.validation is not None else _validation_harness(cfg, rollout, seed)
@@ -149,7 +158,7 @@ class JointTrainer:
                                     agent_adapter=self.policies.adapter("agent"))
         # A backend that reads adapters from disk (vLLM: it has add_adapter) samples with saved copies:
         # every role adapter is saved and registered now, and the updated ones again after each step.
-        self.live_dir = self.out_dir / LIVE_ADAPTERS_DIR
+        self.live_dir = self.out_dir / LIVE_ADAPTERS_DIR / (f"rank{dp.rank}" if dp.distributed else "")
         self.live_adapters = callable(getattr(self.backend, "add_adapter", None))
         if self.live_adapters:
             sync_adapters(self.policies, self.backend, self.live_dir)
@@ -159,6 +168,8 @@ class JointTrainer:
         self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.live_adapters)
         # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
         self.tracker = tracker
+        # Every rank starts from rank 0's adapters (a fresh LoRA's random init included).
+        dp.broadcast_params(p for adapter in self.policies.params.values() for p in adapter.values())
 
     def _method_ranker(self, sampling: SamplingConfig) -> Ranker:
         """The method's ranking: a rule (retrieval top-K, oracle) or the ranker policy sampling with ``sampling``."""
@@ -185,14 +196,13 @@ class JointTrainer:
             self._keep({"step": -1, "method": cfg.method, **self.validate(step=-1)})
         clock = StageClock()
         with clock("rollout"):
-            trajs = self.engine.run(self.step_questions(step), n_samples=cfg.group_size, seed=self.seed, step=step,
-                                    progress=self.progress)
+            trajs, owned = self._rollouts(step)
         with clock("reward"):
             rewards = reward_rollouts(trajs, cfg, judge=self._judge)
         with clock("group"):
             groups = group_rollouts(rewards, cfg, self.rollout_cfg.rules)
         with clock("update"):
-            update_stats = self._update(rewards, groups, clock)
+            update_stats = self._update(rewards, groups, clock, owned)
         with clock("sync"):
             self._sync(update_stats)
         record = step_record(step, cfg.method, rewards, groups, update_stats)
@@ -209,22 +219,40 @@ class JointTrainer:
         self._keep(record)
         return record
 
+    def _rollouts(self, step: int) -> tuple[list, set[int]]:
+        """The step's G trajectories per question, question by question (this rank rolls out its share
+        of the questions; the ranks' shares are then exchanged), and the positions of this rank's own
+        among them (by position: when the epoch wraps, a step can hold one question twice)."""
+        questions, g = self.step_questions(step), self.cfg.group_size
+        mine = self.engine.run(self.dp.shard(questions), n_samples=g, seed=self.seed, step=step, progress=self.progress)
+        per_question = [mine[i:i + g] for i in range(0, len(mine), g)]
+        trajs = [t for group in self.dp.gather_shards(per_question) for t in group]
+        return trajs, {q * g + s for q in self.dp.owned(len(questions)) for s in range(g)}
+
     def _judge(self, calls: list) -> None:
         """The LLM-as-judge ablation's labels of the shown passages: the base model (adapters off) judges."""
         judge_calls(calls, self.backend, self.chat, adapter=None, seed=self.seed)
 
-    def _update(self, rewards: StepRewards, groups: StepGroups, clock: StageClock) -> dict[str, dict[str, float]]:
+    def _update(self, rewards: StepRewards, groups: StepGroups, clock: StageClock,
+                owned: set[int]) -> dict[str, dict[str, float]]:
         """The update stage: each trained adapter's GRPO update on the jobs of the roles it plays
-        (the cross-encoder's own update when it is the trained ranker); {adapter: stats}."""
+        (the cross-encoder's own update when it is the trained ranker); {adapter: stats}. A job holds
+        the sequences of this rank's trajectories (``owned``: their positions; all of them in one
+        process) and their calls, with their positions in the step's batch."""
         cfg, ro = self.cfg, self.rollout_cfg
         ranker_t = ro.temperature if ro.ranker_temperature is None else ro.ranker_temperature
         jobs: dict[str, list[UpdateJob]] = {}
         if self.policies.is_trained("agent"):
+            mine = sorted(owned)
             jobs.setdefault(self.policies.adapter("agent"), []).append(
-                UpdateJob("agent", agent_sequences(rewards.trajectories), groups.agent_advantages, ro.temperature))
+                UpdateJob("agent", agent_sequences([rewards.trajectories[i] for i in mine]),
+                          [groups.agent_advantages[i] for i in mine], ro.temperature, positions=mine))
         if self.policies.is_trained("ranker") and rewards.calls:
+            call_traj = [i for i, t in enumerate(rewards.trajectories) for _ in t.ranker_calls]  # rewards.calls' order
+            mine = [c for c, i in enumerate(call_traj) if i in owned]
             jobs.setdefault(self.policies.adapter("ranker"), []).append(
-                UpdateJob("ranker", ranker_sequences(rewards.calls), groups.ranker_advantages, ranker_t))
+                UpdateJob("ranker", ranker_sequences([rewards.calls[i] for i in mine]),
+                          [groups.ranker_advantages[i] for i in mine], ranker_t, positions=mine))
         stats: dict[str, dict[str, float]] = {}
         if self.cross_encoder_trained and rewards.calls:
             with clock("cross_encoder_update"):
@@ -237,7 +265,8 @@ class JointTrainer:
                                              max_grad_norm=cfg.max_grad_norm, pad_id=self.pad_id,
                                              minibatches=cfg.minibatches, length_grouped=cfg.length_grouped_micro_batches,
                                              gradient_checkpointing=cfg.gradient_checkpointing,
-                                             shared_prefix=cfg.shared_prefix_update, recompute_old=self.recompute_old)
+                                             shared_prefix=cfg.shared_prefix_update, recompute_old=self.recompute_old,
+                                             dp=self.dp)
         return stats
 
     def _sync(self, updated: Mapping[str, Any]) -> None:
@@ -250,6 +279,8 @@ class JointTrainer:
         """Append ``record`` to the step records and hand it to the live tracker (made at the first record)."""
         cfg = self.cfg
         self.records.append(record)
+        if not self.dp.is_main:
+            return  # the same record is on every rank; rank 0 logs it
         if self.tracker is None and cfg.log_to:
             self.tracker = make_tracker(cfg.log_to, self.out_dir / TRACKER_DIR, f"{cfg.method}-seed{self.seed}",
                                         {**asdict(cfg), "seed": self.seed, "out_dir": str(self.out_dir)},
@@ -314,12 +345,16 @@ class JointTrainer:
                     bar.set_postfix(reward=f"{rec['agent_reward']:.3f}", hit5=f"{rec['hit@5']:.2f}")
                     every = self.cfg.checkpoint_every
                     saved = None
-                    if (every and self.step % every == 0) or self.step == until or stop.received:
+                    # a signal reaches the ranks at different moments: they stop together, after the
+                    # step that any of them received it in
+                    stopping = self.dp.sum(float(bool(stop.received))) > 0
+                    signal = stop.received or "a signal to another rank"
+                    if (every and self.step % every == 0) or self.step == until or stopping:
                         saved = self.save_checkpoint()
-                    if stop.received and self.step < until:
-                        print(f"[train {self.cfg.method}] {stop.received}: stopped after step {self.step}, "
+                    if stopping and self.step < until:
+                        print(f"[train {self.cfg.method}] {signal}: stopped after step {self.step}, "
                               f"checkpoint {project_relative(saved)}", flush=True)
-                        raise StopRequested(stop.received, self.step, project_relative(saved))
+                        raise StopRequested(signal, self.step, project_relative(saved))
         finally:
             bar.close()
             if self.tracker is not None:
@@ -343,12 +378,15 @@ class JointTrainer:
         """``out_dir/checkpoints/step_N/``: state.pt (adapters, optimizers, RNG, step, records) and the
         adapters in peft format, written whole or not at all (:func:`~cosearch_lib.rl.run_checkpoints.write_checkpoint`).
         Records are also written as ``out_dir/steps.csv``, ``ranker_calls.parquet`` and ``validation.csv`` (``run_schema``)."""
-        final = write_checkpoint(self.out_dir, self.step, self._write_checkpoint, keep=self.cfg.keep_checkpoints)
-        write_table(self.frame(), self.out_dir / STEPS_FILE)
-        if self.call_records:
-            write_table(self.calls_frame(), self.out_dir / RANKER_CALLS_FILE)
-        if self.val_records:
-            write_table(self.validation_frame(), self.out_dir / VALIDATION_FILE)
+        final = self.checkpoint_dir()
+        if self.dp.is_main:  # data parallel: rank 0 writes (every rank holds the same state), the others wait
+            final = write_checkpoint(self.out_dir, self.step, self._write_checkpoint, keep=self.cfg.keep_checkpoints)
+            write_table(self.frame(), self.out_dir / STEPS_FILE)
+            if self.call_records:
+                write_table(self.calls_frame(), self.out_dir / RANKER_CALLS_FILE)
+            if self.val_records:
+                write_table(self.validation_frame(), self.out_dir / VALIDATION_FILE)
+        self.dp.barrier()
         return final
 
     def _write_checkpoint(self, tmp: Path) -> None:

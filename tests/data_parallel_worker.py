@@ -1,0 +1,71 @@
+"""One rank of the scripted joint trainer (tests.doubles) in a gloo job, started by torchrun from
+tests/test_data_parallel.py::
+
+    python -m torch.distributed.run --nproc-per-node N tests/data_parallel_worker.py OUT \
+        [--method cosearch] [--steps 3] [--minibatches 1] [--kill-rank R] [--resume]
+
+The trainer checkpoints after every step into OUT/run. ``--kill-rank R``: rank R SIGKILLs itself in
+step 2, right after its agent update (the other ranks are then inside the ranker's update: a node
+lost mid-step). ``--resume``: continue from the newest checkpoint. Rank 0 saves the adapters the run
+started from, the adapters at the end and the step records to OUT/result.pt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+
+import cosearch_lib.rl.trainer as trainer_mod
+from cosearch_lib.models.lora_policies import adapter_parameters
+from cosearch_lib.models.registry import load_tokenizer
+from cosearch_lib.rl.data_parallel import DataParallel
+
+from tests.doubles import tiny_model, trainer
+
+
+def main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("out", type=Path)
+    p.add_argument("--method", default="cosearch")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--minibatches", type=int, default=1)
+    p.add_argument("--kill-rank", type=int)
+    p.add_argument("--resume", action="store_true")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    dp = DataParallel.from_environment()
+    tok = load_tokenizer("smollm2-135m-instruct")
+    t = trainer(tok, tiny_model(tok), args.out / "run", method=args.method, steps=args.steps,
+                minibatches=args.minibatches, checkpoint_every=1, dp=dp)
+    adapters = sorted(t.policies.params)
+
+    def weights() -> dict[str, torch.Tensor]:
+        return {f"{a}/{n}": p.detach().clone() for a in adapters for n, p in adapter_parameters(t.policies.model, a).items()}
+
+    start = weights()
+    if args.resume:
+        t.load_checkpoint()
+    if args.kill_rank == dp.rank:
+        update = trainer_mod.grpo_update
+
+        def update_then_die(policies, adapter, *a, **kw):
+            out = update(policies, adapter, *a, **kw)
+            if t.step == 1 and adapter == "agent":
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+
+        trainer_mod.grpo_update = update_then_die
+    t.run()
+    if dp.is_main:
+        torch.save({"start": start, "end": weights(), "records": t.records, "world_size": dp.world_size}, args.out / "result.pt")
+    dp.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
