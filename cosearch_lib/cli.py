@@ -79,6 +79,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_slurm_train(args: argparse.Namespace) -> int:
+    from cosearch_lib.records.slurm_training import submit_training
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    out = submit_training(args.profile, methods, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                          tasks_per_node=args.tasks_per_node, steps=args.steps, evaluate=not args.no_evaluate,
+                          submit=not args.dry_run)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
 def _cmd_compare_runs(args: argparse.Namespace) -> int:
     from cosearch_lib.records.compare import compare_tables
 
@@ -196,6 +207,20 @@ def build_parser() -> argparse.ArgumentParser:
                                            "loading the index in every rank")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_train)
+
+    p = sub.add_parser("slurm", help="write (and submit) SLURM jobs: `slurm train` = a retrieval server, data-parallel "
+                                     "training on N nodes x G GPUs after it, then notebook 03's evaluation")
+    slurm = p.add_subparsers(dest="slurm_command", required=True)
+    p = slurm.add_parser("train", help="retriever.sbatch, train.sbatch (srun, one rank per GPU), evaluate.sbatch")
+    p.add_argument("--profile", default="paper")
+    p.add_argument("--methods", default="cosearch", help="comma-separated training methods")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=1, help="one rank per GPU; 0: CPU ranks (gloo)")
+    p.add_argument("--tasks-per-node", type=int, help="ranks per node when --gpus-per-node is 0 (default 1)")
+    p.add_argument("--steps", type=int, help="GRPO steps per method (default: the profile's)")
+    p.add_argument("--no-evaluate", action="store_true", help="no notebook-03 job after training")
+    p.add_argument("--dry-run", action="store_true", help="write the scripts and print the sbatch commands; submit nothing")
+    p.set_defaults(fn=_cmd_slurm_train)
 
     p = sub.add_parser("warm-start", help="train (or load from the cache) the profile's supervised warm start")
     p.add_argument("--profile", default="demo")

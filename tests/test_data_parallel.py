@@ -67,6 +67,50 @@ def test_launch_variables_of_torchrun_and_srun_are_read_and_bad_ones_named():
         LaunchEnvironment.detect(env)
 
 
+# ------------------------------------------------------------------------------ cosearch slurm train
+
+
+def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp_path, monkeypatch):
+    from cosearch_lib.config import ConfigError
+    from cosearch_lib.records.slurm_training import slurm_training_scripts, submit_training
+
+    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path))
+    scripts = slurm_training_scripts("ci", ["cosearch", "fixed_ranker"], nodes=2, gpus_per_node=8, steps=5)
+    train = scripts["train"].splitlines()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8", "#SBATCH --requeue",
+                 "#SBATCH --signal=B:USR1@600"):
+        assert line in train
+    run = next(line for line in train if line.startswith("run_stoppable"))
+    assert "srun --kill-on-bad-exit=1 cosearch train --profile ci --methods cosearch,fixed_ranker" in run
+    assert '--retriever-url "$RETRIEVER_URL" --resume' in run and "--steps 5" in run
+    assert any(line.startswith("export MASTER_ADDR=$(scontrol show hostnames") for line in train)
+    assert "serve-retriever --profile ci --host 0.0.0.0" in scripts["retriever"]
+    assert "--notebooks 03 -p resume=true -p methods=cosearch,fixed_ranker" in scripts["evaluate"]
+    for name, text in scripts.items():  # valid bash
+        (tmp_path / f"{name}.sh").write_text(text)
+        assert subprocess.run(["bash", "-n", str(tmp_path / f"{name}.sh")]).returncode == 0, name
+    cpu = slurm_training_scripts("ci", ["cosearch"], gpus_per_node=0, tasks_per_node=2)["train"]
+    assert "--gres" not in cpu and "#SBATCH --ntasks-per-node=2" in cpu
+    with pytest.raises(ConfigError, match="one rank per GPU"):
+        slurm_training_scripts("ci", ["cosearch"], gpus_per_node=4, tasks_per_node=2)
+    with pytest.raises(ValueError, match="ppo"):
+        slurm_training_scripts("ci", ["ppo"])
+
+    sent = []
+
+    def sbatch(cmd, **kw):
+        sent.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=f"{700 + len(sent)}\n", stderr="")
+
+    out = submit_training("ci", ["cosearch"], nodes=1, gpus_per_node=2, run=sbatch)
+    folder = tmp_path / "ci" / "slurm"
+    assert sent == [["sbatch", "--parsable", str(folder / "retriever.sbatch")],
+                    ["sbatch", "--parsable", "--dependency=after:701", "--export=ALL,COSEARCH_RETRIEVER_JOB=701",
+                     str(folder / "train.sbatch")],
+                    ["sbatch", "--parsable", "--dependency=afterok:702", str(folder / "evaluate.sbatch")]]
+    assert (out["retriever_job"], out["train_job"], out["evaluate_job"], out["ranks"]) == ("701", "702", "703", 2)
+
+
 # ------------------------------------------------------------------------------ the trainer on 1 and 2 ranks
 
 
@@ -148,3 +192,47 @@ def test_a_two_rank_run_that_loses_a_rank_mid_step_resumes_to_the_uninterrupted_
     assert_same_records(one_rank[1]["records"], resumed["records"])
     for k in resumed["end"]:
         torch.testing.assert_close(resumed["end"][k], one_rank[1]["end"][k], rtol=0, atol=ADAPTER_ATOL, msg=k)
+
+
+# ------------------------------------------------------------------------------ `cosearch train` on ci, torchrun
+
+
+def _adapters(run: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    ckpt = max((run / "checkpoints").iterdir())
+    return {f"{f.parent.name}/{k}": v for f in sorted((ckpt / "adapters").glob("*/adapter_model.safetensors"))
+            for k, v in load_file(f).items()}
+
+
+@pytest.mark.slow
+def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
+    """`torchrun --nproc-per-node 2 -m cosearch_lib.cli train` against `cosearch train`: the real
+    SmolLM2 policies of the ci profile, CoSearch (agent and ranker trained), 2 steps of 2 questions x
+    G=4 (ci's 1 question per step would leave a rank idle), micro-batches of 4 and the validation
+    after the last step. Same adapters (1e-5) and step records but for the seconds."""
+    import yaml
+
+    profile = tmp_path / "ci_two_questions.yaml"
+    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "ci", "training": {"questions_per_step": 2}}))
+
+    def train(runs: Path, *launcher: str) -> Path:
+        env = {**os.environ, "COSEARCH_RUNS": str(runs), "OMP_NUM_THREADS": "1"}
+        args = [*launcher, "-m", "cosearch_lib.cli", "train", "--profile", str(profile), "--methods", "cosearch", "--quiet"]
+        proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return runs / "ci"
+
+    one = train(tmp_path / "one", sys.executable)
+    two = train(tmp_path / "two", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
+    import json
+
+    assert json.loads((two / "train.run.json").read_text())["world_size"] == 2
+    a, b = (pd.read_csv(run / "training" / "cosearch" / "steps.csv") for run in (one, two))
+    assert len(a) == 2 and a["val_f1"].notna().any()
+    assert_same_records(a.to_dict("records"), b.to_dict("records"))
+    assert (a["agent_n_forwarded"] > 0).all() or (a["ranker_n_forwarded"] > 0).all()  # some update in each step
+    wa, wb = _adapters(one / "training" / "cosearch"), _adapters(two / "training" / "cosearch")
+    assert wa.keys() == wb.keys() and {k.split("/")[0] for k in wa} == {"agent", "ranker"}
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=ADAPTER_ATOL, msg=k)

@@ -305,7 +305,7 @@ def _parameter_names(books: Sequence[Path]) -> set[str]:
 # --------------------------------------------------------------------------- SLURM
 
 
-def _sbatch_header(job_name: str, cfg: ProfileConfig, *, time_limit: str, gres: str | None, log: str) -> list[str]:
+def sbatch_header(job_name: str, cfg: ProfileConfig, *, time_limit: str, gres: str | None, log: str) -> list[str]:
     s = cfg.slurm
     lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name={job_name}"]
     lines += [f"#SBATCH --partition={s.partition}"] if s.partition else []
@@ -317,7 +317,7 @@ def _sbatch_header(job_name: str, cfg: ProfileConfig, *, time_limit: str, gres: 
     return lines
 
 
-_PRELUDE = """set -euo pipefail
+SBATCH_PRELUDE = """set -euo pipefail
 cd {root}
 # the Makefile's .venv, or a conda env named in CONDA_ENV (environment.yml)
 if [ -n "${{CONDA_ENV:-}}" ]; then source activate "$CONDA_ENV"; elif [ -x .venv/bin/cosearch ]; then source .venv/bin/activate; fi
@@ -340,23 +340,23 @@ def slurm_scripts(base_profile: str | Path, grid: Grid) -> dict[str, str]:
     if grid.source is None:
         raise ConfigError(f"grid {grid.name!r} was not read from a file (load_grid): the SLURM jobs need one to read")
     grid_arg = shlex.quote(grid.source)
-    array = _sbatch_header(f"cosearch-{grid.name}", cfg, time_limit=cfg.slurm.time, gres=cfg.slurm.gres,
+    array = sbatch_header(f"cosearch-{grid.name}", cfg, time_limit=cfg.slurm.time, gres=cfg.slurm.gres,
                            log=str(logs / "cell-%a-%A.log"))
     array += ["#SBATCH --requeue", "#SBATCH --open-mode=append"] if cfg.slurm.requeue else []  # a requeued task's log keeps its first run
     array += [f"#SBATCH --signal=B:USR1@{cfg.slurm.signal_lead_s}"] if cfg.slurm.signal_lead_s else []
-    array += ["", _PRELUDE.format(root=root),
+    array += ["", SBATCH_PRELUDE.format(root=root),
               f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> checkpoint, exit {EXIT_STOPPED}, requeue",
               'run_stoppable "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" '
               f"cosearch grid --profile {profile_arg} {grid_arg} --cell \"$SLURM_ARRAY_TASK_ID\" --quiet"]
-    aggregate = _sbatch_header(f"cosearch-{grid.name}-aggregate", cfg, time_limit=cfg.slurm.aggregate_time,
+    aggregate = sbatch_header(f"cosearch-{grid.name}-aggregate", cfg, time_limit=cfg.slurm.aggregate_time,
                                gres=cfg.slurm.gres, log=str(logs / "aggregate-%j.log"))
-    aggregate += ["", _PRELUDE.format(root=root), f"cosearch grid --profile {profile_arg} {grid_arg} --status",
+    aggregate += ["", SBATCH_PRELUDE.format(root=root), f"cosearch grid --profile {profile_arg} {grid_arg} --status",
                   f"cosearch run --profile {profile_arg} --notebooks {' '.join(grid.aggregate)} --quiet"
                   if grid.aggregate else "echo 'this grid names no aggregate notebooks'"]
     return {"array": "\n".join(array) + "\n", "aggregate": "\n".join(aggregate) + "\n"}
 
 
-def _job_id(output: str) -> str:
+def sbatch_job_id(output: str) -> str:
     """The job id of ``sbatch --parsable`` output (``123`` or ``123;cluster``)."""
     first = output.strip().splitlines()[-1] if output.strip() else ""
     job = first.split(";")[0]
@@ -391,19 +391,19 @@ def submit_slurm(base_profile: str | Path, grid: Grid, *, sbatch: str = "sbatch"
     if not submit:
         out["aggregate_cmd"] = [sbatch, "--parsable", "--dependency=afterok:<array job>", str(paths["aggregate"])]
         return out
-    array_job = _job_id(_sbatch(run, array_cmd))
+    array_job = sbatch_job_id(run_sbatch(run, array_cmd))
     aggregate_cmd = [sbatch, "--parsable", f"--dependency=afterok:{array_job}", str(paths["aggregate"])]
-    out.update(array_job=array_job, aggregate_cmd=aggregate_cmd, aggregate_job=_job_id(_sbatch(run, aggregate_cmd)))
+    out.update(array_job=array_job, aggregate_cmd=aggregate_cmd, aggregate_job=sbatch_job_id(run_sbatch(run, aggregate_cmd)))
     write_json(out, folder / "submitted.json")
     return out
 
 
-def _sbatch(run: Callable[..., subprocess.CompletedProcess], cmd: list[str]) -> str:
+def run_sbatch(run: Callable[..., subprocess.CompletedProcess], cmd: list[str]) -> str:
     try:
         done = run(cmd, capture_output=True, text=True, check=False)
     except FileNotFoundError as err:
         raise SlurmSubmitError(f"{cmd[0]!r} not found: submit from a SLURM login node, or write the scripts only "
-                           "(cosearch grid --slurm --dry-run)") from err
+                           "(--dry-run)") from err
     if done.returncode != 0:
         raise SlurmSubmitError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
     return done.stdout

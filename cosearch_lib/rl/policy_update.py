@@ -243,12 +243,19 @@ def update_checkpointing(model: Any, enabled: bool) -> Iterator[None]:
             base.disable_input_require_grads()
 
 
+#: Loss stats that are not token means: the largest value, and a mean over sequences.
+_MAX_STATS, _PER_SEQUENCE_STATS = ("ratio_max",), ("adv_mean",)
+
+
 @dataclass
 class _RoleTally:
     """What one role's micro-batches add up to over an update: token-weighted sums of the loss
-    stats, and the counts the ``<role>_*`` columns report."""
+    stats (the largest value of ``ratio_max``, sequence-weighted sums of ``adv_mean``), and the
+    counts the ``<role>_*`` columns report. None depends on how the sequences fell into
+    micro-batches or ranks."""
 
-    weighted: dict[str, float] = field(default_factory=dict)  # stat -> sum over micro-batches of value * tokens
+    weighted: dict[str, float] = field(default_factory=dict)  # stat -> sum over micro-batches of value * tokens (or * sequences)
+    maxima: dict[str, float] = field(default_factory=dict)  # stat -> largest value over micro-batches
     tokens: float = 0.0  # scored tokens forwarded
     forwarded: int = 0  # sequences forwarded
     positions: int = 0  # token positions forwarded, padding included
@@ -266,12 +273,22 @@ class _RoleTally:
         self.positions += positions
         self.padding += padding
         for stat, value in stats.items():
-            if not math.isnan(value):
-                self.weighted[stat] = self.weighted.get(stat, 0.0) + value * tokens
+            if math.isnan(value):
+                continue
+            if stat in _MAX_STATS:
+                self.maxima[stat] = max(self.maxima.get(stat, -math.inf), value)
+            else:
+                weight = n_sequences if stat in _PER_SEQUENCE_STATS else tokens
+                self.weighted[stat] = self.weighted.get(stat, 0.0) + value * weight
 
     def columns(self, role: str) -> dict[str, float]:
-        """``<role>_<stat>``: token-weighted means, then the counts."""
-        out = {f"{role}_{stat}": total / self.tokens for stat, total in self.weighted.items()} if self.tokens else {}
+        """``<role>_<stat>``: token-weighted means (``adv_mean``: over sequences; ``ratio_max``: the
+        largest), then the counts."""
+        out = {}
+        if self.tokens:
+            out = {f"{role}_{stat}": total / (self.forwarded if stat in _PER_SEQUENCE_STATS else self.tokens)
+                   for stat, total in self.weighted.items()}
+            out.update({f"{role}_{stat}": value for stat, value in self.maxima.items()})
         out.update({f"{role}_n_forwarded": self.forwarded, f"{role}_n_tokens": self.tokens})
         if self.positions:
             out[f"{role}_pad_frac"] = self.padding / self.positions
@@ -292,6 +309,8 @@ class _RoleTally:
         for t in tallies:
             for stat, total in t.weighted.items():
                 out.weighted[stat] = out.weighted.get(stat, 0.0) + total
+            for stat, value in t.maxima.items():
+                out.maxima[stat] = max(out.maxima.get(stat, -math.inf), value)
             out.tokens += t.tokens
             out.forwarded += t.forwarded
             out.positions += t.positions

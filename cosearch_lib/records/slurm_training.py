@@ -1,0 +1,153 @@
+"""``cosearch slurm train``: the SLURM jobs of a data-parallel training run, and their dependencies.
+
+Three job scripts, written to ``papermill_runs/<profile>/slurm/`` and submitted in order:
+
+1. ``retriever.sbatch``: one task serving the profile's retriever over HTTP (``cosearch
+   serve-retriever``, Search-R1's protocol). It writes its URL to ``retriever-<job id>.url`` and
+   serves until the training job cancels it. All ranks search through this one server, so no
+   rank loads the index.
+2. ``train.sbatch`` (``--dependency=after:<retriever>``: it starts once the server job runs):
+   ``--nodes`` x ``--ntasks-per-node`` tasks, one per GPU. The script waits until the server
+   answers ``/health``, then runs ``srun --kill-on-bad-exit=1 cosearch train ... --resume``: every
+   task is one rank (``rl.data_parallel``: env:// rendezvous on the first node), and a task that
+   dies ends the step, naming the rank. ``--resume`` makes a requeued or resubmitted job continue
+   from the newest checkpoint. SIGUSR1 before the time limit reaches every rank through srun; the
+   ranks stop together after the step, checkpoint, and the job requeues itself.
+3. ``evaluate.sbatch`` (``--dependency=afterok:<train>``): notebook 03 on one GPU with
+   ``resume=true``. It finds the methods trained and goes on to their evaluation and figures.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cosearch_lib.atomic_io import atomic_path, write_json
+from cosearch_lib.config import ConfigError, load_profile
+from cosearch_lib.config.methods import method_spec
+from cosearch_lib.paths import project_relative, project_root, run_dir
+from cosearch_lib.records.grid import SBATCH_PRELUDE, STOPPABLE_SH, run_sbatch, sbatch_header, sbatch_job_id
+from cosearch_lib.stop_signals import EXIT_STOPPED
+
+#: How long the training job waits for the retrieval server to answer (it may queue behind others).
+RETRIEVER_WAIT_S = 3600
+
+_WAIT_FOR_SERVER = """# the retrieval server's URL, once its job has written it and it answers /health
+URL_FILE={url_dir}/retriever-${{COSEARCH_RETRIEVER_JOB:?submit with cosearch slurm train, or export COSEARCH_RETRIEVER_JOB}}.url
+python - "$URL_FILE" {wait_s} <<'PY'
+import sys, time, urllib.request
+from pathlib import Path
+url_file, deadline = Path(sys.argv[1]), time.monotonic() + float(sys.argv[2])
+while time.monotonic() < deadline:
+    try:
+        urllib.request.urlopen(url_file.read_text().strip() + "/health", timeout=10).read()
+        sys.exit(0)
+    except (OSError, ValueError):
+        time.sleep(5)
+sys.exit(f"the retrieval server did not answer within {{sys.argv[2]}} s (URL file {{url_file}})")
+PY
+RETRIEVER_URL=$(cat "$URL_FILE")"""
+
+
+def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes: int = 1, gpus_per_node: int = 1,
+                           tasks_per_node: int | None = None, steps: int | None = None) -> dict[str, str]:
+    """The three job scripts (``retriever``, ``train``, ``evaluate``) of training ``methods`` on
+    ``nodes`` x ``tasks_per_node`` ranks (default: one per GPU; ``gpus_per_node=0``: CPU ranks, gloo).
+    Resource lines come from the profile's ``slurm`` section."""
+    cfg = load_profile(profile)
+    for method in methods:
+        method_spec(method)
+    tasks = tasks_per_node if tasks_per_node is not None else max(gpus_per_node, 1)
+    if nodes < 1 or tasks < 1 or gpus_per_node < 0:
+        raise ConfigError(f"need nodes >= 1, tasks per node >= 1, GPUs per node >= 0; got {nodes}, {tasks}, {gpus_per_node}")
+    if gpus_per_node and tasks != gpus_per_node:
+        raise ConfigError(f"one rank per GPU: tasks per node ({tasks}) must equal GPUs per node ({gpus_per_node})")
+    folder = run_dir(cfg.profile) / "slurm"
+    root = shlex.quote(str(project_root()))
+    profile_arg = shlex.quote(str(profile))
+    prelude = SBATCH_PRELUDE.format(root=root)
+    s = cfg.slurm
+
+    retriever = sbatch_header(f"cosearch-{cfg.profile}-retriever", cfg, time_limit=s.time, gres=s.retriever_gres,
+                              log=str(folder / "retriever-%j.log"))
+    retriever += ["", prelude,
+                  "PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
+                  f"URL_FILE={shlex.quote(str(folder))}/retriever-$SLURM_JOB_ID.url",
+                  'echo "http://$(hostname):$PORT" > "$URL_FILE.tmp" && mv "$URL_FILE.tmp" "$URL_FILE"',
+                  f"exec cosearch serve-retriever --profile {profile_arg} --host 0.0.0.0 --port \"$PORT\""]
+
+    gres = f"gpu:{gpus_per_node}" if gpus_per_node else None
+    train = sbatch_header(f"cosearch-{cfg.profile}-train", cfg, time_limit=s.time, gres=gres,
+                          log=str(folder / "train-%j.log"))
+    train += [f"#SBATCH --nodes={nodes}", f"#SBATCH --ntasks-per-node={tasks}"]
+    train += ["#SBATCH --requeue", "#SBATCH --open-mode=append"] if s.requeue else []
+    train += [f"#SBATCH --signal=B:USR1@{s.signal_lead_s}"] if s.signal_lead_s else []
+    train_cmd = ["srun", "--kill-on-bad-exit=1", "cosearch", "train", "--profile", profile_arg,
+                 "--methods", ",".join(methods), "--retriever-url", '"$RETRIEVER_URL"', "--resume", "--quiet"]
+    train_cmd += ["--steps", str(steps)] if steps else []
+    train += ["", prelude,
+              "# env:// rendezvous of the ranks (rl.data_parallel): the first node, one port per job",
+              'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+              "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
+              _WAIT_FOR_SERVER.format(url_dir=shlex.quote(str(folder)), wait_s=RETRIEVER_WAIT_S),
+              f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> every rank checkpoints, exit {EXIT_STOPPED}, requeue",
+              "status=0",
+              f'run_stoppable "$SLURM_JOB_ID" {" ".join(train_cmd)} || status=$?',
+              f'[ "$status" -eq {EXIT_STOPPED} ] || scancel "$COSEARCH_RETRIEVER_JOB"  # finished or failed: the server is done',
+              'exit "$status"']
+
+    evaluate = sbatch_header(f"cosearch-{cfg.profile}-evaluate", cfg, time_limit=s.aggregate_time, gres=s.gres,
+                             log=str(folder / "evaluate-%j.log"))
+    eval_cmd = f"cosearch run --profile {profile_arg} --notebooks 03 -p resume=true -p methods={','.join(methods)} --quiet"
+    eval_cmd += f" -p steps={steps}" if steps else ""
+    evaluate += ["", prelude, eval_cmd]
+    return {name: "\n".join(lines) + "\n" for name, lines in
+            (("retriever", retriever), ("train", train), ("evaluate", evaluate))}
+
+
+def submit_training(profile: str | Path, methods: Sequence[str], *, nodes: int = 1, gpus_per_node: int = 1,
+                    tasks_per_node: int | None = None, steps: int | None = None, evaluate: bool = True,
+                    sbatch: str = "sbatch", submit: bool = True,
+                    run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
+    """Write the scripts of :func:`slurm_training_scripts` and (``submit``) submit the retriever job,
+    the training job after it (``--dependency=after``, with the server's job id in its environment)
+    and, with ``evaluate``, notebook 03's job once training ended well (``afterok``). Returns the
+    script paths, the commands and the job ids."""
+    cfg = load_profile(profile)
+    texts = slurm_training_scripts(profile, methods, nodes=nodes, gpus_per_node=gpus_per_node,
+                                   tasks_per_node=tasks_per_node, steps=steps)
+    folder = run_dir(cfg.profile) / "slurm"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, text in texts.items():
+        paths[name] = folder / f"{name}.sbatch"
+        with atomic_path(paths[name]) as tmp:
+            tmp.write_text(text)
+        paths[name].chmod(0o755)
+    out: dict[str, Any] = {"scripts": {k: project_relative(v) for k, v in paths.items()},
+                           "ranks": nodes * (tasks_per_node or max(gpus_per_node, 1))}
+    retriever_cmd = [sbatch, "--parsable", str(paths["retriever"])]
+    if not submit:
+        out["commands"] = [retriever_cmd,
+                           [sbatch, "--parsable", "--dependency=after:<retriever job>",
+                            "--export=ALL,COSEARCH_RETRIEVER_JOB=<retriever job>", str(paths["train"])]]
+        if evaluate:
+            out["commands"].append([sbatch, "--parsable", "--dependency=afterok:<train job>", str(paths["evaluate"])])
+        return out
+    retriever_job = _submit(run, retriever_cmd)
+    train_cmd = [sbatch, "--parsable", f"--dependency=after:{retriever_job}",
+                 f"--export=ALL,COSEARCH_RETRIEVER_JOB={retriever_job}", str(paths["train"])]
+    out.update(retriever_job=retriever_job, train_job=_submit(run, train_cmd), commands=[retriever_cmd, train_cmd])
+    if evaluate:
+        eval_cmd = [sbatch, "--parsable", f"--dependency=afterok:{out['train_job']}", str(paths["evaluate"])]
+        out["evaluate_job"] = _submit(run, eval_cmd)
+        out["commands"].append(eval_cmd)
+    write_json(out, folder / "submitted.json")
+    return out
+
+
+def _submit(run: Callable[..., subprocess.CompletedProcess], cmd: list[str]) -> str:
+    return sbatch_job_id(run_sbatch(run, cmd))
