@@ -20,6 +20,15 @@ trains every agent sequence and every ranker call (an upper bound: semantic grou
 
     python benchmarks/gpu_hours.py                 # paper profile, Table 3 and Table 4 cells
     python benchmarks/gpu_hours.py --searches 2.6  # the Fixed Ranker's search rate (Table 7)
+    python benchmarks/gpu_hours.py --ranks 1,8,16,64   # projected wall time per step on R data-parallel GPUs
+
+``--ranks``: a **projection**, not a measurement (no multi-GPU machine was available). Data parallel
+over questions (``rl.data_parallel``) splits a step's compute evenly over R GPUs, and adds what
+crosses ranks each step: one all-reduce of the LoRA gradients per adapter (ring: 2(R-1)/R of their
+float32 bytes per GPU) and the exchange of the step's rollouts (every rank receives all of them:
+token ids and log-probs). Bandwidths are arguments (defaults: NVLink within a node, 100 Gb/s
+InfiniBand across nodes of 8 GPUs). Uneven trajectory lengths make ranks wait for the slowest one;
+``--straggler`` multiplies the compute by that factor (default 1: the ideal).
 """
 
 from __future__ import annotations
@@ -74,6 +83,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--agent-turn-tokens", type=int, default=150, help="tokens of one agent turn (reason + call or answer)")
     ap.add_argument("--ranker-overhead-tokens", type=int, default=300, help="ranker prompt without its N passages")
     ap.add_argument("--ranker-reply-tokens", type=int, default=150, help="tokens of one ranker reply (reason + rerank)")
+    ap.add_argument("--ranks", default="", help="comma-separated GPU counts: projected wall time per step (data parallel)")
+    ap.add_argument("--gpus-per-node", type=int, default=8, help="--ranks: GPUs per node (beyond it, the slower link)")
+    ap.add_argument("--intra-node-gbs", type=float, default=150.0, help="--ranks: GB/s per GPU within a node (NVLink, assumed)")
+    ap.add_argument("--inter-node-gbs", type=float, default=12.5, help="--ranks: GB/s per GPU across nodes (100 Gb/s IB, assumed)")
+    ap.add_argument("--straggler", type=float, default=1.0, help="--ranks: slowest rank's compute / the mean (1: ideal)")
     args = ap.parse_args(argv)
     cfg = load_profile(args.profile)
     parts = step_seconds(args, cfg)
@@ -91,6 +105,41 @@ def main(argv: list[str] | None = None) -> None:
     for grid, methods in METHODS_PER_CELL.items():
         hours = steps * sum(per_method[m] for m in methods) / 3600
         print(f"one {grid} cell ({', '.join(methods)}; {steps} steps each): ~{hours:,.0f} GPU-hours on H100s")
+    if args.ranks:
+        project_ranks(args, cfg, step)
+
+
+#: Qwen2.5-7B's shape (the paper's policies): layers, hidden size, MLP size, key/value width.
+QWEN7B = {"layers": 28, "hidden": 3584, "mlp": 18944, "kv": 4 * 128}
+
+
+def lora_parameters(cfg) -> int:
+    """LoRA parameters of one adapter on Qwen2.5-7B: r x (in + out) per targeted matrix per layer."""
+    h, f, kv = QWEN7B["hidden"], QWEN7B["mlp"], QWEN7B["kv"]
+    shapes = {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
+              "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h)}
+    return QWEN7B["layers"] * sum(cfg.lora.r * sum(shapes[m]) for m in cfg.lora.target_modules if m in shapes)
+
+
+def project_ranks(args: argparse.Namespace, cfg, step_s: float) -> None:
+    """The projected wall time of one CoSearch step on R GPUs (printed, marked as a projection)."""
+    t = cfg.training
+    trajectories = t.questions_per_step * t.group_size
+    grad_bytes = 2 * lora_parameters(cfg) * 4  # two adapters (agent, ranker), float32 gradients
+    ranker_prompt = args.ranker_overhead_tokens + cfg.search.topn * args.passage_tokens
+    agent_context = args.prompt_tokens + args.searches * (args.agent_turn_tokens + cfg.search.topk * args.passage_tokens)
+    rollout_bytes = trajectories * (agent_context + args.searches * (ranker_prompt + args.ranker_reply_tokens)) * 12  # id + log-prob, pickled
+    print(f"\nPROJECTION (not measured): one CoSearch step on R data-parallel H100s; LoRA gradients "
+          f"{grad_bytes / 2**20:,.0f} MiB per step (2 adapters), rollouts exchanged ~{rollout_bytes / 2**20:,.0f} MiB")
+    print(f"{'GPUs':>6} {'compute min':>12} {'all-reduce s':>13} {'exchange s':>11} {'step min':>9} {'100 steps h':>12} {'speed-up':>9}")
+    for r in [int(x) for x in args.ranks.split(",") if x.strip()]:
+        gbs = (args.intra_node_gbs if r <= args.gpus_per_node else args.inter_node_gbs) * 1e9
+        compute = step_s * args.straggler / r
+        allreduce = 2 * (r - 1) / r * grad_bytes / gbs if r > 1 else 0.0
+        exchange = (r - 1) / r * rollout_bytes / gbs if r > 1 else 0.0
+        wall = compute + allreduce + exchange
+        print(f"{r:>6} {compute / 60:>12.1f} {allreduce:>13.2f} {exchange:>11.2f} {wall / 60:>9.1f} "
+              f"{wall * t.steps / 3600:>12.1f} {step_s / wall:>9.1f}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,15 @@ drift over the first minibatch (``agent_logp_drift_mean``; old log-probs teacher
 same model, so ~0 in float32), the gradient norm (the same in every setting) and on CUDA the peak
 allocation; then the ratios grouped / in order and checkpointed / not. Writes
 ``papermill_runs/<profile>/bench/train_update_options.{json,csv}``.
+
+    python benchmarks/train_step.py --nproc 2 --methods cosearch   # 1 rank vs 2 data-parallel ranks (gloo on CPU)
+
+``--nproc N`` runs each method in one process and as N ranks of a torchrun job (``rl.data_parallel``:
+the step's questions split over the ranks, gradients summed), side by side on the same questions
+and seed, and prints each one's step time, the speed-up, and whether the step records agree (they
+must: the ranks train the one-process model). On a CPU machine the ranks share its cores: one rank
+uses torch's default threads, each of N ranks one thread (torchrun's default). Writes
+``papermill_runs/<profile>/bench/train_step_dp.{json,csv}``.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from cosearch_lib.models.generation.teacher_forced import reference_logprobs
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.paths import run_dir
 from cosearch_lib.records.provenance import environment_snapshot
+from cosearch_lib.rl.data_parallel import DataParallel
 from cosearch_lib.rl.policy_update import PolicySequence, UpdateJob, grpo_update
 from cosearch_lib.seeding import rng
 
@@ -66,8 +76,11 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def run_one(profile: str, method: str, steps: int, seed: int, micro_batch: int | None = None) -> dict:
-    """Warm start (cached), then ``steps`` steps of ``method``; the step records and peak memory."""
+def run_one(profile: str, method: str, steps: int, seed: int, micro_batch: int | None = None,
+            dp: DataParallel | None = None) -> dict:
+    """Warm start (cached), then ``steps`` steps of ``method``; the step records and peak memory.
+    ``dp``: this rank of a data-parallel job (the warm start must be cached: ``--nproc`` builds it first)."""
+    dp = dp or DataParallel()
     cfg = load_profile(profile, seed=seed)
     retriever = build_retriever(cfg, progress=False)
     warm = warm_start(cfg, retriever, progress=False)
@@ -75,11 +88,12 @@ def run_one(profile: str, method: str, steps: int, seed: int, micro_batch: int |
     t0 = time.perf_counter()
     extra = {"micro_batch": micro_batch} if micro_batch else {}
     trainer = build_trainer(cfg, retriever, warm=warm, method=method, steps=steps, eval_every=0, **extra,
-                            out_dir=run_dir(cfg.profile) / "bench" / f"train_step_{method}", progress=False)
+                            out_dir=run_dir(cfg.profile) / "bench" / f"train_step_{method}_ranks{dp.world_size}",
+                            progress=False, dp=dp)
     load_s = time.perf_counter() - t0
     records = [trainer.train_step() for _ in range(steps)]
     cuda = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
-    return {"method": method, "load_s": load_s, "records": records, "peak_rss_mb": peak_rss_mb(),
+    return {"method": method, "ranks": dp.world_size, "load_s": load_s, "records": records, "peak_rss_mb": peak_rss_mb(),
             "peak_rss_before_trainer_mb": rss_before, "cuda_peak_mb": cuda}
 
 
@@ -170,6 +184,48 @@ def report_update_options(args) -> None:
     print(f"\nwrote {out / 'train_update_options'}.csv and .json")
 
 
+def _launch_one(args, method: str, nproc: int) -> dict:
+    """``--one method`` in a fresh process (``nproc`` 1) or as ``nproc`` torchrun ranks; rank 0's JSON."""
+    one = [__file__, "--profile", args.profile, "--steps", str(args.steps), "--seed", str(args.seed),
+           "--micro-batch", str(args.micro_batch), "--one", method]
+    cmd = [sys.executable, *one] if nproc == 1 else \
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *one, "--dp"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode or line is None:
+        sys.exit(f"{method} on {nproc} rank(s) failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def report_data_parallel(args) -> None:
+    """Each method on 1 rank and on ``args.nproc`` ranks, side by side: step times, speed-up, equal records."""
+    cfg = load_profile(args.profile, seed=args.seed)
+    warm_start(cfg, build_retriever(cfg, progress=False), progress=False)  # cached before the ranks read it
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    rows, summary = [], {"profile": args.profile, "steps": args.steps, "nproc": args.nproc, "methods": {}}
+    for method in methods:
+        runs = {n: _launch_one(args, method, n) for n in (1, args.nproc)}
+        for n, r in runs.items():
+            rows += [{"method": method, "ranks": n, **{k: rec.get(k) for k in ["step", *PHASES, *COUNTS]},
+                      "peak_rss_mb_rank0": r["peak_rss_mb"]} for rec in r["records"]]
+        same = all(a.get(k) == b.get(k) for a, b in zip(runs[1]["records"], runs[args.nproc]["records"]) for k in COUNTS)
+        step = {n: float(np.mean([rec["step_s"] for rec in r["records"]])) for n, r in runs.items()}
+        summary["methods"][method] = {"step_s": step, "speedup": round(step[1] / step[args.nproc], 2),
+                                      "same_counts_and_rewards": same}
+    table = pd.DataFrame(rows)
+    pd.set_option("display.width", 200)
+    print(f"profile={args.profile} steps={args.steps} seed={args.seed}: 1 rank vs {args.nproc} ranks (torch threads: "
+          f"default on 1 rank, 1 per rank on {args.nproc}; {torch.get_num_threads()} cores seen here)")
+    print(table.round(2).to_string(index=False))
+    for method, m in summary["methods"].items():
+        print(f"{method}: mean step {m['step_s'][1]:.1f} s on 1 rank, {m['step_s'][args.nproc]:.1f} s on {args.nproc} "
+              f"ranks: {m['speedup']}x; counts and rewards equal: {m['same_counts_and_rewards']}")
+    out = run_dir(args.profile) / "bench"
+    write_table(table, out / "train_step_dp.csv")
+    write_json({**summary, "environment": environment_snapshot()}, out / "train_step_dp.json")
+    print(f"\nwrote {out / 'train_step_dp'}.csv and .json")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="demo")
@@ -186,7 +242,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0,
                     help="--updates: torch CPU threads (0: torch's default; 1 when other jobs share the cores, "
                          "whose contention makes multi-threaded CPU kernels stall)")
+    ap.add_argument("--nproc", type=int, default=0, help="also run each method as this many data-parallel ranks (torchrun)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one method, print JSON
+    ap.add_argument("--dp", action="store_true", help=argparse.SUPPRESS)  # internal: --one as a torchrun rank
     args = ap.parse_args()
     if args.updates:
         if args.threads:
@@ -194,8 +252,15 @@ def main() -> None:
         report_update_options(args)
         return
     if args.one:
-        result = run_one(args.profile, args.one, args.steps, args.seed, args.micro_batch or None)
-        print("RESULT " + json.dumps(result, default=str))
+        dp = DataParallel.from_environment() if args.dp else None
+        result = run_one(args.profile, args.one, args.steps, args.seed, args.micro_batch or None, dp=dp)
+        if dp is None or dp.is_main:
+            print("RESULT " + json.dumps(result, default=str))
+        if dp is not None:
+            dp.close()
+        return
+    if args.nproc > 1:
+        report_data_parallel(args)
         return
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]

@@ -429,7 +429,7 @@ def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: di
     for label, chosen in runs if before else runs[1:]:
         fields = trained_eval_settings(method, chosen, warm)
         ecfg = replace(base_cfg, **fields)
-        records = run_evaluation(None, examples, ctx, ecfg, progress=progress)
+        records = run_evaluation(None, examples, ctx, ecfg, progress=progress, label=f"{method}: {label}")
         frames.append(records.assign(eval_method=records["method"], method=f"{method}: {label}"))
     return pd.concat(frames, ignore_index=True)
 

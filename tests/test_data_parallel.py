@@ -144,12 +144,17 @@ def assert_same_records(a: list[dict], b: list[dict]) -> None:
                 assert va == vb, (ra["step"], k, va, vb)
 
 
+def assert_same_adapters_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    """The same adapter tensors, to :data:`ADAPTER_ATOL`."""
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=ADAPTER_ATOL, msg=k)
+
+
 def assert_same_adapters(a: dict, b: dict) -> None:
     moved = max(float((a["end"][k] - a["start"][k]).abs().max()) for k in a["end"])
     assert moved > 100 * ADAPTER_ATOL  # the adapters trained: equality is not that of two untouched copies
-    assert a["end"].keys() == b["end"].keys()
-    for k in a["end"]:
-        torch.testing.assert_close(a["end"][k], b["end"][k], rtol=0, atol=ADAPTER_ATOL, msg=k)
+    assert_same_adapters_close(a["end"], b["end"])
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +195,7 @@ def test_a_two_rank_run_that_loses_a_rank_mid_step_resumes_to_the_uninterrupted_
     _launch(tmp_path, 2, "--resume")
     resumed = _result(tmp_path)
     assert_same_records(one_rank[1]["records"], resumed["records"])
-    for k in resumed["end"]:
-        torch.testing.assert_close(resumed["end"][k], one_rank[1]["end"][k], rtol=0, atol=ADAPTER_ATOL, msg=k)
+    assert_same_adapters_close(resumed["end"], one_rank[1]["end"])
 
 
 # ------------------------------------------------------------------------------ `cosearch train` on ci, torchrun
@@ -206,6 +210,7 @@ def _adapters(run: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # two trainings of the real model, one after the other
 def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     """`torchrun --nproc-per-node 2 -m cosearch_lib.cli train` against `cosearch train`: the real
     SmolLM2 policies of the ci profile, CoSearch (agent and ranker trained), 2 steps of 2 questions x
@@ -219,7 +224,7 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     def train(runs: Path, *launcher: str) -> Path:
         env = {**os.environ, "COSEARCH_RUNS": str(runs), "OMP_NUM_THREADS": "1"}
         args = [*launcher, "-m", "cosearch_lib.cli", "train", "--profile", str(profile), "--methods", "cosearch", "--quiet"]
-        proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+        proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return runs / "ci"
 
@@ -233,6 +238,5 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     assert_same_records(a.to_dict("records"), b.to_dict("records"))
     assert (a["agent_n_forwarded"] > 0).all() or (a["ranker_n_forwarded"] > 0).all()  # some update in each step
     wa, wb = _adapters(one / "training" / "cosearch"), _adapters(two / "training" / "cosearch")
-    assert wa.keys() == wb.keys() and {k.split("/")[0] for k in wa} == {"agent", "ranker"}
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=ADAPTER_ATOL, msg=k)
+    assert {k.split("/")[0] for k in wa} == {"agent", "ranker"}
+    assert_same_adapters_close(wa, wb)

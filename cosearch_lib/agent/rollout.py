@@ -156,10 +156,13 @@ class RolloutEngine:
                 out.append(t)
         return out
 
-    def run(self, questions, *, n_samples: int = 1, seed: int = 0, step: int = 0, progress: bool = False) -> list[Trajectory]:
+    def run(self, questions, *, n_samples: int = 1, seed: int = 0, step: int = 0, progress: bool = False,
+            desc: str | None = None) -> list[Trajectory]:
+        """G (``n_samples``) trajectories per question, turn by turn, all rows batched; ``desc`` names
+        the progress bar (default "rollout step <step>")."""
         trajs = self.new_trajectories(questions, n_samples)
         active = list(trajs)
-        bar = tqdm(total=len(trajs), desc=f"rollout step {step}", unit="traj", disable=not progress)
+        bar = tqdm(total=len(trajs), desc=desc or f"rollout step {step}", unit="traj", disable=not progress)
         turn = 0
         # Weights are fixed during a rollout: backends that cache prompt prefixes keep them until it
         # ends, so the instructions run once and each turn runs only the observation and new tokens.

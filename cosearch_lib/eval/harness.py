@@ -56,6 +56,7 @@ from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_at_k
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer, is_cross_encoder_folder
 from cosearch_lib.models.generation.contract import GenerationBackend
+from cosearch_lib.models.registry import quiet_loading
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 
@@ -199,10 +200,11 @@ def register_adapter(backend: Any, adapter: str | None) -> str | None:
         backend.add_adapter(name, str(path))
     elif hasattr(backend, "model"):  # transformers
 
-        if not isinstance(backend.model, PeftModel):
-            backend.model = PeftModel.from_pretrained(backend.model, str(path), adapter_name=name)
-        elif name not in backend.model.peft_config:
-            backend.model.load_adapter(str(path), adapter_name=name)
+        with quiet_loading():
+            if not isinstance(backend.model, PeftModel):
+                backend.model = PeftModel.from_pretrained(backend.model, str(path), adapter_name=name)
+            elif name not in backend.model.peft_config:
+                backend.model.load_adapter(str(path), adapter_name=name)
     return name
 
 
@@ -210,13 +212,15 @@ def register_adapter(backend: Any, adapter: str | None) -> str | None:
 
 
 def evaluate(method: str, examples: Sequence[QAExample], ctx: HarnessContext, cfg: HarnessConfig, *,
-             progress: bool = True, trajectories: dict[str, list[Trajectory]] | None = None) -> pd.DataFrame:
+             progress: bool = True, trajectories: dict[str, list[Trajectory]] | None = None,
+             label: str | None = None) -> pd.DataFrame:
     """Run one method on the selected examples; one record row per (question, sample).
 
     A method that cannot run (no trained adapter, no cross-encoder) warns with
     :class:`MethodSkippedWarning`, saying what to set, and returns no rows. Pass a dict as
     ``trajectories`` to also keep the agent methods' :class:`Trajectory` objects (keyed by method),
-    e.g. for the trajectory browser; records alone are what gets saved.
+    e.g. for the trajectory browser; records alone are what gets saved. The progress bar reads
+    "evaluate <method>", followed by ``label`` (e.g. which policies) when given.
     """
     ranker_factory = _AGENT_RANKERS.get(check_method(method))  # None: a one-generation baseline
     chosen = select_examples(examples, cfg.n_per_dataset)
@@ -225,7 +229,8 @@ def evaluate(method: str, examples: Sequence[QAExample], ctx: HarnessContext, cf
         if ranker_factory is None:
             rows = _run_prompted(method, chosen, ctx, cfg)
         else:
-            trajs = _run_agent(method, ranker_factory, chosen, ctx, cfg, progress)
+            desc = f"evaluate {method}" + (f" ({label})" if label else "")
+            trajs = _run_agent(method, ranker_factory, chosen, ctx, cfg, progress, desc)
             rows = [_agent_row(method, t, cfg) for t in trajs]
             if trajectories is not None:
                 trajectories[method] = trajs
@@ -240,14 +245,15 @@ def evaluate(method: str, examples: Sequence[QAExample], ctx: HarnessContext, cf
 
 def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample], ctx: HarnessContext,
                    cfg: HarnessConfig, *, progress: bool = True,
-                   trajectories: dict[str, list[Trajectory]] | None = None) -> pd.DataFrame:
-    """:func:`evaluate` for each method (None: ``cfg.methods``), records concatenated in method order."""
+                   trajectories: dict[str, list[Trajectory]] | None = None, label: str | None = None) -> pd.DataFrame:
+    """:func:`evaluate` for each method (None: ``cfg.methods``), records concatenated in method order;
+    ``label`` goes into the progress bars' names."""
     methods = [check_method(m) for m in (cfg.methods if methods is None else methods)]
     frames = []
-    bar = tqdm(methods, desc="evaluate", unit="method", disable=not progress)
+    bar = tqdm(methods, desc="evaluate" + (f" ({label})" if label else ""), unit="method", disable=not progress)
     for method in bar:
         bar.set_postfix_str(method)
-        frames.append(evaluate(method, examples, ctx, cfg, progress=progress, trajectories=trajectories))
+        frames.append(evaluate(method, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label))
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else empty_records()
 
@@ -391,11 +397,11 @@ _AGENT_RANKERS = {
 
 
 def _run_agent(method: str, make: Any, examples: list[QAExample], ctx: HarnessContext, cfg: HarnessConfig,
-               progress: bool) -> list[Trajectory]:
+               progress: bool, desc: str) -> list[Trajectory]:
     ranker = make(ctx, cfg)  # may skip the method, before any generation
     engine = RolloutEngine(ctx.agent_backend, ctx.chat, ctx.retriever, ranker, cfg.rollout_config(),
                            ctx.protocol_for(cfg), agent_adapter=register_adapter(ctx.agent_backend, cfg.agent_adapter))
-    return engine.run(examples, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress) if examples else []
+    return engine.run(examples, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress, desc=desc) if examples else []
 
 
 def _agent_row(method: str, t: Trajectory, cfg: HarnessConfig) -> dict:

@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 
 from cosearch_lib.config import TRAIN_BACKENDS, LoraSettings
 from cosearch_lib.models.generation.vllm_backend import GPU_EXTRA_HINT, VLLMBackend, resolved_model_path
-from cosearch_lib.models.registry import align_chat_tokens, load_causal_lm
+from cosearch_lib.models.registry import align_chat_tokens, load_causal_lm, quiet_loading
 
 #: The file peft's ``save_pretrained`` writes an adapter's weights to.
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
@@ -50,11 +50,14 @@ def lora_model(base: Any, adapters: dict[str, str | Path | None], lora: LoraSett
         raise ValueError("lora_model needs at least one adapter name")
     model = None
     for name, path in adapters.items():
-        if model is None:
-            model = (PeftModel.from_pretrained(base, str(path), adapter_name=name, is_trainable=True) if path
-                     else get_peft_model(base, peft_lora_config(lora), adapter_name=name))
+        if model is None and path:
+            with quiet_loading():
+                model = PeftModel.from_pretrained(base, str(path), adapter_name=name, is_trainable=True)
+        elif model is None:
+            model = get_peft_model(base, peft_lora_config(lora), adapter_name=name)
         elif path:
-            model.load_adapter(str(path), adapter_name=name, is_trainable=True)
+            with quiet_loading():
+                model.load_adapter(str(path), adapter_name=name, is_trainable=True)
         else:
             model.add_adapter(name, peft_lora_config(lora))
     return model
@@ -265,7 +268,8 @@ def _unsloth_adapters(fast_lm: Any, base: Any, adapters: dict[str, str | Path | 
         bias="none", use_gradient_checkpointing="unsloth", random_state=seed)
     for name, path in adapters.items():
         if path:
-            model.load_adapter(str(path), adapter_name=name, is_trainable=True)
+            with quiet_loading():
+                model.load_adapter(str(path), adapter_name=name, is_trainable=True)
             rank = model.peft_config[name].r
             if rank > vllm_max_lora_rank(lora.r):
                 raise ValueError(f"adapter {name!r} from {path} has rank {rank}, above vLLM's max_lora_rank "

@@ -23,6 +23,8 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,9 +254,8 @@ def convert_bundled_gguf(name: str) -> Path:
     if resolved.gguf_file is None:  # already converted
         return resolved.path
     tokenizer = AutoTokenizer.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(
-        resolved.path, gguf_file=resolved.gguf_file, dtype=torch.float32
-    )
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(resolved.path, gguf_file=resolved.gguf_file, dtype=torch.float32)
     align_chat_tokens(tokenizer, model.config)
     # The weights are now plain float32 tensors; drop the GGUF quantizer so save_pretrained accepts them.
     model.hf_quantizer = None
@@ -278,6 +279,21 @@ def convert_bundled_gguf(name: str) -> Path:
     return final
 
 
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No "Loading weights n/n" bar from transformers inside the block (a local checkpoint loads in
+    under a second; in a notebook the bar is noise). Hub downloads keep their own bars."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def load_tokenizer(name: str, *, trust_remote_code: bool = False):
     """The tokenizer of any resolvable model."""
 
@@ -299,7 +315,8 @@ def load_causal_lm(name: str, *, dtype: Any = None, device: str | None = None, t
     if dtype is None:
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
     align_chat_tokens(tokenizer, model.config)
     return model.to(device).eval(), tokenizer
 
@@ -312,7 +329,8 @@ def load_encoder_model(name: str, *, device: str | None = None, trust_remote_cod
         raise ValueError(f"{name!r} is a causal LM (GGUF), not a text encoder")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
-    model = AutoModel.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
+    with quiet_loading():
+        model = AutoModel.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
     return model.to(device).eval(), tokenizer
 
 

@@ -224,7 +224,8 @@ class JointTrainer:
         of the questions; the ranks' shares are then exchanged), and the positions of this rank's own
         among them (by position: when the epoch wraps, a step can hold one question twice)."""
         questions, g = self.step_questions(step), self.cfg.group_size
-        mine = self.engine.run(self.dp.shard(questions), n_samples=g, seed=self.seed, step=step, progress=self.progress)
+        mine = self.engine.run(self.dp.shard(questions), n_samples=g, seed=self.seed, step=step, progress=self.progress,
+                               desc=f"{self.cfg.method}: rollout step {step + 1}/{self.cfg.steps}")
         per_question = [mine[i:i + g] for i in range(0, len(mine), g)]
         trajs = [t for group in self.dp.gather_shards(per_question) for t in group]
         return trajs, {q * g + s for q in self.dp.owned(len(questions)) for s in range(g)}

@@ -12,6 +12,12 @@
 # trains (`scancel --signal=USR1 --batch`, what --signal does before a time limit): the task must
 # checkpoint, exit 75, requeue itself, and the requeued run must finish from that checkpoint.
 #
+# Last, data-parallel training as a cluster runs it: `cosearch slurm train` submits a retrieval-server
+# job and, after it, a 2-task srun job (one node, gloo) of the ci training (2 questions per step);
+# its step records and adapters must equal those of one process (`cosearch train`). The node declares
+# twice its cores (SlurmdParameters=config_overrides) so that the mostly idle server and the two
+# ranks are scheduled at once.
+#
 #   tests/slurm/local_cluster.sh            # the whole test (what `make test-slurm` runs)
 #   tests/slurm/local_cluster.sh --stop     # stop the daemons it started
 #
@@ -95,7 +101,8 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 JobCompType=jobcomp/none
-NodeName=$HOST CPUs=$CPUS RealMemory=$MEM_MB State=UNKNOWN
+SlurmdParameters=config_overrides
+NodeName=$HOST CPUs=$(( CPUS * 2 )) RealMemory=$MEM_MB State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 
@@ -213,3 +220,46 @@ print("\n".join(problems) if problems else
 sys.exit(1 if problems else 0)
 PY
 echo "[test-slurm] requeue test: $(( $(date +%s) - T2 )) s"
+
+# --- data-parallel training: a retrieval-server job, then 2 srun tasks (gloo), against one process
+T3=$(date +%s)
+DP="$COSEARCH_RUNS/ci_dp.yaml"
+printf 'extends: ci\nprofile: ci_dp\ntraining:\n  questions_per_step: 2\nslurm:\n  cpus_per_task: 1\n  mem: 6G\n' > "$DP"
+printf 'extends: %s\nprofile: ci_dp_one\n' "$DP" > "$COSEARCH_RUNS/ci_dp_one.yaml"
+OMP_NUM_THREADS=1 "$BIN/cosearch" train --profile "$COSEARCH_RUNS/ci_dp_one.yaml" --methods cosearch --quiet >/dev/null
+echo "[test-slurm] one-process reference: $(( $(date +%s) - T3 )) s"
+OUT=$("$BIN/cosearch" slurm train --profile "$DP" --methods cosearch --nodes 1 --gpus-per-node 0 --tasks-per-node 2 --no-evaluate)
+SERVER=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['retriever_job'])")
+TRAIN=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['train_job'])")
+while squeue -h -j "$TRAIN" 2>/dev/null | grep -q .; do
+  [ $(( $(date +%s) - T3 )) -gt "$TIMEOUT_S" ] && { echo "[test-slurm] data-parallel job timed out"; scancel "$TRAIN" "$SERVER"; exit 1; }
+  sleep 3
+done
+sleep 3
+sacct -j "$SERVER,$TRAIN" --format=JobID%-14,JobName%-28,State,ExitCode,Elapsed,NTasks
+PYTHONPATH="$ROOT" "$BIN/python" - "$COSEARCH_RUNS" "$SERVER" "$TRAIN" <<'PY'
+import json, subprocess, sys
+from pathlib import Path
+import pandas as pd
+from tests.test_data_parallel import _adapters, assert_same_adapters_close, assert_same_records
+runs, server, train = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+states = dict(line.split("|") for line in subprocess.run(
+    ["sacct", "-X", "-n", "-P", "-j", f"{server},{train}", "--format=JobID,State"],
+    capture_output=True, text=True, check=True).stdout.split())
+one, two = runs / "ci_dp_one", runs / "ci_dp"
+problems = []
+if states.get(train) != "COMPLETED" or not states.get(server, "").startswith("CANCELLED"):
+    problems.append(f"job states {states}: want the training COMPLETED and the server CANCELLED by it")
+record = json.loads((two / "train.run.json").read_text()) if (two / "train.run.json").exists() else {}
+if (record.get("world_size"), record.get("launcher")) != (2, "srun") or not record.get("retriever", "").startswith("http://"):
+    problems.append(f"train.run.json: {record and {k: record[k] for k in ('world_size', 'launcher', 'retriever')}}")
+if not problems:
+    a, b = (pd.read_csv(r / "training" / "cosearch" / "steps.csv") for r in (one, two))
+    assert_same_records(a.to_dict("records"), b.to_dict("records"))
+    assert_same_adapters_close(_adapters(one / "training" / "cosearch"), _adapters(two / "training" / "cosearch"))
+print("\n".join(problems) if problems else
+      f"[test-slurm] data parallel: 2 srun ranks through the retrieval server = one process ({len(a)} steps, "
+      f"records and adapters to 1e-5)")
+sys.exit(1 if problems else 0)
+PY
+echo "[test-slurm] data-parallel test: $(( $(date +%s) - T3 )) s"
