@@ -7,8 +7,10 @@ few seconds per launch. The same comparison on the `ci` profile's real model, th
 `cosearch train`, is the slow test at the end.
 
 Tolerance: the adapters of 1 and 2 ranks agree to 1e-5 (float32 sums in another order: measured
-<= 6.3e-7 after 3 steps, while the weights moved by 4e-2); every step-record column but the
-timings agrees to a relative 1e-5.
+<= 6.3e-7 on the scripted trainer after 3 steps, while the weights moved by 4e-2; <= 3.2e-6 on `ci`).
+Every step-record column agrees to 1e-5 absolute or 1e-4 relative (measured on `ci`: rewards,
+counts, Hit@k and validation exactly, the largest importance ratio to 2.2e-5, losses to 1e-7), but
+the seconds and ``<role>_pad_frac``, a speed figure of how sequences fell into micro-batches.
 """
 
 from __future__ import annotations
@@ -114,12 +116,27 @@ def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp
 # ------------------------------------------------------------------------------ the trainer on 1 and 2 ranks
 
 
+def run_job(cmd: list[str], *, env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """``cmd`` in its own process group, killed whole (launcher and ranks) if it outlives ``timeout``."""
+    import signal
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{' '.join(cmd)} ran over {timeout} s:\n{out[-2000:]}\n{err[-2000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def _launch(out: Path, nproc: int, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
            str(WORKER), str(out), *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_job(cmd, env=env, timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
@@ -129,16 +146,21 @@ def _result(out: Path) -> dict:
     return torch.load(out / "result.pt", weights_only=False)
 
 
+def _compared(key: str) -> bool:
+    """Record columns the ranks must reproduce: all but the seconds and the padding share."""
+    return not key.endswith(("_s", "_pad_frac"))
+
+
 def assert_same_records(a: list[dict], b: list[dict]) -> None:
-    """Equal step records but for the seconds each stage took."""
+    """Equal step records (floats to 1e-5 absolute or 1e-4 relative) but for the columns :func:`_compared` leaves out."""
     assert len(a) == len(b)
     for ra, rb in zip(a, b):
-        keys = {k for k in ra if not k.endswith("_s")}
-        assert keys == {k for k in rb if not k.endswith("_s")}
+        keys = {k for k in ra if _compared(k)}
+        assert keys == {k for k in rb if _compared(k)}
         for k in sorted(keys):
             va, vb = ra[k], rb[k]
             if isinstance(va, float) and isinstance(vb, float):
-                assert (math.isnan(va) and math.isnan(vb)) or math.isclose(va, vb, rel_tol=1e-5, abs_tol=1e-7), \
+                assert (math.isnan(va) and math.isnan(vb)) or math.isclose(va, vb, rel_tol=1e-4, abs_tol=1e-5), \
                     (ra["step"], k, va, vb)
             else:
                 assert va == vb, (ra["step"], k, va, vb)
@@ -215,16 +237,22 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     """`torchrun --nproc-per-node 2 -m cosearch_lib.cli train` against `cosearch train`: the real
     SmolLM2 policies of the ci profile, CoSearch (agent and ranker trained), 2 steps of 2 questions x
     G=4 (ci's 1 question per step would leave a rank idle), micro-batches of 4 and the validation
-    after the last step. Same adapters (1e-5) and step records but for the seconds."""
+    after the last step; learning rates of 1e-3 (ci's 1e-5 moves the adapters by 2e-5 in two steps:
+    too little to tell apart from the tolerance). Same adapters (1e-5) and step records."""
     import yaml
+    from safetensors.torch import load_file
+
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.experiment import warmstart_dir
 
     profile = tmp_path / "ci_two_questions.yaml"
-    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "ci", "training": {"questions_per_step": 2}}))
+    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "ci", "training": {
+        "questions_per_step": 2, "agent_lr": 1e-3, "ranker_lr": 1e-3}}))
 
     def train(runs: Path, *launcher: str) -> Path:
         env = {**os.environ, "COSEARCH_RUNS": str(runs), "OMP_NUM_THREADS": "1"}
         args = [*launcher, "-m", "cosearch_lib.cli", "train", "--profile", str(profile), "--methods", "cosearch", "--quiet"]
-        proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100)
+        proc = run_job(args, env=env, timeout=1100)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return runs / "ci"
 
@@ -240,3 +268,7 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     wa, wb = _adapters(one / "training" / "cosearch"), _adapters(two / "training" / "cosearch")
     assert {k.split("/")[0] for k in wa} == {"agent", "ranker"}
     assert_same_adapters_close(wa, wb)
+    start = warmstart_dir(load_profile(profile))
+    for role in ("agent", "ranker"):  # both adapters trained, by far more than the tolerance
+        warm = load_file(start / role / "adapter_model.safetensors")
+        assert max(float((wa[f"{role}/{k}"] - v).abs().max()) for k, v in warm.items()) > 100 * ADAPTER_ATOL, role
