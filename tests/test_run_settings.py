@@ -27,3 +27,22 @@ def test_evaluation_settings_say_how_answers_are_scored():
     v = table["value"]
     assert v["methods"] == "direct, agent_oracle" and v["decoding"] == "greedy" and v["answer F1"] == "plain"
     assert v["split, questions per family"] == f"test, {cfg.evaluation.n_per_dataset}"
+
+
+def test_every_profile_states_what_it_can_and_cannot_show_and_notebooks_say_it():
+    import json
+
+    from cosearch_lib.config import available_profiles
+    from cosearch_lib.paths import notebooks_dir
+    from cosearch_lib.records.run_settings import profile_scope
+
+    for name in available_profiles():
+        cfg = load_profile(name)
+        assert cfg.scope.shows and cfg.scope.cannot_show, name
+        text = profile_scope(cfg)
+        assert text.startswith(f"**Profile `{cfg.profile}`** can show ") and "It cannot show" in text
+    assert "plumbing check" in load_profile("ci").scope.cannot_show
+    for book in sorted(notebooks_dir().glob("*.ipynb")):
+        cells = json.loads(book.read_text())["cells"]
+        code = [c for c in cells if c["cell_type"] == "code"]
+        assert "profile_scope(cfg)" in "".join(code[2]["source"]), book.name  # right under the setup cell

@@ -65,6 +65,21 @@ class EvaluationConfig:
 
 
 @dataclass
+class ScopeConfig:
+    """What a profile's runs can and cannot show, in a sentence each: every notebook states it under
+    its parameters (``records.run_settings.profile_scope``), so that a plumbing check is not read as
+    a result."""
+
+    shows: str = ""  # what the profile's numbers and figures can show
+    cannot_show: str = ""  # what they cannot, and why (sizes, model, budget)
+
+    def __post_init__(self) -> None:
+        for name in ("shows", "cannot_show"):
+            if not isinstance(getattr(self, name), str):
+                raise invalid(f"scope.{name}", getattr(self, name), "a sentence (a string)")
+
+
+@dataclass
 class SlurmConfig:
     """The ``#SBATCH`` lines of the jobs ``cosearch grid --slurm`` writes (one array task per grid
     cell, then one aggregation job). Edit them per cluster in the profile, or in the written
@@ -124,6 +139,7 @@ class ProfileConfig:
     section left out is built here with them; one given with other values is a ConfigError)."""
 
     profile: str = "demo"  # profile name; executed notebooks land in papermill_runs/<profile>/
+    scope: ScopeConfig = field(default_factory=ScopeConfig)  # what the profile can and cannot show (stated in every notebook)
     seed: int = 0  # the one seed every random choice derives from
     rules: str = field(default="paper", metadata=SHARES)  # rule set: "paper" (the paper's equations, strict protocol) or "released" (the authors' code); docs/METHOD.md
     search: SearchBudget = field(default_factory=SearchBudget, metadata=SHARES)  # N, K and the search cap, shared by reference with protocol and rollout

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from huggingface_hub import snapshot_download
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from cosearch_lib.atomic_io import apply_umask
 from cosearch_lib.config import ConfigError
@@ -283,8 +284,6 @@ def convert_bundled_gguf(name: str) -> Path:
 def quiet_loading() -> Iterator[None]:
     """No "Loading weights n/n" bar from transformers inside the block (a local checkpoint loads in
     under a second; in a notebook the bar is noise). Hub downloads keep their own bars."""
-    from transformers.utils import logging as hf_logging
-
     was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:

@@ -17,6 +17,18 @@ from cosearch_lib.config import ProfileConfig
 from cosearch_lib.eval.harness import HarnessConfig
 
 
+def profile_scope(cfg: ProfileConfig) -> str:
+    """One Markdown sentence pair: what the profile's runs can show and what they cannot (its
+    ``scope`` section), stated under every notebook's parameters."""
+    scope = cfg.scope
+    if not scope.shows and not scope.cannot_show:
+        return f"**Profile `{cfg.profile}`**: its YAML states no `scope:` (what its runs can and cannot show)."
+    parts = [f"**Profile `{cfg.profile}`** can show {scope.shows}." if scope.shows else f"**Profile `{cfg.profile}`**."]
+    if scope.cannot_show:
+        parts.append(f"It cannot show {scope.cannot_show}.")
+    return " ".join(parts)
+
+
 def _table(rows: Sequence[tuple[str, object]]) -> pd.DataFrame:
     return pd.DataFrame({"value": [str(v) for _, v in rows]}, index=pd.Index([k for k, _ in rows], name="setting"))
 

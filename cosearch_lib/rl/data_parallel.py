@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist
 
 T = TypeVar("T")
 
@@ -118,8 +119,6 @@ class DataParallel:
         launch = LaunchEnvironment.detect(environ)
         if launch.world_size == 1:
             return cls()
-        import torch.distributed as dist
-
         if not dist.is_available():
             raise RuntimeError("this torch build has no torch.distributed")
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
@@ -168,8 +167,6 @@ class DataParallel:
         """Every rank's ``obj`` (picklable), in rank order, on every rank."""
         if not self.distributed:
             return [obj]
-        import torch.distributed as dist
-
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj, group=self.group)
         return out
@@ -182,8 +179,6 @@ class DataParallel:
         """``value`` summed over ranks (float64, so counts stay exact)."""
         if not self.distributed:
             return value
-        import torch.distributed as dist
-
         t = torch.tensor([float(value)], dtype=torch.float64)
         dist.all_reduce(t, group=self.group)
         return float(t.item())
@@ -195,8 +190,6 @@ class DataParallel:
         has = any(p.grad is not None for p in params)
         if not self.distributed:
             return has
-        import torch.distributed as dist
-
         if not self.sum(float(has)):
             return False
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(torch.float32)
@@ -213,25 +206,18 @@ class DataParallel:
         """Rank 0's values of ``params`` on every rank (the adapters start identical everywhere)."""
         if not self.distributed:
             return
-        import torch.distributed as dist
-
         with torch.no_grad():
             for p in params:
                 dist.broadcast(p.data, src=0, group=self.group)
 
     def barrier(self) -> None:
         if self.distributed:
-            import torch.distributed as dist
-
             dist.barrier(group=self.group)
 
     def close(self) -> None:
         """Leave the process group (the end of a launched job)."""
-        if self.distributed:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group()
+        if self.distributed and dist.is_initialized():
+            dist.destroy_process_group()
 
     def __repr__(self) -> str:
         return f"DataParallel(rank={self.rank}, world_size={self.world_size})"
