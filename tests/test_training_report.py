@@ -102,7 +102,8 @@ def test_training_curves_draw_one_line_per_method_and_val_f1_only_where_logged()
     with_val = plot_training_curves(steps, panels=(*TRAINING_PANELS, ("val_f1", "validation avg F1")))
     assert [list(line.get_xdata()) for line in with_val.axes[3].get_lines()] == [[3], [3]]
     no_val = plot_training_curves(steps.drop(columns="val_f1"), panels=(("val_f1", "validation avg F1"),))
-    assert no_val.axes[0].texts[0].get_text() == "not logged" and not no_val.axes[0].get_lines()
+    assert no_val.axes[0].texts[0].get_text() == "no data: not logged in these step records"
+    assert not no_val.axes[0].get_lines() and not list(no_val.axes[0].get_xticks())
 
 
 def test_ranker_dynamics_draw_pre_and_post_filter_values():

@@ -1,5 +1,11 @@
 """One function per figure. Each reads tidy records (DataFrames loaded from run folders), never
-live state, so every figure can be regenerated from disk."""
+live state, so every figure can be regenerated from disk.
+
+Every function draws degenerate records legibly: a panel without data says "no data: <why>" in
+place of empty axes (:func:`no_data`), training steps get whole-number ticks and one x range
+across panels (:func:`whole_steps`), a series that is all NaN is not drawn (so no legend entry
+names a line that is not there), and zero-height bars keep an outline. :func:`has_data` says
+whether a figure drew anything (notebook 05's index of figures)."""
 
 from __future__ import annotations
 
@@ -14,11 +20,45 @@ from matplotlib.ticker import MaxNLocator
 from cosearch_lib.eval.benchmark_families import order_key
 
 
+def no_data(ax, why: str) -> None:
+    """``ax`` says "no data: <why>" instead of showing empty axes (no ticks, no grid)."""
+    ax.text(0.5, 0.5, f"no data: {why}", ha="center", va="center", transform=ax.transAxes, color="grey",
+            fontsize=9, wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.grid(False)
+
+
+def whole_steps(axes, xs) -> None:
+    """Whole-number x ticks on the panels that drew something, over one shared range of the steps
+    ``xs`` (half a step of margin: a single point gets ticks at whole steps, not 0.96-1.04)."""
+    xs = [float(x) for x in xs if pd.notna(x)]
+    for ax in axes:
+        if not ax.has_data():
+            continue
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        if xs:
+            ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
+
+
+def has_data(fig) -> bool:
+    """Whether any panel of ``fig`` drew data (lines, bars, points), not only "no data" notes."""
+    return fig is not None and any(ax.has_data() for ax in fig.axes)
+
+
+def _drawn(values: pd.Series) -> bool:
+    return bool(pd.to_numeric(values, errors="coerce").notna().any())
+
+
 def plot_recall_at_k(curve: pd.DataFrame, *, topk: int | None = None, topn: int | None = None, title: str = ""):
     """Answer recall@k against k per family (single-hop solid, multi-hop dashed), with K and N marked."""
-    fams = curve[curve["group"].isin(["single", "multi", "other"])]
-    order = sorted(fams["data_source"].unique(), key=order_key)
+    fams = curve[curve["group"].isin(["single", "multi", "other"])] if "group" in curve else curve.iloc[:0]
+    order = sorted(fams["data_source"].unique(), key=order_key) if len(fams) else []
     fig, ax = plt.subplots(figsize=(9, 4.5))
+    if not order:
+        no_data(ax, "no recall records")
+        ax.set_title(title or "Dense retriever: answer recall@k")
+        return fig
     palette = dict(zip(order, sns.color_palette("tab10", len(order))))
     for source in order:
         part = fams[fams["data_source"] == source]
@@ -36,7 +76,8 @@ def plot_recall_at_k(curve: pd.DataFrame, *, topk: int | None = None, topn: int 
 
 
 def _gap_interval_marks(ax, part: pd.DataFrame, ci: pd.DataFrame, offsets: dict[str, float], width: float) -> list[str]:
-    """Error bars (each setting's own interval) on one panel's bars, and the paired gap per column as text."""
+    """Error bars (each setting's own interval) on one panel's bars, and the paired gap per column as
+    text. ``ax.containers`` then holds an ErrorbarContainer per setting with an interval."""
     cols = list(part.columns)
     ci = ci.reindex(cols)
     for setting, offset in offsets.items():
@@ -45,7 +86,8 @@ def _gap_interval_marks(ax, part: pd.DataFrame, ci: pd.DataFrame, offsets: dict[
         shown = ~(np.isnan(low) | np.isnan(high) | np.isnan(height))
         err = np.vstack([np.clip(height - low, 0, None), np.clip(high - height, 0, None)])[:, shown]
         xs = np.arange(len(cols))[shown] + offset * width
-        ax.errorbar(xs, height[shown], yerr=err, fmt="none", ecolor="#333333", elinewidth=1, capsize=3)
+        if shown.any():
+            ax.errorbar(xs, height[shown], yerr=err, fmt="none", ecolor="#333333", elinewidth=1, capsize=3)
     return [f"Δ {d:+.3f}\n[{lo:+.3f}, {hi:+.3f}]" if not (pd.isna(lo) or pd.isna(hi))
             else ("" if pd.isna(d) else f"Δ {d:+.3f}\n(no CI)")
             for d, lo, hi in zip(ci["diff"], ci["ci_low"], ci["ci_high"])]
@@ -74,9 +116,9 @@ def plot_oracle_gap(beside: pd.DataFrame, *, metric: str = "F1", title: str = ""
     for ax, source in zip(axes[0], sources):
         part = beside.loc[source]
         cols = list(part.columns)
-        for setting, offset in offsets.items():
+        for setting, offset in offsets.items():  # an outline keeps a bar of height 0 visible
             ax.bar([i + offset * width for i in range(len(cols))], part.loc[setting], width=width,
-                   color=colors[setting], label=setting)
+                   color=colors[setting], edgecolor="#555555", linewidth=1.0, label=setting)
         ci = intervals.get(source)
         gaps = _gap_interval_marks(ax, part, ci, offsets, width) if ci is not None else [""] * len(cols)
         for i, col in enumerate(cols):
@@ -94,10 +136,14 @@ def plot_oracle_gap(beside: pd.DataFrame, *, metric: str = "F1", title: str = ""
     axes[0][0].set_ylim(0, max(0.1, float(ymax) * (1.35 if intervals else 1.2)))
     axes[0][-1].legend(frameon=False, fontsize=8)
     fig.suptitle(title or f"Oracle gap: {metric} with the retriever's top-K vs answer-containing passages first")
-    if intervals:
+    bars_with_intervals = any(type(c).__name__ == "ErrorbarContainer" for ax in axes[0] for c in ax.containers)
+    if intervals and bars_with_intervals:
         level = next(iter(intervals.values())).attrs.get("level", 0.95)
         fig.text(0.5, 0.01, f"error bars: {level * 100:g}% bootstrap interval of each setting; Δ: paired oracle - standard "
                  f"with its {level * 100:g}% interval (same questions, stratified by family)", ha="center", fontsize=7,
+                 color="#555555")
+    elif intervals:
+        fig.text(0.5, 0.01, "no interval could be computed (too few questions): no error bars", ha="center", fontsize=7,
                  color="#555555")
     fig.tight_layout(rect=(0, 0.04 if intervals else 0, 1, 1))
     return fig
@@ -114,6 +160,11 @@ def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
     the rows that never answered (grey, hatched), one panel per source. ``beside``:
     :func:`eval.paper_reference.turns_beside_paper` (index levels source, method)."""
     sources = list(dict.fromkeys(beside.index.get_level_values("source")))
+    if not sources:
+        fig, ax = plt.subplots(figsize=(5, 2.5))
+        no_data(ax, "no evaluated agent method")
+        fig.suptitle(title or "Search turns per question")
+        return fig
     fig, axes = plt.subplots(1, len(sources), figsize=(5 * len(sources), 0.5 + 0.55 * beside.index.size / len(sources) + 1.5),
                              sharex=True, squeeze=False)
     counts = [c for c in beside.columns if c != "mean"]
@@ -146,19 +197,22 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
 
     ``steps``: :func:`cosearch_lib.records.training_runs.read_steps` (columns step, method and the panel metrics).
     Panels whose column is missing or all-NaN say so instead of drawing an empty axis."""
-    methods = list(dict.fromkeys(steps["method"]))
+    methods = list(dict.fromkeys(steps["method"])) if "method" in steps else []
     palette = method_palette(methods)
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
+    xs = []
     for ax, (column, label) in zip(axes[0], panels):
         ax.set(xlabel="training steps completed", title=label)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        if column not in steps or steps[column].isna().all():
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+        if steps.empty or column not in steps or not _drawn(steps[column]):
+            no_data(ax, "no step records" if steps.empty else "not logged in these step records")
             continue
         for method in methods:
             part = steps[(steps["method"] == method) & steps[column].notna()]
-            ax.plot(part["step"] + 1, part[column], marker="o", ms=4, lw=1.6, color=palette[method], label=method)
+            if len(part):
+                ax.plot(part["step"] + 1, part[column], marker="o", ms=4, lw=1.6, color=palette[method], label=method)
+                xs += list(part["step"] + 1)
+    whole_steps(axes[0], xs)
     drawn = [ax for ax in axes[0] if ax.get_lines()]
     if drawn:
         drawn[0].legend(fontsize=8, frameon=False)
@@ -183,7 +237,7 @@ def plot_fig2(val_f1: pd.DataFrame, steps: pd.DataFrame, *, title: str = ""):
     ax = axes[0][0]
     ax.set(xlabel="training steps completed", title="(a) validation avg F1 (95% CI)")
     if val_f1.empty:
-        ax.text(0.5, 0.5, "no validation records", ha="center", va="center", transform=ax.transAxes, color="grey")
+        no_data(ax, "no validation records\n(training.eval_every 0)")
     else:
         width = 0.06 * max(1.0, float(val_f1["x"].max() - val_f1["x"].min()))
         for i, method in enumerate(methods):
@@ -195,18 +249,18 @@ def plot_fig2(val_f1: pd.DataFrame, steps: pd.DataFrame, *, title: str = ""):
                         marker="o", ms=4, lw=1.6, capsize=3, color=palette[method], label=method)
     for ax, (column, label) in zip(axes[0][1:], FIG2_STEP_PANELS):
         ax.set(xlabel="training steps completed", title=label)
-        if column not in steps or steps[column].isna().all():
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+        if steps.empty or column not in steps or not _drawn(steps[column]):
+            no_data(ax, "no step records" if steps.empty else "not logged in these step records")
             continue
         for method in methods:
             part = steps[(steps["method"] == method) & (steps["step"] >= 0) & steps[column].notna()]
             if len(part):
                 ax.plot(part["step"] + 1, part[column], marker="o", ms=3, lw=1.4, color=palette[method], label=method)
     xs = [*val_f1.get("x", []), *(steps.loc[steps["step"] >= 0, "step"] + 1 if "step" in steps else [])]
+    whole_steps(axes[0], xs)  # whole steps, one shared range (a single point would get fractional ticks)
     for ax, low_high in zip(axes[0], ((-0.02, 1.02), (-0.02, 1.02), None)):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if xs:  # whole steps, one shared range (a single point would get fractional ticks)
-            ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
+        if not ax.has_data():
+            continue
         if low_high:
             ax.set_ylim(*low_high)
         else:
@@ -231,13 +285,16 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
     methods = list(dict.fromkeys(m for c in curves.values() for m in c.get("method", [])))
     palette = method_palette(methods)
     fig, axes = plt.subplots(1, max(len(curves), 1), figsize=(4.6 * max(len(curves), 1), 3.6), squeeze=False)
+    if not curves:
+        no_data(axes[0][0], "no validation records")
+    xs = []
     for ax, (label, curve) in zip(axes[0], curves.items()):
         ax.set(xlabel="training steps completed", title=label)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        if curve.empty:
-            ax.text(0.5, 0.5, "no validation records", ha="center", va="center", transform=ax.transAxes, color="grey")
+        if curve.empty or not _drawn(curve["estimate"]):
+            no_data(ax, "no validation records")
             continue
+        xs += list(curve["x"])
         width = 0.08 * max(1.0, float(curve["x"].max() - curve["x"].min()))
         for i, method in enumerate(methods):
             part = curve[curve["method"] == method].sort_values("x")
@@ -252,6 +309,7 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
         ax.set_ylim(-0.02, 1.02)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, frameon=False)
+    whole_steps(axes[0], xs)
     fig.suptitle(title or "Validation during training (95% bootstrap intervals)")
     fig.tight_layout()
     return fig
@@ -272,17 +330,25 @@ def plot_ranker_dynamics(steps: pd.DataFrame, *, title: str = ""):
     (post-filter, solid). Steps without any surviving group have no post-filter point."""
     fig, axes = plt.subplots(1, len(RANKER_DYNAMICS_PANELS), figsize=(3.6 * len(RANKER_DYNAMICS_PANELS), 3.4),
                              squeeze=False)
-    x = steps["step"] + 1
+    x = steps["step"] + 1 if "step" in steps else pd.Series(dtype=float)
     for ax, (pre, post, label) in zip(axes[0], RANKER_DYNAMICS_PANELS):
-        ax.plot(x, steps[pre], ls="--", marker="o", ms=4, color="#8da0cb", label="pre-filter")
-        ax.plot(x, steps[post], ls="-", marker="s", ms=4, color="#fc8d62", label="post-filter")
         ax.set(xlabel="training steps completed", title=label)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8, frameon=False)
+        series = [(col, style) for col, style in ((pre, ("--", "o", "#8da0cb", "pre-filter")),
+                                                   (post, ("-", "s", "#fc8d62", "post-filter")))
+                  if col in steps and _drawn(steps[col])]
+        if not series:
+            no_data(ax, "no step records" if steps.empty else "no ranker calls were rewarded")
+            continue
+        for col, (ls, marker, color, name) in series:
+            ax.plot(x, steps[col], ls=ls, marker=marker, ms=4, color=color, label=name)
+    whole_steps(axes[0], x)
+    handles = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
     method = steps["method"].iloc[0] if len(steps) else ""
     fig.suptitle(title or f"Ranker dynamics ({method}): pre- and post-filter")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07 if handles else 0, 1, 1))
     return fig
 
 
@@ -290,10 +356,15 @@ def plot_warmstart_losses(losses: pd.DataFrame, *, title: str = ""):
     """Supervised warm-start loss per optimizer step, one line per role
     (``losses``: :func:`cosearch_lib.records.training_runs.warmstart_losses`)."""
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    for role, part in losses.groupby("role", sort=False):
-        ax.plot(part["step"], part["loss"], marker="o", ms=4, lw=1.6, label=role)
     ax.set(xlabel="optimizer step", ylabel="cross-entropy on the policy's tokens", title=title or "Warm start (SFT)")
     ax.grid(alpha=0.3)
+    if losses.empty or not _drawn(losses["loss"]):
+        no_data(ax, "no warm-start losses (warm start off, or no log)")
+        fig.tight_layout()
+        return fig
+    for role, part in losses.groupby("role", sort=False):
+        ax.plot(part["step"], part["loss"], marker="o", ms=4, lw=1.6, label=role)
+    whole_steps([ax], losses["step"])
     ax.legend(frameon=False)
     fig.tight_layout()
     return fig
@@ -314,12 +385,6 @@ def method_palette(methods) -> dict:
     return {m: METHOD_COLORS.get(m) or next(spare, "#7f7f7f") for m in methods}
 
 
-def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey", wrap=True)
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
 def plot_ablations(table: pd.DataFrame, *, title: str = ""):
     """Table 3 as a forest plot: each ablation's avg F1 minus full CoSearch's (a dot) with its paired
     95% interval (a line; a dot alone when every resample agrees), and the paper's difference as a
@@ -328,7 +393,7 @@ def plot_ablations(table: pd.DataFrame, *, title: str = ""):
     rows = table[table["diff"].notna()] if "diff" in table else table.iloc[:0]
     fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.45 * max(len(rows), 2)))
     if rows.empty:
-        _empty(ax, "no finished ablation cell next to a finished 'full' cell:\nrun the grid (notebook text)")
+        no_data(ax, "no finished ablation cell next to a finished 'full' cell:\nrun the grid (notebook text)")
     else:
         y = np.arange(len(rows))
         err = np.vstack([rows["diff"] - rows["ci_low"], rows["ci_high"] - rows["diff"]])
@@ -358,7 +423,7 @@ def plot_topk(table: pd.DataFrame, *, title: str = ""):
     paper's numbers dashed. ``table``: :func:`cosearch_lib.records.ablations.topk_table`."""
     fig, ax = plt.subplots(figsize=(6, 4))
     if table.empty:
-        _empty(ax, "no finished K cell: run the grid (notebook text)")
+        no_data(ax, "no finished K cell: run the grid (notebook text)")
     else:
         groups = list(table.groupby("method", sort=False))
         # each method a little to the side of K, so equal values (common on small runs) stay visible

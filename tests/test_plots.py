@@ -1,0 +1,138 @@
+"""Every plotting function on degenerate records (no rows, one point, all zeros, NaN): a panel
+without data says "no data: why" instead of drawing empty axes, steps get whole-number ticks,
+zero bars stay visible, and no legend entry names something that is not drawn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cosearch_lib.eval.paper_reference import oracle_gap_beside_paper
+from cosearch_lib.report import plot_table2
+from cosearch_lib.viz.plots import (
+    RANKER_DYNAMICS_PANELS,
+    has_data,
+    plot_ablations,
+    plot_fig2,
+    plot_oracle_gap,
+    plot_ranker_dynamics,
+    plot_recall_at_k,
+    plot_topk,
+    plot_training_curves,
+    plot_turn_distribution,
+    plot_validation_curves,
+    plot_warmstart_losses,
+)
+
+
+def no_data_texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.texts if t.get_text().startswith("no data: ")]
+
+
+def visible_ticks(ax) -> list[float]:
+    lo, hi = ax.get_xlim()
+    return [t for t in ax.get_xticks() if lo <= t <= hi]
+
+
+def legend_labels(fig) -> list[str]:
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    return [t.get_text() for leg in legends for t in leg.get_texts()]
+
+
+def drawn_labels(fig) -> set[str]:
+    return {a.get_label() for ax in fig.axes for a in [*ax.lines, *ax.collections, *ax.patches]
+            if not a.get_label().startswith("_")}
+
+
+def test_an_empty_panel_says_why_and_keeps_no_ticks():
+    fig = plot_training_curves(pd.DataFrame(columns=["step", "method", "agent_reward"]))
+    assert not has_data(fig)
+    for ax in fig.axes:
+        assert no_data_texts(ax) == ["no data: no step records"]
+        assert not list(ax.get_xticks()) and not list(ax.get_yticks()) and not ax.get_lines()
+    assert legend_labels(fig) == []
+
+
+def test_one_step_gets_whole_ticks_and_one_shared_range():
+    steps = pd.DataFrame([{"step": 0, "method": "cosearch", "agent_reward": 0.5, "hit@5": np.nan,
+                           "searches_per_traj": 1.0}])
+    fig = plot_training_curves(steps)
+    reward, hit5, searches = fig.axes
+    assert no_data_texts(hit5) == ["no data: not logged in these step records"]  # all NaN: not an empty axis
+    for ax in (reward, searches):
+        assert ax.get_xlim() == (0.5, 1.5)
+        assert visible_ticks(ax) == [1.0]
+    assert legend_labels(fig) == ["cosearch"]
+
+
+def test_fig2_without_validation_or_step_metrics_says_so_and_shares_whole_steps():
+    steps = pd.DataFrame([{"step": s, "method": m, "hit@5": np.nan, "searches_per_traj": 1.0 + s}
+                          for m in ("search_r1", "cosearch") for s in (0, 1)])
+    fig = plot_fig2(pd.DataFrame(columns=["method", "x", "estimate", "ci_low", "ci_high"]), steps)
+    val, hit5, searches = fig.axes
+    assert no_data_texts(val) == ["no data: no validation records\n(training.eval_every 0)"]
+    assert no_data_texts(hit5) == ["no data: not logged in these step records"]
+    assert visible_ticks(searches) == [1.0, 2.0] and searches.get_xlim() == (0.5, 2.5)
+    assert sorted(legend_labels(fig)) == ["cosearch", "search_r1"]
+
+
+def test_ranker_dynamics_without_rewarded_calls_draw_no_empty_panels_and_no_legend():
+    cols = [c for pre_post in RANKER_DYNAMICS_PANELS for c in pre_post[:2]]
+    nan = pd.DataFrame([{"method": "cosearch", "step": s, **dict.fromkeys(cols, np.nan)} for s in range(4)])
+    fig = plot_ranker_dynamics(nan)
+    assert not has_data(fig) and legend_labels(fig) == []
+    assert all(no_data_texts(ax) == ["no data: no ranker calls were rewarded"] for ax in fig.axes)
+    assert all(not list(ax.get_xticks()) for ax in fig.axes)  # no "-0.045-0.030..." run together
+    pre_only = nan.assign(ranker_main_pre=[0.1, 0.2, 0.3, 0.4])
+    fig = plot_ranker_dynamics(pre_only)
+    assert legend_labels(fig) == ["pre-filter"]  # the post-filter line is not drawn, so not named
+    assert [line.get_label() for line in fig.axes[0].get_lines()] == ["pre-filter"]
+    assert visible_ticks(fig.axes[0]) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_validation_curves_and_warm_start_losses_with_nothing_or_one_point():
+    fig = plot_validation_curves({})
+    assert no_data_texts(fig.axes[0]) == ["no data: no validation records"]
+    curve = pd.DataFrame([{"method": "cosearch", "x": 0, "estimate": 0.2, "ci_low": np.nan, "ci_high": np.nan}])
+    fig = plot_validation_curves({"val F1": curve, "empty": curve.iloc[:0]})
+    assert visible_ticks(fig.axes[0]) == [0.0] and no_data_texts(fig.axes[1]) == ["no data: no validation records"]
+    fig = plot_warmstart_losses(pd.DataFrame(columns=["role", "step", "loss"]))
+    assert not has_data(fig) and no_data_texts(fig.axes[0])
+    fig = plot_warmstart_losses(pd.DataFrame([{"role": "agent", "step": 1, "loss": 1.0}]))
+    assert visible_ticks(fig.axes[0]) == [1.0]  # not 0.96-1.04
+    assert legend_labels(fig) == ["agent"]
+
+
+def test_zero_bars_are_drawn_visibly_and_no_interval_caption_without_intervals():
+    ours = pd.DataFrame({"single-hop avg": [0.0, 0.0, np.nan], "multi-hop avg": [0.0, 0.0, np.nan],
+                         "avg": [0.0, 0.0, np.nan]}, index=["standard", "oracle", "relative gain %"])
+    beside = oracle_gap_beside_paper(ours, "ours")
+    ci = pd.DataFrame({c: [np.nan] * 3 for c in ("standard_ci_low", "standard_ci_high", "oracle_ci_low",
+                                                  "oracle_ci_high", "ci_low", "ci_high")},
+                      index=["single-hop avg", "multi-hop avg", "avg"]).assign(diff=0.0)
+    fig = plot_oracle_gap(beside, intervals={"ours": ci})
+    bars = [p for p in fig.axes[0].patches]
+    assert bars and all(p.get_height() == 0 and p.get_linewidth() > 0 for p in bars)  # an outline at 0
+    captions = [t.get_text() for t in fig.texts]
+    assert not any("error bars:" in c for c in captions)
+    assert any("no interval" in c for c in captions)
+    table = pd.DataFrame({"avg": [0.0, 0.0], "paper 3B avg": [0.3, 0.4], "paper 7B avg": [0.35, 0.45]},
+                         index=["search_r1", "cosearch"])
+    fig = plot_table2(table)
+    ours = fig.axes[0].containers[0]  # our bars (then the paper's 3B and 7B)
+    assert len(ours) == 2 and all(p.get_height() == 0 and p.get_linewidth() > 0 for p in ours)
+
+
+@pytest.mark.parametrize("plot, empty, why", [
+    (plot_ablations, pd.DataFrame(columns=["cell", "diff", "ci_low", "ci_high"]), "no finished ablation cell"),
+    (plot_topk, pd.DataFrame(columns=["K", "method", "avg", "ci_low", "ci_high", "paper avg"]), "no finished K cell"),
+    (plot_recall_at_k, pd.DataFrame(columns=["k", "recall", "group", "data_source"]), "no recall records"),
+    (plot_turn_distribution, pd.DataFrame(index=pd.MultiIndex.from_tuples([], names=["source", "method"])),
+     "no evaluated agent method"),
+])
+def test_report_figures_without_records_say_so(plot, empty, why):
+    fig = plot(empty)
+    assert not has_data(fig)
+    assert any(t.startswith(f"no data: {why}") for ax in fig.axes for t in no_data_texts(ax))
+    assert legend_labels(fig) == [] or set(legend_labels(fig)) <= drawn_labels(fig)
