@@ -112,7 +112,7 @@ def test_zero_bars_are_drawn_visibly_and_no_interval_caption_without_intervals()
                                                   "oracle_ci_high", "ci_low", "ci_high")},
                       index=["single-hop avg", "multi-hop avg", "avg"]).assign(diff=0.0)
     fig = plot_oracle_gap(beside, intervals={"ours": ci})
-    bars = [p for p in fig.axes[0].patches]
+    bars = list(fig.axes[0].patches)
     assert bars and all(p.get_height() == 0 and p.get_linewidth() > 0 for p in bars)  # an outline at 0
     captions = [t.get_text() for t in fig.texts]
     assert not any("error bars:" in c for c in captions)
