@@ -69,11 +69,17 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from cosearch_lib.records.launched_training import run_training
+    from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequested
 
     cfg = load_profile(args.profile, seed=args.seed)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    rec = run_training(cfg, methods, steps=args.steps, resume=args.resume, retriever_url=args.retriever_url,
-                       progress=not args.quiet)
+    try:
+        rec = run_training(cfg, methods, steps=args.steps, resume=args.resume, retriever_url=args.retriever_url,
+                           progress=not args.quiet)
+    except StopRequested as stop:  # every rank stops after the same step, rank 0 checkpointed: resumable
+        print(f"cosearch train: {stop}; the same command with --resume continues (exit {EXIT_STOPPED})",
+              file=sys.stderr, flush=True)
+        return EXIT_STOPPED
     if rec is not None:  # rank 0
         print(json.dumps({k: v for k, v in rec.items() if k != "environment"}, indent=2))
     return 0

@@ -55,16 +55,17 @@ def test_launch_variables_of_torchrun_and_srun_are_read_and_bad_ones_named():
                                          "MASTER_PORT": "29400"})
     assert (torchrun.rank, torchrun.world_size, torchrun.local_rank, torchrun.master_addr, torchrun.launcher) == \
         (3, 8, 3, "n1", "torchrun")
-    srun = LaunchEnvironment.detect({"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
+    srun = LaunchEnvironment.detect({"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "16", "SLURM_LOCALID": "1",
                                      "SLURM_JOB_ID": "1234", "MASTER_ADDR": "gpu07"})
     assert (srun.rank, srun.world_size, srun.local_rank, srun.master_addr, srun.master_port, srun.launcher) == \
         (5, 16, 1, "gpu07", 21234, "srun")
-    # a one-task srun step (e.g. the sbatch script itself) is one process
-    assert LaunchEnvironment.detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}).launcher == "single"
+    # a one-task srun step, or the batch script's own shell in a job of 16 tasks, is one process
+    assert LaunchEnvironment.detect({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"}).launcher == "single"
+    assert LaunchEnvironment.detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "16"}).launcher == "single"
     assert LaunchEnvironment.detect({}).world_size == 1
     with pytest.raises(ValueError, match="RANK='x'"):
         LaunchEnvironment.detect({"RANK": "x", "WORLD_SIZE": "2"})
-    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu[01-02]", "PATH": ""}
+    env = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_NODELIST": "gpu[01-02]", "PATH": ""}
     with pytest.raises(ValueError, match="export MASTER_ADDR"):  # no scontrol on PATH to expand the range
         LaunchEnvironment.detect(env)
 
@@ -86,6 +87,8 @@ def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp
     assert "srun --kill-on-bad-exit=1 cosearch train --profile ci --methods cosearch,fixed_ranker" in run
     assert '--retriever-url "$RETRIEVER_URL" --resume' in run and "--steps 5" in run
     assert any(line.startswith("export MASTER_ADDR=$(scontrol show hostnames") for line in train)
+    assert "srun --nodes=1 --ntasks=1 cosearch warm-start --profile ci --quiet" in train  # built once, before the ranks
+    assert "trap stop_server EXIT" in train  # the server ends with the job, unless it is requeued (exit 75)
     assert "serve-retriever --profile ci --host 0.0.0.0" in scripts["retriever"]
     assert "--notebooks 03 -p resume=true -p methods=cosearch,fixed_ranker" in scripts["evaluate"]
     for name, text in scripts.items():  # valid bash

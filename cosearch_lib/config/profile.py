@@ -97,6 +97,7 @@ class SlurmConfig:
     signal_lead_s: int = 600  # array tasks get SIGUSR1 this long before their time limit, checkpoint and requeue (0: no warning); make it longer than one training step
     requeue: bool = True  # --requeue: a preempted or failed-node task goes back to the queue (and resumes from its checkpoint)
     retriever_gres: str | None = None  # --gres of the retrieval-server job of `cosearch slurm train` (None: CPU; "gpu:1" for a GPU FAISS index)
+    retriever_time: str | None = None  # --time of that server job (None: slurm.time); it must outlive the training job and its requeues
 
     def __post_init__(self) -> None:
         self.extra = tuple(self.extra)

@@ -25,6 +25,7 @@ from cosearch_lib.records.provenance import environment_snapshot
 from cosearch_lib.retrieval.http_client import HttpRetriever
 from cosearch_lib.rl.data_parallel import DataParallel, LaunchEnvironment
 from cosearch_lib.seeding import seed_everything
+from cosearch_lib.stop_signals import StopRequested
 
 #: The record ``cosearch train`` leaves in the profile's run folder.
 TRAIN_RECORD = "train.run.json"
@@ -48,6 +49,8 @@ def run_training(cfg: ProfileConfig, methods: Sequence[str], *, steps: int | Non
         retriever = HttpRetriever(retriever_url) if retriever_url else None
         overrides = {"steps": steps} if steps else {}
         folders = train_methods(cfg, methods, retriever=retriever, dp=dp, resume=resume, progress=progress, **overrides)
+    except StopRequested:
+        raise  # not a failure: every rank stopped after the same step, and the checkpoint is written
     except BaseException as err:
         if dp.distributed:
             print(f"[cosearch train] rank {dp.rank} of {dp.world_size} failed: {type(err).__name__}: {err}",

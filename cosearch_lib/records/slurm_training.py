@@ -7,8 +7,11 @@ Three job scripts, written to ``papermill_runs/<profile>/slurm/`` and submitted 
    serves until the training job cancels it. All ranks search through this one server, so no
    rank loads the index.
 2. ``train.sbatch`` (``--dependency=after:<retriever>``: it starts once the server job runs):
-   ``--nodes`` x ``--ntasks-per-node`` tasks, one per GPU. The script waits until the server
-   answers ``/health``, then runs ``srun --kill-on-bad-exit=1 cosearch train ... --resume``: every
+   ``--nodes`` x ``--ntasks-per-node`` tasks, one per GPU. The script first builds, in one task,
+   what the ranks share and the cache keeps (``cosearch warm-start``: world, index, warm start,
+   the Fixed Ranker), so that no rank waits at a collective for an hour-long warm start. It waits
+   until the server answers ``/health`` (and fails at once, naming the job, if the server's job has
+   ended), then runs ``srun --kill-on-bad-exit=1 cosearch train ... --resume``: every
    task is one rank (``rl.data_parallel``: env:// rendezvous on the first node), and a task that
    dies ends the step, naming the rank. ``--resume`` makes a requeued or resubmitted job continue
    from the newest checkpoint. SIGUSR1 before the time limit reaches every rank through srun; the
@@ -36,16 +39,20 @@ from cosearch_lib.stop_signals import EXIT_STOPPED
 RETRIEVER_WAIT_S = 3600
 
 _WAIT_FOR_SERVER = """# the retrieval server's URL, once its job has written it and it answers /health
-URL_FILE={url_dir}/retriever-${{COSEARCH_RETRIEVER_JOB:?submit with cosearch slurm train, or export COSEARCH_RETRIEVER_JOB}}.url
-python - "$URL_FILE" {wait_s} <<'PY'
-import sys, time, urllib.request
+URL_FILE={url_dir}/retriever-$COSEARCH_RETRIEVER_JOB.url
+python - "$URL_FILE" {wait_s} "$COSEARCH_RETRIEVER_JOB" <<'PY'
+import subprocess, sys, time, urllib.request
 from pathlib import Path
-url_file, deadline = Path(sys.argv[1]), time.monotonic() + float(sys.argv[2])
+url_file, deadline, job = Path(sys.argv[1]), time.monotonic() + float(sys.argv[2]), sys.argv[3]
 while time.monotonic() < deadline:
     try:
         urllib.request.urlopen(url_file.read_text().strip() + "/health", timeout=10).read()
         sys.exit(0)
     except (OSError, ValueError):
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+        if state not in ("PENDING", "CONFIGURING", "RUNNING"):
+            sys.exit(f"the retrieval server's job {{job}} has ended ({{state or 'gone'}}): submit again with "
+                     "cosearch slurm train (it starts a new server; training resumes from its checkpoint)")
         time.sleep(5)
 sys.exit(f"the retrieval server did not answer within {{sys.argv[2]}} s (URL file {{url_file}})")
 PY
@@ -71,7 +78,7 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
     prelude = SBATCH_PRELUDE.format(root=root)
     s = cfg.slurm
 
-    retriever = sbatch_header(f"cosearch-{cfg.profile}-retriever", cfg, time_limit=s.time, gres=s.retriever_gres,
+    retriever = sbatch_header(f"cosearch-{cfg.profile}-retriever", cfg, time_limit=s.retriever_time or s.time, gres=s.retriever_gres,
                               log=str(folder / "retriever-%j.log"))
     retriever += ["", prelude,
                   "PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
@@ -89,15 +96,18 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
                  "--methods", ",".join(methods), "--retriever-url", '"$RETRIEVER_URL"', "--resume", "--quiet"]
     train_cmd += ["--steps", str(steps)] if steps else []
     train += ["", prelude,
+              ": \"${COSEARCH_RETRIEVER_JOB:?submit with cosearch slurm train, or export COSEARCH_RETRIEVER_JOB}\"",
+              "# whatever ends this script but a stop before the time limit (exit 75: requeued) ends the server too",
+              f'stop_server() {{ status=$?; [ "$status" -eq {EXIT_STOPPED} ] || scancel "$COSEARCH_RETRIEVER_JOB"; }}',
+              "trap stop_server EXIT",
+              "# what every rank reads from the cache, built once, in one task (world, index, warm start, Fixed Ranker)",
+              f"srun --nodes=1 --ntasks=1 cosearch warm-start --profile {profile_arg} --quiet",
               "# env:// rendezvous of the ranks (rl.data_parallel): the first node, one port per job",
               'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
               "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
               _WAIT_FOR_SERVER.format(url_dir=shlex.quote(str(folder)), wait_s=RETRIEVER_WAIT_S),
               f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> every rank checkpoints, exit {EXIT_STOPPED}, requeue",
-              "status=0",
-              f'run_stoppable "$SLURM_JOB_ID" {" ".join(train_cmd)} || status=$?',
-              f'[ "$status" -eq {EXIT_STOPPED} ] || scancel "$COSEARCH_RETRIEVER_JOB"  # finished or failed: the server is done',
-              'exit "$status"']
+              f'run_stoppable "$SLURM_JOB_ID" {" ".join(train_cmd)}']
 
     evaluate = sbatch_header(f"cosearch-{cfg.profile}-evaluate", cfg, time_limit=s.aggregate_time, gres=s.gres,
                              log=str(folder / "evaluate-%j.log"))

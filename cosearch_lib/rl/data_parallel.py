@@ -69,11 +69,12 @@ class LaunchEnvironment:
         if "RANK" in env and "WORLD_SIZE" in env:
             return cls(_int(env, "RANK"), _int(env, "WORLD_SIZE"), _int(env, "LOCAL_RANK", "0"),
                        env.get("MASTER_ADDR", "127.0.0.1"), _int(env, "MASTER_PORT", "29500"), "torchrun")
-        if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        # a task of an srun step (the batch script's own shell has SLURM_NTASKS but no step of its own)
+        if "SLURM_PROCID" in env and int(env.get("SLURM_STEP_NUM_TASKS", "1")) > 1:
             addr = env.get("MASTER_ADDR") or _first_slurm_host(env)
             # one port per job: two jobs on one node do not collide
             port = env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
-            return cls(_int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"), _int(env, "SLURM_LOCALID", "0"),
+            return cls(_int(env, "SLURM_PROCID"), _int(env, "SLURM_STEP_NUM_TASKS"), _int(env, "SLURM_LOCALID", "0"),
                        addr, int(port), "srun")
         return cls(0, 1, 0, "127.0.0.1", 29500, "single")
 
@@ -106,10 +107,11 @@ class DataParallel:
     ``DataParallel()`` (one process) makes every collective the identity, so the trainer has one
     code path. :meth:`from_environment` joins the launcher's process group."""
 
-    def __init__(self, rank: int = 0, world_size: int = 1, *, group: Any = None) -> None:
+    def __init__(self, rank: int = 0, world_size: int = 1, *, group: Any = None, device: Any = "cpu") -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside a job of {world_size} process(es)")
         self.rank, self.world_size, self.group = rank, world_size, group
+        self.device = torch.device(device)  # where collective tensors live: the GPU under nccl, which moves CUDA tensors only
 
     @classmethod
     def from_environment(cls, *, backend: str | None = None, timeout_s: float | None = None,
@@ -122,15 +124,17 @@ class DataParallel:
         if not dist.is_available():
             raise RuntimeError("this torch build has no torch.distributed")
         backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        if backend == "nccl":
-            torch.cuda.set_device(launch.local_rank)
+        device = "cpu"
+        if backend == "nccl":  # one GPU per rank; a task that sees only its own GPU has just device 0
+            device = f"cuda:{launch.local_rank % torch.cuda.device_count()}"
+            torch.cuda.set_device(torch.device(device))
         if not dist.is_initialized():
             os.environ.setdefault("MASTER_ADDR", launch.master_addr)
             os.environ.setdefault("MASTER_PORT", str(launch.master_port))
             timeout = datetime.timedelta(seconds=timeout_s or float(os.environ.get("COSEARCH_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
             dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size,
                                     timeout=timeout)
-        return cls(dist.get_rank(), dist.get_world_size())
+        return cls(dist.get_rank(), dist.get_world_size(), device=device)
 
     # -- who does what
 
@@ -179,7 +183,7 @@ class DataParallel:
         """``value`` summed over ranks (float64, so counts stay exact)."""
         if not self.distributed:
             return value
-        t = torch.tensor([float(value)], dtype=torch.float64)
+        t = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
         dist.all_reduce(t, group=self.group)
         return float(t.item())
 
@@ -192,13 +196,13 @@ class DataParallel:
             return has
         if not self.sum(float(has)):
             return False
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(torch.float32)
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(self.device, torch.float32)
                           for p in params])  # one message, not one per LoRA matrix
         dist.all_reduce(flat, group=self.group)
         offset = 0
         for p in params:
             n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype)
+            p.grad = flat[offset:offset + n].view_as(p).to(p.device, p.dtype)
             offset += n
         return True
 
@@ -208,7 +212,9 @@ class DataParallel:
             return
         with torch.no_grad():
             for p in params:
-                dist.broadcast(p.data, src=0, group=self.group)
+                data = p.data.to(self.device)
+                dist.broadcast(data, src=0, group=self.group)
+                p.data.copy_(data)
 
     def barrier(self) -> None:
         if self.distributed:

@@ -158,6 +158,9 @@ class JointTrainer:
                                     agent_adapter=self.policies.adapter("agent"))
         # A backend that reads adapters from disk (vLLM: it has add_adapter) samples with saved copies:
         # every role adapter is saved and registered now, and the updated ones again after each step.
+        # Every rank starts from rank 0's adapters (a fresh LoRA's random init included), before any
+        # engine gets them.
+        dp.broadcast_params(p for adapter in self.policies.params.values() for p in adapter.values())
         self.live_dir = self.out_dir / LIVE_ADAPTERS_DIR / (f"rank{dp.rank}" if dp.distributed else "")
         self.live_adapters = callable(getattr(self.backend, "add_adapter", None))
         if self.live_adapters:
@@ -168,8 +171,6 @@ class JointTrainer:
         self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.live_adapters)
         # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
         self.tracker = tracker
-        # Every rank starts from rank 0's adapters (a fresh LoRA's random init included).
-        dp.broadcast_params(p for adapter in self.policies.params.values() for p in adapter.values())
 
     def _method_ranker(self, sampling: SamplingConfig) -> Ranker:
         """The method's ranking: a rule (retrieval top-K, oracle) or the ranker policy sampling with ``sampling``."""
