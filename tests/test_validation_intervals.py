@@ -95,7 +95,7 @@ def test_validation_figure_draws_one_errorbar_line_per_method_and_says_when_empt
     assert len(xs) == 3
     # nudged apart around the true x (0 and 4) by 8% of the x range
     assert xs[0] == pytest.approx([-0.32, 3.68]) and xs[1] == pytest.approx([0, 4]) and xs[2] == pytest.approx([4.32])
-    assert any(t.get_text() == "no validation records" for t in empty_ax.texts)
+    assert any(t.get_text() == "no data: no validation records" for t in empty_ax.texts)
 
 
 def test_results_section_lists_the_validation_comparisons():
