@@ -39,6 +39,7 @@ from cosearch_lib.records.grid import load_grid
 from cosearch_lib.records.training_runs import read_steps, read_validation, training_root, validation_curves
 from cosearch_lib.viz.plots import (
     METHOD_COLORS,
+    mark_zero_bars,
     plot_ablations,
     plot_oracle_gap,
     plot_ranker_dynamics,
@@ -104,7 +105,8 @@ def plot_table2(table: pd.DataFrame, *, title: str = ""):
     x = range(len(table))
     colors = [METHOD_COLORS.get(m, "#9467bd") for m in table.index]
     ax.bar([i - 0.27 for i in x], table["avg"], width=0.27, color=colors, edgecolor="#555555", linewidth=1.0,
-           label="ours")  # the outline keeps an F1 of 0 visible
+           label="ours")
+    mark_zero_bars(ax, [i - 0.27 for i in x], table["avg"].astype(float), width=0.27, color=colors)
     for offset, agent, hatch in ((0.0, "3B", "//"), (0.27, "7B", "xx")):
         ax.bar([i + offset for i in x], table[f"paper {agent} avg"].astype(float), width=0.27, color="white",
                edgecolor=colors, hatch=hatch, label=f"paper {agent}")

@@ -113,7 +113,8 @@ def test_zero_bars_are_drawn_visibly_and_no_interval_caption_without_intervals()
                       index=["single-hop avg", "multi-hop avg", "avg"]).assign(diff=0.0)
     fig = plot_oracle_gap(beside, intervals={"ours": ci})
     bars = list(fig.axes[0].patches)
-    assert bars and all(p.get_height() == 0 and p.get_linewidth() > 0 for p in bars)  # an outline at 0
+    assert len(bars) == 6 and all(p.get_height() == 0 for p in bars)
+    assert zero_marks(fig.axes[0]) == 6  # an outline alone would lie on the x axis: each 0 gets a stroke and a "0"
     captions = [t.get_text() for t in fig.texts]
     assert not any("error bars:" in c for c in captions)
     assert any("no interval" in c for c in captions)
@@ -121,7 +122,18 @@ def test_zero_bars_are_drawn_visibly_and_no_interval_caption_without_intervals()
                          index=["search_r1", "cosearch"])
     fig = plot_table2(table)
     ours = fig.axes[0].containers[0]  # our bars (then the paper's 3B and 7B)
-    assert len(ours) == 2 and all(p.get_height() == 0 and p.get_linewidth() > 0 for p in ours)
+    assert len(ours) == 2 and all(p.get_height() == 0 for p in ours)
+    assert zero_marks(fig.axes[0]) == 2  # ours only: the paper's bars are not 0
+    table.loc["cosearch", "avg"] = np.nan  # a method without records: not drawn, not marked as 0
+    assert zero_marks(plot_table2(table).axes[0]) == 1
+
+
+def zero_marks(ax) -> int:
+    """Zero bars marked by mark_zero_bars: "0" labels, each over a baseline stroke of the same count."""
+    labels = [t for t in ax.texts if t.get_text() == "0"]
+    strokes = [ln for ln in ax.get_lines() if list(ln.get_ydata()) == [0, 0] and ln.get_linewidth() >= 4]
+    assert len(labels) == len(strokes)
+    return len(labels)
 
 
 @pytest.mark.parametrize("plot, empty, why", [

@@ -4,7 +4,7 @@ live state, so every figure can be regenerated from disk.
 Every function draws degenerate records legibly: a panel without data says "no data: <why>" in
 place of empty axes (:func:`no_data`), training steps get whole-number ticks and one x range
 across panels (:func:`whole_steps`), a series that is all NaN is not drawn (so no legend entry
-names a line that is not there), and zero-height bars keep an outline. :func:`has_data` says
+names a line that is not there), and a bar of height 0 is marked (:func:`mark_zero_bars`). :func:`has_data` says
 whether a figure drew anything (notebook 05's index of figures)."""
 
 from __future__ import annotations
@@ -39,6 +39,23 @@ def whole_steps(axes, xs) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         if xs:
             ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
+
+
+def mark_zero_bars(ax, xs, heights, *, width: float, color) -> int:
+    """Make bars of height 0 visible: a thick stroke in the bar's colour along the baseline and a "0"
+    over it (an outline alone lies on the x axis, so 0 would read as missing). Bars that are NaN stay
+    undrawn. Returns how many were marked."""
+    colors = list(color) if isinstance(color, (list, tuple)) and len(color) == len(list(xs)) else None
+    marked = 0
+    for i, (x, h) in enumerate(zip(xs, heights)):
+        if pd.isna(h) or float(h) != 0.0:
+            continue
+        c = colors[i] if colors else color
+        ax.plot([x - width / 2, x + width / 2], [0, 0], color=c, lw=4, solid_capstyle="butt", clip_on=False, zorder=4)
+        ax.annotate("0", (x, 0), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7,
+                    color="#333333")
+        marked += 1
+    return marked
 
 
 def has_data(fig) -> bool:
@@ -116,9 +133,11 @@ def plot_oracle_gap(beside: pd.DataFrame, *, metric: str = "F1", title: str = ""
     for ax, source in zip(axes[0], sources):
         part = beside.loc[source]
         cols = list(part.columns)
-        for setting, offset in offsets.items():  # an outline keeps a bar of height 0 visible
-            ax.bar([i + offset * width for i in range(len(cols))], part.loc[setting], width=width,
-                   color=colors[setting], edgecolor="#555555", linewidth=1.0, label=setting)
+        for setting, offset in offsets.items():
+            xs = [i + offset * width for i in range(len(cols))]
+            ax.bar(xs, part.loc[setting], width=width, color=colors[setting], edgecolor="#555555", linewidth=1.0,
+                   label=setting)
+            mark_zero_bars(ax, xs, part.loc[setting].astype(float), width=width, color=colors[setting])
         ci = intervals.get(source)
         gaps = _gap_interval_marks(ax, part, ci, offsets, width) if ci is not None else [""] * len(cols)
         for i, col in enumerate(cols):
@@ -334,14 +353,16 @@ def plot_ranker_dynamics(steps: pd.DataFrame, *, title: str = ""):
     for ax, (pre, post, label) in zip(axes[0], RANKER_DYNAMICS_PANELS):
         ax.set(xlabel="training steps completed", title=label)
         ax.grid(alpha=0.3)
-        series = [(col, style) for col, style in ((pre, ("--", "o", "#8da0cb", "pre-filter")),
-                                                   (post, ("-", "s", "#fc8d62", "post-filter")))
+        # pre-filter dashed with hollow markers, over post-filter: where every group survives the two
+        # coincide, and both stay visible
+        series = [(col, style) for col, style in ((post, ("-", "s", "#fc8d62", "post-filter", 4, None, 2)),
+                                                   (pre, ("--", "o", "#5b6fb0", "pre-filter", 7, "none", 3)))
                   if col in steps and _drawn(steps[col])]
         if not series:
             no_data(ax, "no step records" if steps.empty else "no ranker calls were rewarded")
             continue
-        for col, (ls, marker, color, name) in series:
-            ax.plot(x, steps[col], ls=ls, marker=marker, ms=4, color=color, label=name)
+        for col, (ls, marker, color, name, size, face, z) in series:
+            ax.plot(x, steps[col], ls=ls, marker=marker, ms=size, color=color, mfc=face, label=name, zorder=z)
     whole_steps(axes[0], x)
     handles = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
     if handles:
