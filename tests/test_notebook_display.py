@@ -30,3 +30,30 @@ def test_an_empty_table_says_why_and_long_lines_break_between_words(capsys):
     assert len(lines) > 1 and all(len(line) <= 50 for line in lines[:-1])
     assert lines[-1].strip().endswith("antidisestablishmentarianism")  # not cut inside the word
     assert all(not line.endswith("-") for line in lines)
+
+
+def test_a_long_cell_is_shown_whole_not_cut_at_pandas_fifty_characters(capsys):
+    methods = "direct, cot, rag, agent_retrieval, agent_fixed_ranker, agent_oracle"  # 69 characters
+    table = pd.DataFrame({"value": [methods, "ci, 0"]}, index=pd.Index(["methods", "profile, seed"], name="setting"))
+    show_table(table)
+    out = capsys.readouterr().out
+    assert methods in out and "..." not in out
+    assert pd.get_option("display.max_colwidth") == 50  # the notebook's own setting is left as it was
+
+
+def test_a_comparison_reads_out_its_rows_then_shows_them_without_saying_a_note_twice(capsys):
+    from cosearch_lib.viz.notebook_display import show_comparison
+
+    table = pd.DataFrame({"a": ["oracle", "cosearch"], "b": ["retrieval", "fixed"], "diff": [0.05, 0.0],
+                          "ci_low": [0.01, np.nan], "ci_high": [0.09, np.nan], "p_le_0": [0.01, np.nan],
+                          "n_questions": [140, 7], "n_families": [7, 7],
+                          "note": ["two families of one question", "no spread to resample"]})
+    table.attrs.update(metric="f1", statistic="macro", skipped=["search_r1 vs fixed: not trained"])
+    show_comparison(table)
+    out = " ".join(capsys.readouterr().out.split())  # the verdicts are wrapped between words
+    assert "oracle - retrieval = +0.050" in out and "the interval excludes 0, oracle scores higher" in out
+    assert out.count("no spread to resample") == 1  # in the verdict (no interval), not again under the table
+    assert out.count("two families of one question") == 1  # a row with an interval: its note under the table
+    assert "not compared: search_r1 vs fixed: not trained" in out
+    show_comparison(table.iloc[:0], why_empty="no validation")
+    assert capsys.readouterr().out.strip().endswith("no rows: no validation")

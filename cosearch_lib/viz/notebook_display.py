@@ -1,10 +1,11 @@
 """Tables and verdicts as a reader sees them in a notebook: nothing cut off, counts as counts.
 
 pandas cuts a cell's text at ``display.max_colwidth`` (50 characters), so a comparison's "note"
-column ended in "...(s...". :func:`show_table` moves such a column under the table, one whole line
-per row that has a note, shows count columns as integers (a missing count is 0, not NaN), and says
+column ended in "...(s...". :func:`show_table` shows every cell's text whole (the table wraps it),
+moves a notes column under the table, one whole line per row that has a note, shows count columns as integers (a missing count is 0, not NaN), and says
 why a table is empty instead of drawing a header with no rows. :func:`print_wrapped` breaks long
-verdict lines between words, not inside them.
+verdict lines between words, not inside them. :func:`show_comparison` reads a comparison table out
+(one verdict per row), then shows it without repeating what the verdicts said.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import textwrap
 from collections.abc import Iterable, Sequence
 
 import pandas as pd
+
+from cosearch_lib.eval.intervals import verdicts
 
 #: Width of a wrapped line: what a JupyterLab output area shows without breaking a word.
 LINE_WIDTH = 110
@@ -54,6 +57,29 @@ def show_table(table: pd.DataFrame | None, *, notes: str = "note", counts: Seque
         print(f"no rows: {why_empty or 'nothing to show'}")
         return
     shown, lines = table_and_notes(table, notes=notes, counts=counts)
-    display(shown)
+    with pd.option_context("display.max_colwidth", None):  # the HTML is built here: long text wraps, whole
+        display(shown)
     if lines:
         print_wrapped([f"note, {line}" for line in lines])
+
+
+def show_comparison(table: pd.DataFrame | None, *, heading: str = "", counts: Sequence[str] = ("n_questions", "n_families"),
+                    why_empty: str = "", decimals: int = 3) -> None:
+    """A comparison table (``eval.tables.comparison_table`` and the like) as a reader wants it: first
+    one verdict per row and per pair left out (:func:`eval.intervals.verdicts`, wrapped), then the
+    table. A row without an interval already says why in its verdict, so its note is not printed a
+    second time under the table; a note on a row with an interval still is."""
+    if table is None:
+        print(f"no rows: {why_empty or 'nothing to show'}")
+        return
+    lines = verdicts(table)
+    if lines:
+        print_wrapped([f"{heading}:", *lines] if heading else lines)
+    if len(table) == 0:
+        print(f"no rows: {why_empty or 'no pair could be compared (above)'}")
+        return
+    shown = table.copy()
+    if "note" in shown and {"ci_low", "ci_high"} <= set(shown.columns):
+        said = shown["ci_low"].isna() | shown["ci_high"].isna()
+        shown["note"] = shown["note"].where(~said, None)
+    show_table(shown.round(decimals), counts=counts)
