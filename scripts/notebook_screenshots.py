@@ -126,6 +126,7 @@ def _wait(driver, predicate, timeout: float, what: str):
 def _run_all(driver, timeout: float) -> dict:
     """Run All Cells; return the final state once every code cell ran (or one raised)."""
     _wait(driver, lambda: (driver.execute_script(_STATE_JS) or {}).get("status") == "idle", 180, "the kernel")
+    driver.execute_script("window.jupyterapp.shell.collapseLeft();")  # the file browser opened with the file: close it
     driver.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells');")
     time.sleep(3)
     started, last = time.time(), -1
@@ -145,6 +146,8 @@ def _run_all(driver, timeout: float) -> dict:
 def _screens(driver, out_dir: Path, stem: str, overlap: int = 80) -> list[Path]:
     """Scroll the notebook one screen at a time, saving each screen."""
     driver.execute_script("window.jupyterapp.commands.execute('notebook:enter-command-mode');")
+    # toasts (e.g. JupyterLab asking whether to fetch its news) would cover the notebook's right edge
+    driver.execute_script("document.querySelectorAll('.jp-Notification-Toast-Close, .Toastify__close-button').forEach(b => b.click());")
     shots, top, index = [], 0, 0
     while True:
         driver.execute_script(f"document.querySelector('{_SCROLLER}').scrollTop = {top};")
@@ -186,8 +189,6 @@ def main(argv: list[str] | None = None) -> int:
             rel = prepared.relative_to(ROOT).as_posix()
             print(f"[screenshots] {rel}: Run All Cells ...", flush=True)
             driver.get(f"http://127.0.0.1:{port}/lab/workspaces/shots-{prefix}/tree/{rel}?reset&token={token}")
-            _wait(driver, lambda: driver.execute_script("return !!window.jupyterapp;"), 120, "JupyterLab to load")
-            driver.execute_script("window.jupyterapp.shell.collapseLeft();")  # the notebook, full width
             state = _run_all(driver, args.timeout)
             driver.execute_script("window.jupyterapp.commands.execute('docmanager:save');")
             shots = _screens(driver, out, prepared.stem)

@@ -144,8 +144,10 @@ def plot_oracle_gap(beside: pd.DataFrame, *, metric: str = "F1", title: str = ""
             gain = part.loc["relative gain %", col]
             top = pd.Series([part.loc[["standard", "oracle"], col].max(), *_ci_highs(ci, col)], dtype=float).max()
             text = "n/a" if pd.isna(gain) else f"{gain:+.0f}%"
-            ax.text(i, (0 if pd.isna(top) else top) + 0.01, "\n".join(filter(None, (text, gaps[i]))), ha="center",
-                    va="bottom", fontsize=8 if not gaps[i] else 7)
+            zero_bar = bool((part.loc[["standard", "oracle"], col].astype(float) == 0).any())
+            ax.annotate("\n".join(filter(None, (text, gaps[i]))), (i, 0 if pd.isna(top) else top), ha="center", va="bottom",
+                        xytext=(0, 12 if zero_bar and not top > 0.05 else 2), textcoords="offset points",
+                        fontsize=8 if not gaps[i] else 7)  # above the "0" of a zero bar
         ax.set_xticks(range(len(cols)), [c.replace(" avg", "\navg") for c in cols])
         ax.set_title(source, fontsize=10)
         ax.grid(axis="y", alpha=0.3)

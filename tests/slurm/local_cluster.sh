@@ -19,6 +19,7 @@
 # ranks are scheduled at once.
 #
 #   tests/slurm/local_cluster.sh            # the whole test (what `make test-slurm` runs)
+#   tests/slurm/local_cluster.sh --parts data-parallel    # some of: grid, requeue, data-parallel
 #   tests/slurm/local_cluster.sh --stop     # stop the daemons it started
 #
 # Runs go to $COSEARCH_RUNS (default: a fresh folder under /tmp), so the repository is not touched.
@@ -37,6 +38,14 @@ stop() {
   sleep 1
 }
 if [ "${1:-}" = "--stop" ]; then stop; exit 0; fi
+PARTS="grid,requeue,data-parallel"
+if [ "${1:-}" = "--parts" ]; then
+  PARTS="${2:?--parts takes a comma-separated list of grid, requeue, data-parallel}"
+  for part in ${PARTS//,/ }; do
+    case "$part" in grid|requeue|data-parallel) ;; *) echo "unknown part '$part': grid, requeue, data-parallel"; exit 2 ;; esac
+  done
+fi
+want() { [[ ",$PARTS," == *",$1,"* ]]; }
 
 [ "$(id -u)" = 0 ] || { echo "test-slurm needs root (it starts the SLURM daemons)"; exit 2; }
 [ -x "$BIN/cosearch" ] || { echo "no $BIN/cosearch: run 'make install' first"; exit 2; }
@@ -116,9 +125,11 @@ for _ in $(seq 60); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep
 sinfo
 echo "[test-slurm] cluster up in $(( $(date +%s) - T0 )) s"
 
-# --- the grid: an array job, then the aggregation (afterok)
 export COSEARCH_RUNS="${COSEARCH_RUNS:-$(mktemp -d /tmp/cosearch-slurm-XXXX)}"
 cd "$ROOT"
+
+# --- the grid: an array job, then the aggregation (afterok)
+if want grid; then
 T1=$(date +%s)
 OUT=$("$BIN/cosearch" grid "$GRID" --profile "$PROFILE" --slurm)
 echo "$OUT"
@@ -174,7 +185,10 @@ sys.exit(1 if problems else 0)
 PY
 echo "[test-slurm] states: $(echo $STATES); grid wall time ${WALL} s; total $(( $(date +%s) - T0 )) s; runs in $COSEARCH_RUNS"
 
+fi
+
 # --- a time-limit warning in the middle of training: checkpoint, requeue, resume
+if want requeue; then
 REQUEUE_GRID="$ROOT/tests/slurm/ci_requeue_grid.yaml"
 T2=$(date +%s)
 OUT=$("$BIN/cosearch" grid "$REQUEUE_GRID" --profile "$PROFILE" --slurm)
@@ -221,7 +235,10 @@ sys.exit(1 if problems else 0)
 PY
 echo "[test-slurm] requeue test: $(( $(date +%s) - T2 )) s"
 
+fi
+
 # --- data-parallel training: a retrieval-server job, then 2 srun tasks (gloo), against one process
+if want data-parallel; then
 T3=$(date +%s)
 DP="$COSEARCH_RUNS/ci_dp.yaml"
 printf 'extends: ci\nprofile: ci_dp\ntraining:\n  questions_per_step: 2\nslurm:\n  cpus_per_task: 1\n  mem: 6G\n' > "$DP"
@@ -263,3 +280,5 @@ print("\n".join(problems) if problems else
 sys.exit(1 if problems else 0)
 PY
 echo "[test-slurm] data-parallel test: $(( $(date +%s) - T3 )) s"
+fi
+echo "[test-slurm] parts $PARTS passed in $(( $(date +%s) - T0 )) s"
