@@ -50,7 +50,19 @@ def test_shards_split_the_questions_once_and_unshard_restores_their_order():
         DataParallel(2, 2)
 
 
-def test_launch_variables_of_torchrun_and_srun_are_read_and_bad_ones_named():
+def test_a_vllm_engine_per_rank_is_refused_by_name_before_any_model_loads():
+    from dataclasses import replace
+
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.experiment import build_trainer
+
+    cfg = load_profile("ci")
+    cfg = replace(cfg, models=replace(cfg.models, backend="vllm"))
+    with pytest.raises(ValueError, match="models.backend 'vllm' under a data-parallel job of 2 ranks is not supported"):
+        build_trainer(cfg, None, dp=DataParallel(1, 2))
+
+
+def test_launch_variables_of_torchrun_and_srun_are_read_and_bad_ones_named(monkeypatch, tmp_path):
     torchrun = LaunchEnvironment.detect({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "MASTER_ADDR": "n1",
                                          "MASTER_PORT": "29400"})
     assert (torchrun.rank, torchrun.world_size, torchrun.local_rank, torchrun.master_addr, torchrun.launcher) == \
@@ -65,8 +77,9 @@ def test_launch_variables_of_torchrun_and_srun_are_read_and_bad_ones_named():
     assert LaunchEnvironment.detect({}).world_size == 1
     with pytest.raises(ValueError, match="RANK='x'"):
         LaunchEnvironment.detect({"RANK": "x", "WORLD_SIZE": "2"})
-    env = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_NODELIST": "gpu[01-02]", "PATH": ""}
-    with pytest.raises(ValueError, match="export MASTER_ADDR"):  # no scontrol on PATH to expand the range
+    env = {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_JOB_NODELIST": "gpu[01-02]"}
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol to expand the range (a SLURM node has one)
+    with pytest.raises(ValueError, match="export MASTER_ADDR"):
         LaunchEnvironment.detect(env)
 
 
