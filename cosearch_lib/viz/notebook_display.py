@@ -2,8 +2,9 @@
 
 pandas cuts a cell's text at ``display.max_colwidth`` (50 characters), so a comparison's "note"
 column ended in "...(s...". :func:`show_table` shows every cell's text whole (the table wraps it),
-moves a notes column under the table, one whole line per row that has a note, shows count columns as integers (a missing count is 0, not NaN), and says
-why a table is empty instead of drawing a header with no rows. :func:`print_wrapped` breaks long
+moves a notes column under the table, one whole line per row that has a note, shows count columns
+as integers (a missing count is 0, not NaN), and says why a table is empty instead of drawing a
+header with no rows. :func:`print_wrapped` breaks long
 verdict lines between words, not inside them. :func:`show_comparison` reads a comparison table out
 (one verdict per row), then shows it without repeating what the verdicts said.
 """

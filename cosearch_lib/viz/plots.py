@@ -4,8 +4,8 @@ live state, so every figure can be regenerated from disk.
 Every function draws degenerate records legibly: a panel without data says "no data: <why>" in
 place of empty axes (:func:`no_data`), training steps get whole-number ticks and one x range
 across panels (:func:`whole_steps`), a series that is all NaN is not drawn (so no legend entry
-names a line that is not there), and a bar of height 0 is marked (:func:`mark_zero_bars`). :func:`has_data` says
-whether a figure drew anything (notebook 05's index of figures)."""
+names a line that is not there), and a bar of height 0 is marked (:func:`mark_zero_bars`).
+:func:`has_data` says whether a figure drew anything (notebook 05's index of figures)."""
 
 from __future__ import annotations
 
@@ -41,16 +41,17 @@ def whole_steps(axes, xs) -> None:
             ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
 
 
-def mark_zero_bars(ax, xs, heights, *, width: float, color) -> int:
+def mark_zero_bars(ax, xs, heights, *, width: float, color: str | list[str]) -> int:
     """Make bars of height 0 visible: a thick stroke in the bar's colour along the baseline and a "0"
-    over it (an outline alone lies on the x axis, so 0 would read as missing). Bars that are NaN stay
-    undrawn. Returns how many were marked."""
-    colors = list(color) if isinstance(color, (list, tuple)) and len(color) == len(list(xs)) else None
+    over it (an outline alone lies on the x axis, so 0 would read as missing). ``color``: one colour
+    name for every bar, or a list with one per bar. Bars that are NaN stay undrawn. Returns how many
+    were marked."""
+    xs, heights = list(xs), list(heights)
+    colors = [color] * len(xs) if isinstance(color, str) else list(color)
     marked = 0
-    for i, (x, h) in enumerate(zip(xs, heights)):
+    for x, h, c in zip(xs, heights, colors):
         if pd.isna(h) or float(h) != 0.0:
             continue
-        c = colors[i] if colors else color
         ax.plot([x - width / 2, x + width / 2], [0, 0], color=c, lw=4, solid_capstyle="butt", clip_on=False, zorder=4)
         ax.annotate("0", (x, 0), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=7,
                     color="#333333")
