@@ -18,3 +18,13 @@ def chat(tok):
     from cosearch_lib.agent.chat_tokens import ChatTokens
 
     return ChatTokens(tok)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close the figures a test drew, so that the suite never holds more than one test's figures."""
+    yield
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")

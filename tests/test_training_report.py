@@ -109,8 +109,10 @@ def test_training_curves_draw_one_line_per_method_and_val_f1_only_where_logged()
 def test_ranker_dynamics_draw_pre_and_post_filter_values():
     fig = plot_ranker_dynamics(steps_frame("cosearch"))
     size_ax = fig.axes[3]
-    pre, post = size_ax.get_lines()
-    assert (pre.get_label(), post.get_label()) == ("pre-filter", "post-filter")
+    lines = {line.get_label(): line for line in size_ax.get_lines()}
+    assert sorted(lines) == ["post-filter", "pre-filter"]
+    pre, post = lines["pre-filter"], lines["post-filter"]
+    assert pre.get_linestyle() == "--"  # drawn dashed over the solid post-filter line
     assert list(pre.get_ydata()) == [2.0, 2.0, 2.0]
     np.testing.assert_array_equal(post.get_ydata(), [4.0, np.nan, 5.0])
     assert "(d) mean group size" == size_ax.get_title()
