@@ -4,7 +4,7 @@ adapters and step records of one process.
 The joint trainer runs under torchrun with gloo on CPU (2 ranks fit on 2 cores): the scripted
 trainer of tests.doubles (a tiny random Llama, real updates) in tests/data_parallel_worker.py, a
 few seconds per launch. The same comparison on the `ci` profile's real model, through
-`cosearch train`, is the slow test at the end.
+`cosearch train`, is the `scale` test at the end (`make test-scale`).
 
 Tolerance: the adapters of 1 and 2 ranks agree to 1e-5 (float32 sums in another order: measured
 <= 6.3e-7 on the scripted trainer after 3 steps, while the weights moved by 4e-2; <= 3.2e-6 on `ci`).
