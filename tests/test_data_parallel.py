@@ -134,26 +134,17 @@ def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp
 
 def run_job(cmd: list[str], *, env: dict, timeout: float) -> subprocess.CompletedProcess:
     """``cmd`` in its own process group, killed whole (launcher and ranks) if it outlives ``timeout``."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    out, err = _communicate(proc, cmd, timeout)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def _communicate(proc: subprocess.Popen, cmd: list[str], timeout: float) -> tuple[str, str]:
     import signal
 
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        return proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"{' '.join(map(str, cmd))} ran over {timeout} s:\n{(out or '')[-2000:]}\n{(err or '')[-2000:]}") from None
-
-
-def wait_job(proc: subprocess.Popen, *, timeout: float) -> str:
-    """The output of a job started with ``start_new_session`` (stderr into stdout), killed whole past ``timeout``."""
-    return _communicate(proc, proc.args, timeout)[0]
+        raise AssertionError(f"{' '.join(cmd)} ran over {timeout} s:\n{out[-2000:]}\n{err[-2000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _launch(out: Path, nproc: int, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -279,11 +270,19 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     def train(runs: Path, *launcher: str) -> subprocess.Popen:
         env = {**os.environ, "COSEARCH_RUNS": str(runs), "OMP_NUM_THREADS": "1"}
         args = [*launcher, "-m", "cosearch_lib.cli", "train", "--profile", str(profile), "--methods", "cosearch", "--quiet"]
-        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        # output to a file, not a pipe: no run blocks on a full pipe while the other one is awaited
+        with runs.with_suffix(".log").open("w") as log:
+            return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def finished(proc: subprocess.Popen, runs: Path) -> Path:
-        out = wait_job(proc, timeout=1500)
+        import signal
+
+        try:
+            proc.wait(timeout=1500)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its ranks
+            proc.wait()
+        out = runs.with_suffix(".log").read_text()
         assert proc.returncode == 0, out[-3000:]
         return runs / "ci"
 
