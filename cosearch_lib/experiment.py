@@ -78,11 +78,11 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
 
     tcfg = replace(cfg.training, **overrides)
     roles = tcfg.roles()
-    if dp.distributed and cfg.models.backend != "transformers":
-        # vLLM sees the job's torch.distributed world: one engine per rank needs its external-launcher
-        # mode (data_parallel_size = ranks), which no test here has run yet (docs/USAGE.md, "Many GPUs")
-        raise ValueError(f"models.backend {cfg.models.backend!r} under a data-parallel job of {dp.world_size} ranks is not "
-                         "supported yet: each rank generates with models.backend 'transformers' (or train in one process)")
+    if dp.distributed and cfg.models.backend == "unsloth":
+        # Unsloth's fast_inference engine is started by Unsloth itself, without the external-launcher
+        # option that one vLLM engine per rank needs (models.generation.vllm_backend.engine_options)
+        raise ValueError(f"models.backend 'unsloth' under a data-parallel job of {dp.world_size} ranks is not "
+                         "supported: use models.backend 'vllm' (one engine per rank) or 'transformers'")
     if roles["ranker"] is not None and cfg.models.ranker != cfg.models.agent:
         raise ValueError(f"LoRA training puts both policies on one base model, but models.agent={cfg.models.agent!r} "
                          f"and models.ranker={cfg.models.ranker!r}; use one model for both")

@@ -50,15 +50,15 @@ def test_shards_split_the_questions_once_and_unshard_restores_their_order():
         DataParallel(2, 2)
 
 
-def test_a_vllm_engine_per_rank_is_refused_by_name_before_any_model_loads():
+def test_unsloth_under_several_ranks_is_refused_by_name_before_any_model_loads():
     from dataclasses import replace
 
     from cosearch_lib.config import load_profile
     from cosearch_lib.experiment import build_trainer
 
     cfg = load_profile("ci")
-    cfg = replace(cfg, models=replace(cfg.models, backend="vllm"))
-    with pytest.raises(ValueError, match="models.backend 'vllm' under a data-parallel job of 2 ranks is not supported"):
+    cfg = replace(cfg, models=replace(cfg.models, backend="unsloth"))
+    with pytest.raises(ValueError, match="models.backend 'unsloth' under a data-parallel job of 2 ranks is not supported"):
         build_trainer(cfg, None, dp=DataParallel(1, 2))
 
 

@@ -363,7 +363,7 @@ def test_vllm_backend_maps_sampling_adapters_and_outputs(monkeypatch, tmp_path):
 
 
 def test_vllm_engine_options_differ_by_device_with_reasons_and_refuse_bad_settings(monkeypatch, tmp_path):
-    from cosearch_lib.models.generation.vllm_backend import engine_options
+    from cosearch_lib.models.generation.vllm_backend import ENGINE_DEVICES, engine_options
 
     gpu, env = engine_options("cuda", max_model_len=4096, gpu_memory_utilization=0.5, llm_kwargs={"dtype": "bfloat16"})
     assert gpu == {"max_model_len": 4096, "gpu_memory_utilization": 0.5, "dtype": "bfloat16"} and env == {}
@@ -373,6 +373,11 @@ def test_vllm_engine_options_differ_by_device_with_reasons_and_refuse_bad_settin
     assert env == {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     unseeded, _ = engine_options("cpu", max_model_len=4096, seeded=False)
     assert "enable_chunked_prefill" not in unseeded
+    # a rank of a data-parallel job: its engine joins the job's process group, one engine per rank
+    for device in ENGINE_DEVICES:
+        ranked, _ = engine_options(device, max_model_len=4096, ranks=2)
+        assert ranked["distributed_executor_backend"] == "external_launcher"
+        assert "distributed_executor_backend" not in engine_options(device, max_model_len=4096)[0]
     for kwargs, match in [(dict(device="tpu"), "unknown vLLM device 'tpu'"),
                           (dict(max_model_len=0), "max_model_len must be an int >= 16"),
                           (dict(kv_cache_gib=0), "whole number of GiB"),
@@ -380,7 +385,8 @@ def test_vllm_engine_options_differ_by_device_with_reasons_and_refuse_bad_settin
                           (dict(llm_kwargs={"enable_chunked_prefill": True}), "crashes vLLM on CPU"),
                           (dict(llm_kwargs={"max_num_batched_tokens": 512}), "must fit in one scheduler step"),
                           (dict(llm_kwargs={"gpu_memory_utilization": 0.5}), "does not apply on CPU"),
-                          (dict(device="cuda", gpu_memory_utilization=1.5), r"gpu_memory_utilization must be in \(0, 1\]")]:
+                          (dict(device="cuda", gpu_memory_utilization=1.5), r"gpu_memory_utilization must be in \(0, 1\]"),
+                          (dict(device="cuda", ranks=2, llm_kwargs={"tensor_parallel_size": 2}), "each rank runs its own engine")]:
         args = {"device": "cpu", "max_model_len": 4096, **kwargs}
         with pytest.raises(ValueError, match=match):
             engine_options(args.pop("device"), **args)

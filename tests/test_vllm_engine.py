@@ -25,6 +25,8 @@ from cosearch_lib.models.generation.vllm_backend import VLLMBackend
 from cosearch_lib.models.lora_policies import lora_model
 from cosearch_lib.models.registry import load_causal_lm
 
+from tests import vllm_rank_worker as rank_worker
+
 pytestmark = pytest.mark.vllm
 
 MODEL = "smollm2-135m-instruct"
@@ -47,8 +49,7 @@ def hf():
 @pytest.fixture(scope="module")
 def engine():
     # fp32 so that the comparison with the fp32 reference tests the engine, not bf16 rounding
-    return VLLMBackend.from_model(MODEL, dtype="float32", max_model_len=1024, max_lora_rank=8, max_loras=2,
-                                  seed=0, kv_cache_gib=1)
+    return VLLMBackend.from_model(MODEL, **rank_worker.ENGINE)
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +91,28 @@ def test_row_seeds_give_the_same_tokens_for_the_same_key_and_differ_across_rows(
     assert again[1].token_ids == first[0].token_ids
     other_seed = engine.generate([p], SamplingConfig(temperature=1.0, max_new_tokens=24, seed=12), row_keys=[("q", 0)])
     assert other_seed[0].token_ids != first[0].token_ids
+
+
+def test_one_engine_per_rank_of_a_gloo_job_samples_the_rows_one_engine_samples(engine, tmp_path):
+    """Two torchrun ranks, each with its own engine (external-launcher mode) and half of the rows,
+    give every row the tokens this process's engine gives it: a row's sample depends on its seed
+    and key, not on which rank drew it."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "ranks.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(root / "tests" / "vllm_rank_worker.py"), str(out), json.dumps(QUESTIONS[:3])]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900, start_new_session=True)
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    ranks = json.loads(out.read_text())
+    assert ranks["executors"] == ["external_launcher", "external_launcher"] and ranks["rows_per_rank"] == [3, 3]
+    prompts, keys = rank_worker.rows(QUESTIONS[:3], ChatTokens(engine.tokenizer))
+    one = engine.generate(prompts, rank_worker.SAMPLING, row_keys=keys)
+    assert ranks["tokens"] == [list(g.token_ids) for g in one]
+    assert ranks["tokens"][0] != ranks["tokens"][1]  # two samples of one prompt differ: the seeds are per row
 
 
 def test_sampled_logprobs_match_the_trainers_teacher_forced_ones(engine, hf, prompts):

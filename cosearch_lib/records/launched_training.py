@@ -20,6 +20,7 @@ from typing import Any
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import ProfileConfig
 from cosearch_lib.experiment import train_methods
+from cosearch_lib.models.generation.vllm_backend import close_engines
 from cosearch_lib.paths import project_relative, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
 from cosearch_lib.retrieval.http_client import HttpRetriever
@@ -67,5 +68,6 @@ def run_training(cfg: ProfileConfig, methods: Sequence[str], *, steps: int | Non
         out.mkdir(parents=True, exist_ok=True)
         write_json(record, out / TRAIN_RECORD)
     dp.barrier()
+    close_engines()  # before the job's groups go: an engine per rank joined them
     dp.close()
     return record if main else None

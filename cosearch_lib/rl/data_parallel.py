@@ -134,6 +134,12 @@ class DataParallel:
             timeout = datetime.timedelta(seconds=timeout_s or float(os.environ.get("COSEARCH_DIST_TIMEOUT_S", DEFAULT_TIMEOUT_S)))
             dist.init_process_group(backend, init_method="env://", rank=launch.rank, world_size=launch.world_size,
                                     timeout=timeout)
+        # Libraries that join a running job read torchrun's variables (vLLM's external launcher reads
+        # RANK and LOCAL_RANK, LOCAL_RANK naming the GPU among those this process sees); srun sets
+        # only SLURM's, so they are filled in from them.
+        os.environ.setdefault("RANK", str(launch.rank))
+        os.environ.setdefault("WORLD_SIZE", str(launch.world_size))
+        os.environ.setdefault("LOCAL_RANK", str(torch.device(device).index or 0) if backend == "nccl" else str(launch.local_rank))
         return cls(dist.get_rank(), dist.get_world_size(), device=device)
 
     # -- who does what

@@ -42,6 +42,22 @@ def _import_vllm() -> Any:
     return vllm
 
 
+def close_engines() -> None:
+    """Shut down every engine :meth:`VLLMBackend.shared` started in this process. A data-parallel
+    rank calls this before it leaves the job: an engine that joined the job's process group
+    (external-launcher mode) tears the job's groups down when it shuts down, and left to the
+    interpreter's exit, after the job's group is gone, it fails on groups that no longer exist."""
+    while _ENGINES:
+        _ENGINES.popitem()[1].close()
+
+
+def _job_ranks() -> int:
+    """Processes in this process's torch.distributed job (1 outside one)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def default_device() -> str:
     """"cuda" where torch sees a GPU, else "cpu"."""
     import torch
@@ -50,10 +66,12 @@ def default_device() -> str:
 
 
 def engine_options(device: str, *, max_model_len: int, seeded: bool = True, gpu_memory_utilization: float = 0.9,
-                   kv_cache_gib: int = 1, llm_kwargs: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+                   kv_cache_gib: int = 1, ranks: int = 1,
+                   llm_kwargs: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """``(vllm.LLM keyword arguments, environment variables)`` for ``device``; bad settings raise ValueError.
 
     ``seeded``: rows will carry their own seeds (every rollout does: ``SamplingConfig.seed``).
+    ``ranks``: processes in the torch.distributed job this engine starts in (1: none).
     Environment variables are defaults: a value already set in the environment wins.
     """
     llm_kwargs = dict(llm_kwargs or {})
@@ -63,6 +81,17 @@ def engine_options(device: str, *, max_model_len: int, seeded: bool = True, gpu_
         raise ValueError(f"max_model_len must be an int >= 16 (prompt + generated tokens), got {max_model_len!r}")
     options: dict[str, Any] = {"max_model_len": max_model_len}
     env: dict[str, str] = {}
+    if ranks > 1:
+        # One engine per data-parallel rank, each generating its own rows. The job's process group
+        # already exists (torchrun or srun started the ranks), and an engine of its own would try to
+        # create another one. vLLM's "external_launcher" executor joins the existing group instead:
+        # it runs in this process and reads RANK and LOCAL_RANK (rl.data_parallel sets them under
+        # srun too). With tensor and data parallel sizes of 1, every rank becomes its own
+        # model-parallel group of one, with no collective inside generate (verl's layout).
+        if llm_kwargs.get("tensor_parallel_size", 1) != 1 or llm_kwargs.get("data_parallel_size", 1) != 1:
+            raise ValueError("under a data-parallel job of several ranks each rank runs its own engine: leave "
+                             "tensor_parallel_size and data_parallel_size at 1")
+        options["distributed_executor_backend"] = "external_launcher"
     if device == "cuda":
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
@@ -152,7 +181,7 @@ class VLLMBackend:
         device = device or default_device()
         options, env = engine_options(device, max_model_len=max_model_len, seeded=seeded,
                                       gpu_memory_utilization=gpu_memory_utilization, kv_cache_gib=kv_cache_gib,
-                                      llm_kwargs=llm_kwargs)
+                                      ranks=_job_ranks(), llm_kwargs=llm_kwargs)
         for key, value in env.items():
             os.environ.setdefault(key, value)
         kwargs = dict(model=resolved_model_path(model_name), enable_lora=enable_lora, **options)
@@ -209,6 +238,13 @@ class VLLMBackend:
         if name not in self.adapters:
             raise ValueError(f"unknown adapter {name!r}; registered: {sorted(self.adapters)}")
         self._drop_from_engine(self.adapters.pop(name))
+
+    def close(self) -> None:
+        """Shut the engine down now (its memory, and the process groups it made or joined) rather
+        than at the interpreter's exit; generating afterwards fails. A no-op under Unsloth."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
 
     def _drop_from_engine(self, adapter: _Adapter) -> None:
         """Free an id the engine loaded (a no-op for ids it never loaded, and under Unsloth)."""
