@@ -159,7 +159,8 @@ def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Se
         data, stats = build_gold_data(load_qa(qa_path), retriever, chats["agent"], cfg.protocol,
                                       topn=cfg.search.topn, n_agent=ws.n_agent if "agent" in todo else 0,
                                       n_ranker=ws.n_ranker if "ranker" in todo else 0, seed=cfg.seed,
-                                      balance_hops=ws.balance_hops, reasoning=ws.reasoning, ranker_chat=chats["ranker"])
+                                      balance_hops=ws.balance_hops, reasoning=ws.reasoning, ranker_chat=chats["ranker"],
+                                      ranker_candidates=ws.ranker_candidates)
         root.mkdir(parents=True, exist_ok=True)
         (root / "gold_data.json").write_text(json.dumps(stats.to_dict(), indent=2))
         for role in todo:

@@ -114,6 +114,26 @@ def test_gold_rankings_parse_and_put_the_hop_answer_first(chat):
     assert "Passages [2], [4] answer" in ranking_text("q", [1, 3], [1, 3, 0])
 
 
+def test_shuffled_candidates_move_the_answer_passage_and_the_gold_ranking_follows_it(chat):
+    """``warmstart.ranker_candidates: shuffled``: the prompt lists the candidates in a seeded
+    permutation, and the gold ranking still names the passage that holds the hop's answer first."""
+    ex = two_hop()
+    answers = [hop["answer"] for hop in ex.extra["extra_info"]["gold_chain"]]
+    firsts = []
+    for seed in range(6):
+        rankings, _ = gold_ranker_examples(ex, [CORPUS, CORPUS], chat, PROTOCOL, shuffle_seed=seed)
+        again, _ = gold_ranker_examples(ex, [CORPUS, CORPUS], chat, PROTOCOL, shuffle_seed=seed)
+        assert [r.input_ids for r in rankings] == [r.input_ids for r in again]  # seeded: the same data twice
+        for r, answer in zip(rankings, answers):
+            prompt = chat.decode([i for i, m in zip(r.input_ids, r.assistant_masks) if not m])
+            (reply,) = segments(r.input_ids, r.assistant_masks)
+            first = parse_ranking(chat.decode(reply), len(CORPUS), 3).order[0]  # 0-based
+            shown = prompt.split(f"[{first + 1}] ", 1)[1].split("\n\n", 1)[0]  # the passage the ranking puts first
+            assert answer in shown
+            firsts.append(first)
+    assert len(set(firsts)) > 2  # the answer passage sits at several positions, not at the retriever's
+
+
 def test_build_gold_data_stops_at_the_requested_sizes_and_counts_skips(chat):
     qs = [two_hop(f"q{i}", "politician" if i % 2 == 0 else "astronomer") for i in range(6)]
     retriever = FixedRetriever(CORPUS)

@@ -147,6 +147,8 @@ class TrainConfig:
 
 #: How the warm start's gold agent turns reason about the chain (``rl.warm_start``).
 WARMSTART_REASONING = ("plan", "count")
+#: The order a gold ranking lists its candidates in (WarmStartConfig.ranker_candidates).
+RANKER_CANDIDATE_ORDERS = ("retriever", "shuffled")
 
 
 @dataclass
@@ -157,6 +159,7 @@ class WarmStartConfig:
     n_ranker: int = 256  # gold rankings to train on
     balance_hops: bool = True  # take questions of each chain length in turn (rl.warm_start.hop_balanced), not in file order
     reasoning: str = "plan"  # the gold agent turns' reasoning: "plan" (list the chain's steps, then tick them off) or "count" ("search 2 of 3")
+    ranker_candidates: str = "retriever"  # the candidates of a gold ranking in the retriever's order (as at run time) or "shuffled" (seeded, per hop): position then says nothing of relevance
     epochs: float = 1.0  # passes over each role's gold data
     learning_rate: float = 2e-4  # AdamW learning rate of the LoRA weights
     batch_size: int = 4  # sequences per optimizer step (per device)
@@ -171,6 +174,7 @@ class WarmStartConfig:
         check.ints("n_agent", "n_ranker", minimum=0)
         check.bools("balance_hops", "enabled")
         check.choice("reasoning", WARMSTART_REASONING)
+        check.choice("ranker_candidates", RANKER_CANDIDATE_ORDERS)
         check.ints("batch_size", "grad_accum", "max_length", "logging_steps", minimum=1)
         check.numbers("epochs", "learning_rate", low=0, low_open=True)
         if self.enabled:  # a schedule that cannot move an adapter is refused when the profile is read

@@ -233,12 +233,19 @@ def gold_agent_example(ex: QAExample, hop_candidates: Sequence[Sequence[Any]], c
 
 
 def gold_ranker_examples(ex: QAExample, hop_candidates: Sequence[Sequence[Any]], chat: ChatTokens,
-                         protocol: ProtocolConfig) -> tuple[list[GoldExample], Counter]:
-    """One gold ranking per hop of ``ex``: the hop-answer passages first (Eq. 7), then retriever order."""
+                         protocol: ProtocolConfig, *, shuffle_seed: int | None = None) -> tuple[list[GoldExample], Counter]:
+    """One gold ranking per hop of ``ex``: the hop-answer passages first (Eq. 7), then retriever order.
+
+    ``shuffle_seed``: list each hop's candidates in a permutation seeded by (seed, question, hop)
+    instead of the retriever's order (``warmstart.ranker_candidates: shuffled``). In the retriever's
+    order the gold passage is most often first, and a small ranker can learn to copy that position
+    instead of reading; shuffled, only reading finds it."""
     chain = gold_chain(ex) or []
     out, skipped = [], Counter()
-    for hop, candidates in zip(chain, hop_candidates):
+    for h, (hop, candidates) in enumerate(zip(chain, hop_candidates)):
         candidates = list(candidates)
+        if shuffle_seed is not None:
+            candidates = [candidates[i] for i in rng("ranker-sft-order", shuffle_seed, ex.id, h).permutation(len(candidates))]
         k = min(protocol.search.topk, len(candidates))
         if k < 1:
             skipped["no candidates"] += 1
@@ -270,11 +277,12 @@ def hop_balanced(examples: Sequence[QAExample]) -> list[QAExample]:
 
 def build_gold_data(examples: Sequence[QAExample], retriever: SearchBackend, chat: ChatTokens, protocol: ProtocolConfig, *,
                     topn: int, n_agent: int, n_ranker: int, seed: int = 0, balance_hops: bool = False,
-                    reasoning: str = "plan", ranker_chat: ChatTokens | None = None) -> tuple[dict[str, list[GoldExample]], GoldDataStats]:
+                    reasoning: str = "plan", ranker_chat: ChatTokens | None = None,
+                    ranker_candidates: str = "retriever") -> tuple[dict[str, list[GoldExample]], GoldDataStats]:
     """Gold agent and ranker sequences from ``examples`` (in order, or :func:`hop_balanced` with
     ``balance_hops``; questions without a chain skipped) until ``n_agent`` agent and ``n_ranker``
-    ranker sequences exist. One batched retriever call per block of questions. Returns
-    ({"agent": [...], "ranker": [...]}, stats)."""
+    ranker sequences exist. One batched retriever call per block of questions. ``ranker_candidates``:
+    "retriever" or "shuffled" (:func:`gold_ranker_examples`). Returns ({"agent": [...], "ranker": [...]}, stats)."""
     if balance_hops:
         examples = hop_balanced(examples)
     data: dict[str, list[GoldExample]] = {"agent": [], "ranker": []}
@@ -298,7 +306,8 @@ def build_gold_data(examples: Sequence[QAExample], retriever: SearchBackend, cha
                 else:
                     data["agent"].append(example)
             if len(data["ranker"]) < n_ranker:
-                ranked, skipped = gold_ranker_examples(ex, hops, ranker_chat or chat, protocol)
+                ranked, skipped = gold_ranker_examples(ex, hops, ranker_chat or chat, protocol,
+                                                       shuffle_seed=seed if ranker_candidates == "shuffled" else None)
                 data["ranker"].extend(ranked[: n_ranker - len(data["ranker"])])
                 stats.skipped.update({f"ranker: {k}": v for k, v in skipped.items()})
     stats.agent_examples, stats.ranker_examples = len(data["agent"]), len(data["ranker"])
