@@ -353,3 +353,21 @@ def test_results_page_leads_with_the_findings_of_each_seed(tmp_path):
     assert head.count("Cannot show:") == 4
     from cosearch_lib.records.docs import FINDINGS, READINGS
     assert {what for _, _, what in FINDINGS} == set(READINGS)
+
+
+def test_results_page_lists_the_ranker_sft_probes_and_no_probe_folder_as_a_profile(tmp_path):
+    probes = tmp_path / "_ranker_sft"
+    probes.mkdir()
+    for name, diff, low, high, minutes in (("short", 0.0, 0.0, 0.0, 14), ("long", 0.06, 0.01, 0.11, 60)):
+        record = {"profile": name, "settings": {"N": 5, "candidates": "shuffled", "gold_rankings": 1200, "epochs": 1.0},
+                  "sft": {"wall_s": minutes * 60, "losses": [{"step": i, "loss": 0.05} for i in range(20)]},
+                  "comparisons": [{"a": "listwise SFT", "b": "retriever order", "mean_a": 0.5 + diff, "mean_b": 0.5,
+                                   "diff": diff, "ci_low": low, "ci_high": high, "n_questions": 180}]}
+        (probes / f"{name}.json").write_text(json.dumps(record))
+    page = render_results_page(tmp_path)
+    assert "## Profile `_ranker_sft`" not in page  # a folder of probe records is not a profile
+    section = page[page.index("## Teaching the 135M ranker to read"):]
+    short, long = (line for line in section.splitlines() if line.startswith(("| short", "| long")))
+    assert section.index("| short") < section.index("| long")  # cheapest first
+    assert "| 5 | shuffled | 1200 | 1 | 60 | 0.050 | 180 | 0.500 | 0.560 | 0.060 | 0.010 | 0.110 | a > b (interval excludes 0) |" in long
+    assert short.endswith("| no difference shown (interval includes 0) |")
