@@ -31,6 +31,7 @@ from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import load_profile
 from cosearch_lib.records.ranker_quality import RETRIEVER_ORDER, quality_comparisons, quality_records, quality_table
 from cosearch_lib.rl.warm_start import warmstart_summary
+from cosearch_lib.viz.plots import plot_ranker_sft_probes
 
 SFT_LABEL = "listwise SFT"
 
@@ -42,14 +43,34 @@ def settings(cfg) -> dict:
             "candidates": ws.ranker_candidates, "lora_r": cfg.lora.r, "model": cfg.models.ranker}
 
 
+def draw(folder: Path, figure: Path) -> None:
+    """Redraw ``figure`` from every record in ``folder``: the probes' SFT losses and Hit@1 differences."""
+    records = sorted((json.loads(p.read_text()) for p in folder.glob("*.json")), key=lambda r: r["sft"]["wall_s"] or 0)
+    losses = pd.DataFrame([{"probe": r["profile"], **x} for r in records for x in r["sft"].get("losses") or []],
+                          columns=["probe", "step", "loss"])
+    hits = pd.DataFrame([{"probe": r["profile"], **{k: c[k] for k in ("diff", "ci_low", "ci_high")}} for r in records
+                         for c in r["comparisons"] if c["b"] == RETRIEVER_ORDER], columns=["probe", "diff", "ci_low", "ci_high"])
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    plot_ranker_sft_probes(losses, hits).savefig(figure, dpi=130, bbox_inches="tight")
+    print(f"figure: {figure}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", required=True, help="profile name or YAML path")
+    ap.add_argument("--profile", help="profile name or YAML path (required but with --figure-only)")
     ap.add_argument("--out", type=Path, default=Path("docs/results/_ranker_sft"), help="folder of the record")
     ap.add_argument("--records", type=Path, help="per-item rows already scored (CSV): skip training and scoring")
     ap.add_argument("--adapter", type=Path, help="with --records: the ranker adapter those rows scored")
     ap.add_argument("--label", help="with --records: that ranker's label in the CSV's method column")
+    ap.add_argument("--figure", type=Path, default=Path("figures/ranker_sft_probes.png"),
+                    help="redraw this figure from every record in --out")
+    ap.add_argument("--figure-only", action="store_true", help="only redraw the figure from the records in --out")
     args = ap.parse_args()
+    if args.figure_only:
+        draw(args.out, args.figure)
+        return
+    if not args.profile:
+        ap.error("--profile is required")
     cfg = load_profile(args.profile)
     if args.records:
         if not (args.adapter and args.label):
@@ -75,6 +96,7 @@ def main() -> None:
               "scored_in_this_run": not args.records}
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(json.loads(json.dumps(record, default=str)), args.out / f"{cfg.profile}.json")
+    draw(args.out, args.figure)
     pd.set_option("display.width", 200)
     print(table.round(3).to_string(index=False))
     print(comparisons.round(3).to_string(index=False))

@@ -17,6 +17,7 @@ from cosearch_lib.viz.plots import (
     plot_fig2,
     plot_oracle_gap,
     plot_ranker_dynamics,
+    plot_ranker_sft_probes,
     plot_recall_at_k,
     plot_topk,
     plot_training_curves,
@@ -148,3 +149,17 @@ def test_report_figures_without_records_say_so(plot, empty, why):
     assert not has_data(fig)
     assert any(t.startswith(f"no data: {why}") for ax in fig.axes for t in no_data_texts(ax))
     assert legend_labels(fig) == [] or set(legend_labels(fig)) <= drawn_labels(fig)
+
+
+def test_ranker_sft_probes_without_records_say_so_and_one_probe_gets_whole_steps():
+    fig = plot_ranker_sft_probes(pd.DataFrame(columns=["probe", "step", "loss"]),
+                                 pd.DataFrame(columns=["probe", "diff", "ci_low", "ci_high"]))
+    assert not has_data(fig) and legend_labels(fig) == []
+    assert [no_data_texts(ax) for ax in fig.axes] == [["no data: no SFT losses recorded"],
+                                                      ["no data: no probe scored on held-out sub-queries"]]
+    losses = pd.DataFrame({"probe": ["n5"], "step": [1], "loss": [0.05]})  # one logged step
+    hits = pd.DataFrame({"probe": ["n5"], "diff": [0.0], "ci_low": [0.0], "ci_high": [0.0]})  # an all-zero interval
+    fig = plot_ranker_sft_probes(losses, hits)
+    left, right = fig.axes
+    assert visible_ticks(left) == [1.0] and legend_labels(fig) == ["n5"] and "n5" in drawn_labels(fig)
+    assert right.has_data() and right.get_xlim()[0] < 0 < right.get_xlim()[1]  # a zero difference is on the axes

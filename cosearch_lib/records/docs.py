@@ -367,7 +367,8 @@ def _ranker_sft_probes(root: Path) -> list[str]:
             "shown, and ranks held-out dev sub-queries greedily beside the retriever's order (Hit@1 of the passage "
             "put first; paired 95% interval of the difference). Generated from `docs/results/_ranker_sft/`; each "
             "record names the command that reproduces it (`benchmarks/ranker_sft.py`, profiles under "
-            "`papermill_runs/params/probes/`).", "", markdown_table(rows, list(rows[0])), ""]
+            "`papermill_runs/params/probes/`), which also draws the SFT losses and these differences in "
+            "`figures/ranker_sft_probes.png`.", "", markdown_table(rows, list(rows[0])), ""]
 
 
 def render_results_page(results_root: Path | None = None) -> str:
