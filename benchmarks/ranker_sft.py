@@ -31,7 +31,7 @@ from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import load_profile
 from cosearch_lib.records.ranker_quality import RETRIEVER_ORDER, quality_comparisons, quality_records, quality_table
 from cosearch_lib.rl.warm_start import warmstart_summary
-from cosearch_lib.viz.plots import plot_ranker_sft_probes
+from cosearch_lib.viz.ranker_probes import plot_ranker_sft_probes
 
 SFT_LABEL = "listwise SFT"
 

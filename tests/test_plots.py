@@ -17,7 +17,6 @@ from cosearch_lib.viz.plots import (
     plot_fig2,
     plot_oracle_gap,
     plot_ranker_dynamics,
-    plot_ranker_sft_probes,
     plot_recall_at_k,
     plot_topk,
     plot_training_curves,
@@ -25,6 +24,7 @@ from cosearch_lib.viz.plots import (
     plot_validation_curves,
     plot_warmstart_losses,
 )
+from cosearch_lib.viz.ranker_probes import plot_ranker_sft_probes
 
 
 def no_data_texts(ax) -> list[str]:

@@ -53,8 +53,9 @@ def close_engines() -> None:
 
 def _job_ranks() -> int:
     """Processes in this process's torch.distributed job (1 outside one)."""
-    import torch.distributed as dist
+    import torch
 
+    dist = torch.distributed
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
