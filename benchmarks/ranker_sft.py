@@ -95,7 +95,7 @@ def main() -> None:
               "command": f"python benchmarks/ranker_sft.py --profile {args.profile}",  # what reproduces it
               "scored_in_this_run": not args.records}
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json(json.loads(json.dumps(record, default=str)), args.out / f"{cfg.profile}.json")
+    write_json(record, args.out / f"{cfg.profile}.json")
     draw(args.out, args.figure)
     pd.set_option("display.width", 200)
     print(table.round(3).to_string(index=False))

@@ -97,15 +97,15 @@ def test_one_engine_per_rank_of_a_gloo_job_samples_the_rows_one_engine_samples(e
     """Two torchrun ranks, each with its own engine (external-launcher mode) and half of the rows,
     give every row the tokens this process's engine gives it: a row's sample depends on its seed
     and key, not on which rank drew it."""
-    import subprocess
     import sys
+
+    from tests.test_data_parallel import run_job  # killed whole (launcher and ranks) on a timeout
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "ranks.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(root / "tests" / "vllm_rank_worker.py"), str(out), json.dumps(QUESTIONS[:3])]
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900, start_new_session=True)
+    proc = run_job(cmd, env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}, timeout=900)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     ranks = json.loads(out.read_text())
     assert ranks["executors"] == ["external_launcher", "external_launcher"] and ranks["rows_per_rank"] == [3, 3]
