@@ -270,7 +270,7 @@ from tests.test_data_parallel import _adapters, assert_same_adapters_close, asse
 runs, server, train = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 states = dict(line.split("|") for line in subprocess.run(
     ["sacct", "-X", "-n", "-P", "-j", f"{server},{train}", "--format=JobID,State"],
-    capture_output=True, text=True, check=True).stdout.split())
+    capture_output=True, text=True, check=True).stdout.splitlines())  # "CANCELLED by 0" has a space
 one, two = runs / "ci_dp_one", runs / "ci_dp"
 problems = []
 if states.get(train) != "COMPLETED" or not states.get(server, "").startswith("CANCELLED"):
