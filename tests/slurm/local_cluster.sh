@@ -281,10 +281,22 @@ if (record.get("world_size"), record.get("launcher")) != (2, "srun") or not reco
 if not problems:
     a, b = (pd.read_csv(r / "training" / "cosearch" / "steps.csv") for r in (one, two))
     assert_same_records(a.to_dict("records"), b.to_dict("records"))
-    assert_same_adapters_close(_adapters(one / "training" / "cosearch"), _adapters(two / "training" / "cosearch"))
+    end_one, end_two = (_adapters(r / "training" / "cosearch") for r in (one, two))
+    assert_same_adapters_close(end_one, end_two)
+    # the GRPO update (end - warm start) of each role: it moved, and 2 ranks made the same one
+    import torch
+    from safetensors.torch import load_file
+    updates = {}
+    for role, folder in json.loads((two / "warmstart.run.json").read_text())["adapters"].items():
+        start = load_file(Path(folder) / "adapter_model.safetensors")
+        d1, d2 = (torch.cat([(end[f"{role}/{k}"] - v).flatten() for k, v in start.items()]) for end in (end_one, end_two))
+        moved, rel = float((d1.abs() > 1e-6).float().mean()), float((d1 - d2).norm() / d1.norm())
+        updates[role] = f"{moved:.1%} of entries moved, relative difference {rel:.1e}"
+        if moved < 0.5 or rel > 1e-2:
+            problems.append(f"{role} update: {updates[role]} (want most entries moved and a difference under 1e-2)")
 print("\n".join(problems) if problems else
       f"[test-slurm] data parallel: 2 srun ranks through the retrieval server = one process ({len(a)} steps, "
-      f"records and adapters to 1e-5)")
+      f"records equal, adapters to 1e-5; the update of {'; of '.join(f'{r}: {u}' for r, u in updates.items())})")
 sys.exit(1 if problems else 0)
 PY
 echo "[test-slurm] data-parallel test: $(( $(date +%s) - T3 )) s"
