@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cosearch_lib.viz.notebook_display import print_wrapped, show_table, table_and_notes
+from cosearch_lib.viz.notebook_display import print_wrapped, row_numbers_only, show_table, table_and_notes
 
 LONG = "the interval is too wide to read: 7 questions (stratified by family, one per family)"
 
@@ -57,3 +57,23 @@ def test_a_comparison_reads_out_its_rows_then_shows_them_without_saying_a_note_t
     assert "not compared: search_r1 vs fixed: not trained" in out
     show_comparison(table.iloc[:0], why_empty="no validation")
     assert capsys.readouterr().out.strip().endswith("no rows: no validation")
+
+
+def test_float_columns_read_with_the_same_decimals_and_nan_stays_missing():
+    table = pd.DataFrame({"syn_nq": [0.0, 0.5], "avg": [0.2857, np.nan], "f1 | answered": [0.28571, 0.0],
+                          "rows": [13.0, np.nan], "method": ["rag", "agent_oracle"]})
+    shown, _ = table_and_notes(table, counts=("rows",), decimals=1, column_decimals={"f1 | answered": 3, "avg": 3})
+    assert shown["syn_nq"].tolist() == ["0.0", "0.5"] and shown["avg"].tolist() == ["0.286", "NaN"]
+    assert shown["f1 | answered"].tolist() == ["0.286", "0.000"]
+    assert shown["rows"].tolist() == [13, 0] and shown["method"].tolist() == ["rag", "agent_oracle"]  # counts and text untouched
+    assert table_and_notes(table)[0]["syn_nq"].tolist() == [0.0, 0.5]  # without decimals: as given
+
+
+def test_row_positions_are_not_shown_as_a_column_but_a_named_index_is(capsys):
+    calls = pd.DataFrame({"sub_query": ["when was X founded", "who founded X"], "group": [-1, 0]}, index=[19, 20])
+    assert row_numbers_only(calls) and row_numbers_only(calls.reset_index(drop=True))
+    by_method = pd.DataFrame({"f1": [0.5]}, index=pd.Index(["rag"], name="method"))
+    assert not row_numbers_only(by_method) and not row_numbers_only(calls.set_index("group"))
+    show_table(calls)
+    out = capsys.readouterr().out
+    assert "when was X founded" in out and "19" not in out and "20" not in out

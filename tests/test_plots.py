@@ -90,6 +90,11 @@ def test_ranker_dynamics_without_rewarded_calls_draw_no_empty_panels_and_no_lege
     assert legend_labels(fig) == ["pre-filter"]  # the post-filter line is not drawn, so not named
     assert [line.get_label() for line in fig.axes[0].get_lines()] == ["pre-filter"]
     assert visible_ticks(fig.axes[0]) == [1.0, 2.0, 3.0, 4.0]
+    assert any(t.get_text().startswith("no post-filter point: no semantic group survived") for t in fig.texts)
+    both = pre_only.assign(ranker_main_post=[np.nan, 0.2, np.nan, np.nan])  # one step kept a group
+    fig = plot_ranker_dynamics(both)
+    assert legend_labels(fig) == ["post-filter", "pre-filter"]
+    assert not any(t.get_text().startswith("no post-filter point") for t in fig.texts)
 
 
 def test_validation_curves_and_warm_start_losses_with_nothing_or_one_point():
@@ -149,6 +154,18 @@ def test_report_figures_without_records_say_so(plot, empty, why):
     assert not has_data(fig)
     assert any(t.startswith(f"no data: {why}") for ax in fig.axes for t in no_data_texts(ax))
     assert legend_labels(fig) == [] or set(legend_labels(fig)) <= drawn_labels(fig)
+
+
+def test_turn_distribution_legend_names_only_the_search_counts_that_have_a_bar():
+    """0 searches is 0% in every row, 5 searches only in the paper's, "no answer" only in ours: the
+    legend names 1, 2, 5 and "no answer", each with a bar of non-zero width somewhere."""
+    index = pd.MultiIndex.from_tuples([("ours", "agent_retrieval"), ("paper", "agent_retrieval")], names=["source", "method"])
+    beside = pd.DataFrame({0: [0.0, 0.0], 1: [70.0, 40.0], 2: [20.0, 50.0], 5: [0.0, 10.0],
+                           "no answer": [10.0, float("nan")], "mean": [1.1, 1.9]}, index=index)
+    fig = plot_turn_distribution(beside)
+    assert legend_labels(fig) == ["1", "2", "5", "no answer"]
+    wide = {bars.get_label() for ax in fig.axes for bars in ax.containers if any(p.get_width() > 0 for p in bars)}
+    assert set(legend_labels(fig)) <= wide
 
 
 def test_ranker_sft_probes_without_records_say_so_and_one_probe_gets_whole_steps():

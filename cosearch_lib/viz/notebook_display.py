@@ -12,7 +12,7 @@ verdict lines between words, not inside them. :func:`show_comparison` reads a co
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -22,9 +22,12 @@ from cosearch_lib.eval.intervals import verdicts
 LINE_WIDTH = 110
 
 
-def table_and_notes(table: pd.DataFrame, *, notes: str = "note", counts: Sequence[str] = ()) -> tuple[pd.DataFrame, list[str]]:
+def table_and_notes(table: pd.DataFrame, *, notes: str = "note", counts: Sequence[str] = (), decimals: int | None = None,
+                    column_decimals: Mapping[str, int] | None = None) -> tuple[pd.DataFrame, list[str]]:
     """``table`` without its ``notes`` column and with ``counts`` as integers (missing = 0), and the
-    notes as lines ("<row>: <note>") for the rows that have one."""
+    notes as lines ("<row>: <note>") for the rows that have one. With ``decimals``, every float column
+    is written with that many decimals (``column_decimals`` overrides it per column), so that 0 reads
+    "0.000" beside "0.286" and not "0.0"; a missing value stays "NaN"."""
     shown = table.copy()
     lines: list[str] = []
     if notes in shown:
@@ -39,6 +42,11 @@ def table_and_notes(table: pd.DataFrame, *, notes: str = "note", counts: Sequenc
     for column in counts:
         if column in shown:
             shown[column] = pd.to_numeric(shown[column], errors="coerce").fillna(0).astype(int)
+    fixed = dict(column_decimals or {})
+    for column in shown.columns:
+        places = fixed.get(column, decimals)
+        if places is not None and pd.api.types.is_float_dtype(shown[column]):
+            shown[column] = shown[column].map(lambda v, n=places: "NaN" if pd.isna(v) else f"{v:.{n}f}")
     return shown, lines
 
 
@@ -49,7 +57,28 @@ def print_wrapped(lines: Iterable[str], *, width: int = LINE_WIDTH) -> None:
                             break_on_hyphens=False))
 
 
-def show_table(table: pd.DataFrame | None, *, notes: str = "note", counts: Sequence[str] = (), why_empty: str = "") -> None:
+def row_numbers_only(table: pd.DataFrame) -> bool:
+    """Whether ``table``'s index says nothing but row positions (unnamed integers: 0, 1, ... or what
+    a sort left of them), which :func:`show_table` then leaves out."""
+    index = table.index
+    return not isinstance(index, pd.MultiIndex) and index.name is None and pd.api.types.is_integer_dtype(index)
+
+
+class _RowsWithoutNumbers:
+    """A table shown without its index, as HTML in JupyterLab and as text elsewhere."""
+
+    def __init__(self, table: pd.DataFrame):
+        self.table = table
+
+    def _repr_html_(self) -> str:
+        return self.table.to_html(index=False, classes="dataframe")
+
+    def __repr__(self) -> str:
+        return self.table.to_string(index=False)
+
+
+def show_table(table: pd.DataFrame | None, *, notes: str = "note", counts: Sequence[str] = (), why_empty: str = "",
+               decimals: int | None = None, column_decimals: Mapping[str, int] | None = None) -> None:
     """Display ``table`` (:func:`table_and_notes`) with its notes printed whole under it; an empty or
     missing table prints "no rows: <why_empty>" instead."""
     from IPython.display import display
@@ -57,9 +86,9 @@ def show_table(table: pd.DataFrame | None, *, notes: str = "note", counts: Seque
     if table is None or len(table) == 0:
         print(f"no rows: {why_empty or 'nothing to show'}")
         return
-    shown, lines = table_and_notes(table, notes=notes, counts=counts)
+    shown, lines = table_and_notes(table, notes=notes, counts=counts, decimals=decimals, column_decimals=column_decimals)
     with pd.option_context("display.max_colwidth", None):  # the HTML is built here: long text wraps, whole
-        display(shown)
+        display(_RowsWithoutNumbers(shown) if row_numbers_only(shown) else shown)
     if lines:
         print_wrapped([f"note, {line}" for line in lines])
 
@@ -83,4 +112,4 @@ def show_comparison(table: pd.DataFrame | None, *, heading: str = "", counts: Se
     if "note" in shown and {"ci_low", "ci_high"} <= set(shown.columns):
         said = shown["ci_low"].isna() | shown["ci_high"].isna()
         shown["note"] = shown["note"].where(~said, None)
-    show_table(shown.round(decimals), counts=counts)
+    show_table(shown, counts=counts, decimals=decimals)

@@ -192,10 +192,11 @@ def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
     counts = [c for c in beside.columns if c != "mean"]
     numbered = [c for c in counts if isinstance(c, int)]
     colors = dict(zip(numbered, sns.color_palette("crest", len(numbered))))
+    drawn = [c for c in counts if (beside[c].fillna(0) > 0).any()]  # a share that is 0 everywhere: no bar, no legend entry
     for ax, source in zip(axes[0], sources):
         part = beside.loc[source].fillna(dict.fromkeys(counts, 0.0))  # the paper has no "no answer" column
         left = pd.Series(0.0, index=part.index)
-        for c in counts:
+        for c in drawn:
             ax.barh(range(len(part)), part[c], left=left, color=colors.get(c, "#bdbdbd"), label=str(c),
                     hatch=None if c in colors else "//")
             left += part[c]
@@ -370,9 +371,14 @@ def plot_ranker_dynamics(steps: pd.DataFrame, *, title: str = ""):
     handles = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
     if handles:
         fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
+    bottom = 0.07 if handles else 0
+    if "pre-filter" in handles and "post-filter" not in handles:  # say why the solid line is missing
+        fig.text(0.5, 0.005, "no post-filter point: no semantic group survived the k_min and zero-variance filters "
+                 "at any step, so the ranker got no gradient", ha="center", va="bottom", fontsize=8, color="0.35")
+        bottom = 0.12
     method = steps["method"].iloc[0] if len(steps) else ""
     fig.suptitle(title or f"Ranker dynamics ({method}): pre- and post-filter")
-    fig.tight_layout(rect=(0, 0.07 if handles else 0, 1, 1))
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig
 
 
