@@ -90,7 +90,11 @@ def test_ranker_dynamics_without_rewarded_calls_draw_no_empty_panels_and_no_lege
     assert legend_labels(fig) == ["pre-filter"]  # the post-filter line is not drawn, so not named
     assert [line.get_label() for line in fig.axes[0].get_lines()] == ["pre-filter"]
     assert visible_ticks(fig.axes[0]) == [1.0, 2.0, 3.0, 4.0]
-    assert any(t.get_text().startswith("no post-filter point: no semantic group survived") for t in fig.texts)
+    note = [t for t in fig.texts if t.get_text().startswith("no post-filter point: no semantic group survived")]
+    assert len(note) == 1
+    fig.canvas.draw()  # the note and the legend do not overlap
+    assert not note[0].get_window_extent().overlaps(fig.legends[0].get_window_extent())
+    assert all(not note[0].get_window_extent().overlaps(ax.get_window_extent()) for ax in fig.axes)
     both = pre_only.assign(ranker_main_post=[np.nan, 0.2, np.nan, np.nan])  # one step kept a group
     fig = plot_ranker_dynamics(both)
     assert legend_labels(fig) == ["post-filter", "pre-filter"]

@@ -369,13 +369,14 @@ def plot_ranker_dynamics(steps: pd.DataFrame, *, title: str = ""):
             ax.plot(x, steps[col], ls=ls, marker=marker, ms=size, color=color, mfc=face, label=name, zorder=z)
     whole_steps(axes[0], x)
     handles = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels())}
-    if handles:
-        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
-    bottom = 0.07 if handles else 0
-    if "pre-filter" in handles and "post-filter" not in handles:  # say why the solid line is missing
+    no_post = "pre-filter" in handles and "post-filter" not in handles
+    if no_post:  # say why the solid line is missing, under the legend
         fig.text(0.5, 0.005, "no post-filter point: no semantic group survived the k_min and zero-variance filters "
                  "at any step, so the ranker got no gradient", ha="center", va="bottom", fontsize=8, color="0.35")
-        bottom = 0.12
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="lower center", bbox_to_anchor=(0.5, 0.06 if no_post else 0),
+                   ncol=len(handles), frameon=False, fontsize=8)
+    bottom = 0.14 if no_post else 0.07 if handles else 0
     method = steps["method"].iloc[0] if len(steps) else ""
     fig.suptitle(title or f"Ranker dynamics ({method}): pre- and post-filter")
     fig.tight_layout(rect=(0, bottom, 1, 1))
