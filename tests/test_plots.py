@@ -184,3 +184,24 @@ def test_ranker_sft_probes_without_records_say_so_and_one_probe_gets_whole_steps
     left, right = fig.axes
     assert visible_ticks(left) == [1.0] and legend_labels(fig) == ["n5"] and "n5" in drawn_labels(fig)
     assert right.has_data() and right.get_xlim()[0] < 0 < right.get_xlim()[1]  # a zero difference is on the axes
+
+
+def test_ablations_topk_and_recall_with_one_point_at_zero_and_no_interval():
+    """One finished cell whose difference is 0 and whose interval could not be computed (NaN): the
+    dot is on the axes at 0; one K: that K is the only tick; one k per family: drawn, not "no data"."""
+    fig = plot_ablations(pd.DataFrame({"cell": ["no-r-main"], "diff": [0.0], "ci_low": [np.nan], "ci_high": [np.nan]}))
+    ax = fig.axes[0]
+    assert has_data(fig) and not no_data_texts(ax)
+    lo, hi = ax.get_xlim()
+    assert lo < 0 < hi and lo == -hi  # centred on the zero difference
+    assert legend_labels(fig) == ["ours (no interval could be computed)"]  # not named an interval it does not draw
+    fig = plot_topk(pd.DataFrame({"K": [3], "method": ["cosearch"], "avg": [0.0], "ci_low": [np.nan],
+                                  "ci_high": [np.nan], "paper avg": [np.nan]}))
+    ax = fig.axes[0]
+    assert visible_ticks(ax) == [3.0] and ax.get_ylim()[0] < 0  # a 0 F1 sits above the bottom edge
+    assert legend_labels(fig) == ["cosearch"]
+    curve = pd.DataFrame({"k": [1, 1], "recall": [0.0, np.nan], "group": ["single", "multi"],
+                          "data_source": ["syn_nq", "syn_hotpotqa"]})
+    fig = plot_recall_at_k(curve, topk=3, topn=10)
+    assert has_data(fig) and not no_data_texts(fig.axes[0])
+    assert legend_labels(fig) == ["syn_nq (single)"]  # the all-NaN family has no line, so no legend entry

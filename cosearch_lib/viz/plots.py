@@ -70,7 +70,7 @@ def _drawn(values: pd.Series) -> bool:
 
 def plot_recall_at_k(curve: pd.DataFrame, *, topk: int | None = None, topn: int | None = None, title: str = ""):
     """Answer recall@k against k per family (single-hop solid, multi-hop dashed), with K and N marked."""
-    fams = curve[curve["group"].isin(["single", "multi", "other"])] if "group" in curve else curve.iloc[:0]
+    fams = curve[curve["group"].isin(["single", "multi", "other"]) & curve["recall"].notna()] if "group" in curve else curve.iloc[:0]
     order = sorted(fams["data_source"].unique(), key=order_key) if len(fams) else []
     fig, ax = plt.subplots(figsize=(9, 4.5))
     if not order:
@@ -428,8 +428,9 @@ def plot_ablations(table: pd.DataFrame, *, title: str = ""):
     else:
         y = np.arange(len(rows))
         err = np.vstack([rows["diff"] - rows["ci_low"], rows["ci_high"] - rows["diff"]])
+        intervals = (rows["ci_low"].notna() & rows["ci_high"].notna()).any()
         ax.errorbar(rows["diff"], y, xerr=np.nan_to_num(err), fmt="o", color=METHOD_COLORS["cosearch"], capsize=3,
-                    label="ours, 95% paired interval")
+                    label="ours, 95% paired interval" if intervals else "ours (no interval could be computed)")
         reach = [rows["ci_low"].abs().max(), rows["ci_high"].abs().max(), rows["diff"].abs().max()]
         if "paper diff" in rows and rows["paper diff"].notna().any():
             ax.scatter(rows["paper diff"], y, marker="D", color="black", zorder=3, label="paper")
