@@ -107,6 +107,9 @@ def test_validation_curves_and_warm_start_losses_with_nothing_or_one_point():
     curve = pd.DataFrame([{"method": "cosearch", "x": 0, "estimate": 0.2, "ci_low": np.nan, "ci_high": np.nan}])
     fig = plot_validation_curves({"val F1": curve, "empty": curve.iloc[:0]})
     assert visible_ticks(fig.axes[0]) == [0.0] and no_data_texts(fig.axes[1]) == ["no data: no validation records"]
+    assert "no interval could be computed" in fig._suptitle.get_text()  # the title does not promise intervals
+    with_ci = curve.assign(ci_low=[0.1], ci_high=[0.3])
+    assert "95% bootstrap intervals" in plot_validation_curves({"val F1": with_ci})._suptitle.get_text()
     fig = plot_warmstart_losses(pd.DataFrame(columns=["role", "step", "loss"]))
     assert not has_data(fig) and no_data_texts(fig.axes[0])
     fig = plot_warmstart_losses(pd.DataFrame([{"role": "agent", "step": 1, "loss": 1.0}]))

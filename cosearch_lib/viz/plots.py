@@ -333,7 +333,10 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, frameon=False)
     whole_steps(axes[0], xs)
-    fig.suptitle(title or "Validation during training (95% bootstrap intervals)")
+    intervals = any(c["ci_low"].notna().any() and c["ci_high"].notna().any() for c in curves.values()
+                    if {"ci_low", "ci_high"} <= set(c.columns))
+    fig.suptitle(title or ("Validation during training (95% bootstrap intervals)" if intervals or not xs else
+                           "Validation during training (no interval could be computed: too few items per family)"))
     fig.tight_layout()
     return fig
 
