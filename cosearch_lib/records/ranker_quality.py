@@ -92,7 +92,9 @@ def quality_comparisons(records: pd.DataFrame, *, metric: str = "hit@1", baselin
         pairs.append((RELEVANCE_TRAINED, WARM_START))
     if RELEVANCE_TRAINED in labels:
         pairs += [(m, RELEVANCE_TRAINED) for m in labels[labels.index(RELEVANCE_TRAINED) + 1:]]
-    return comparison_table(records, pairs, metric, statistic="mean", seed=seed)
+    table = comparison_table(records, pairs, metric, statistic="mean", seed=seed)
+    table.attrs["unit"] = "sub-queries"  # what the verdicts count: items are held-out sub-queries, not questions
+    return table
 
 
 def ranker_quality_records(cfg: Any, retriever: Any, trained: Mapping[str, str | Path] | None = None) -> pd.DataFrame:
