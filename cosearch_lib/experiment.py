@@ -23,7 +23,7 @@ import pandas as pd
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import LLMRanker, RetrievalOnlyRanker
 from cosearch_lib.atomic_io import write_json
-from cosearch_lib.config import CrossEncoderConfig, ProfileConfig, load_profile
+from cosearch_lib.config import SCORING_RANKER_KINDS, CrossEncoderConfig, ProfileConfig, load_profile
 from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, register_adapter, run_evaluation, select_examples
@@ -32,19 +32,23 @@ from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
 from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.contract import GenerationBackend
+from cosearch_lib.models.llm_judge import LLMJudgeScorer, is_llm_judge_folder
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model, vllm_max_lora_rank
 from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
+from cosearch_lib.models.scoring_rankers import load_scoring_ranker
 from cosearch_lib.paths import cache_dir, path_text, project_relative, run_dir
 from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_corpus, prepare_index
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import relevance_lists, warm_start_cross_encoder
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
+from cosearch_lib.rl.listwise_training import ListwiseRecipe, sub_query_lists, train_listwise
 from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries
 from cosearch_lib.rl.relevance_training import RelevanceInputs, RelevanceTrainer
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, train_sft
 from cosearch_lib.run_schema import clear_run, latest_checkpoint
+from cosearch_lib.seeding import seed_everything
 
 
 def resolve_profile(profile: str | ProfileConfig) -> ProfileConfig:
@@ -107,8 +111,8 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     if not resume and dp.is_main:
         clear_run(out_dir)
     dp.barrier()
-    scorer = CrossEncoderScorer.load(cross_encoder_start(cfg, retriever, tcfg.cross_encoder, progress=progress)) \
-        if tcfg.uses_cross_encoder else None
+    scorer = load_scoring_ranker(scoring_ranker_start(cfg, retriever, progress=progress)) \
+        if tcfg.uses_scoring_ranker else None
     inputs = TrainerInputs(policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
                            val_questions=val, backend=backend, cross_encoder=scorer,
                            validation=harness_config(cfg, split=tcfg.val_split, n_per_dataset=tcfg.val_per_dataset,
@@ -262,7 +266,9 @@ def method_starts(cfg: ProfileConfig, retriever: SearchBackend | None, method: s
     ranker from the model as shipped, ours from its warm start)."""
     starts = policy_starts(cfg, retriever, progress=progress)
     takes_relevance = method in FIXED_RANKER_METHODS or (method == "cosearch" and cfg.relevance.cosearch_start == "relevance")
-    if cfg.relevance.enabled and takes_relevance and method_spec(method).ranked_by is RankedBy.POLICY:
+    # (a scoring ranker is relevance-trained by its own start: this GRPO is the generative ranker's)
+    if cfg.relevance.enabled and takes_relevance and method_spec(method).ranked_by is RankedBy.POLICY \
+            and cfg.training.ranker_kind == "llm":
         starts["ranker"] = relevance_ranker(cfg, retriever, progress=progress)
     return starts
 
@@ -281,11 +287,10 @@ def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, set
     scorer = CrossEncoderScorer.from_encoder(ce.model, max_length=ce.max_length)
     stats: dict[str, Any] = {"trained": False}
     if ce.warm_start_epochs and cfg.warmstart.enabled:
-        if retriever is None:
-            raise ValueError(f"the cross-encoder warm start of {cfg.profile!r} must be trained and needs a retriever")
         qa_path = corpus_paths(cfg).qa.get(cfg.warmstart.split)
-        if qa_path is None:
-            raise ValueError(f"profile {cfg.profile!r} has no {cfg.warmstart.split!r} split for the warm start")
+        if retriever is None or qa_path is None:
+            raise ValueError(f"the cross-encoder warm start of {cfg.profile!r} must be trained: it needs a retriever "
+                             f"and the {cfg.warmstart.split!r} split")
         lists = relevance_lists(load_qa(qa_path), retriever, topn=cfg.search.topn, n=cfg.warmstart.n_ranker)
         stats = {"trained": True, **warm_start_cross_encoder(scorer, lists, lr=ce.lr, head_lr=ce.head_lr, epochs=ce.warm_start_epochs,
                                                              seed=cfg.seed, progress=progress)}
@@ -293,13 +298,55 @@ def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, set
     return folder
 
 
+LLM_JUDGE_VERSION = 1  #: bump when the judge's listwise recipe changes (cached judges are then retrained)
+
+
+def llm_judge_dir(cfg: ProfileConfig) -> Path:
+    """Where the profile's listwise-trained LLM judge is cached (a hash of what shapes it)."""
+    key = cfg.fingerprint("world", "data", "retrieval", "search", "models", "lora", "seed")
+    judge = hashlib.sha1(json.dumps(dataclasses.asdict(cfg.training.llm_judge), sort_keys=True).encode()).hexdigest()[:8]
+    return cache_dir() / "llm_judge" / f"v{LLM_JUDGE_VERSION}-{key}-{judge}"
+
+
+def llm_judge_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, progress: bool = True) -> Path:
+    """The LLM judge (``training.ranker_kind: llm_judge``) GRPO starts from, and the Fixed Ranker of
+    that kind: a fresh LoRA adapter on the ranker model trained listwise on the gold hops of the
+    relevance training's split (``rl.listwise_training``), its held-out Hit@1 curve (the relevance
+    training's held-out sub-queries) kept in ``llm_judge.json``. Trained on first use, then cached."""
+    folder, jc = llm_judge_dir(cfg), cfg.training.llm_judge
+    if is_llm_judge_folder(folder):
+        return folder
+    seed_everything(cfg.seed)  # the LoRA A matrices' initialisation
+    scorer = LLMJudgeScorer.from_model(cfg.models.ranker, cfg.lora, max_chars=jc.max_chars)
+    stats: dict[str, Any] = {"trained_lists": 0}
+    if jc.examples:
+        qa = corpus_paths(cfg).qa
+        if retriever is None or cfg.relevance.split not in qa:
+            raise ValueError(f"the LLM judge of {cfg.profile!r} must be trained: it needs a retriever and the "
+                             f"{cfg.relevance.split!r} split (have {sorted(qa)})")
+        train = sub_query_lists(gold_sub_queries(load_qa(qa[cfg.relevance.split])), retriever, cfg.search.topn)
+        held = sub_query_lists(relevance_held_out(cfg), retriever, cfg.search.topn)
+        recipe = ListwiseRecipe(examples=jc.examples, batch=jc.batch, negatives=jc.negatives, lr=jc.listwise_lr,
+                                eval_every=max(jc.examples // 4, 1) if held else 0, patience=0)
+        stats = train_listwise(scorer, train, held, recipe, seed=cfg.seed, progress=progress)
+        stats.pop("held_out_hits")
+    scorer.save(folder, notes={"listwise": stats, "settings": dataclasses.asdict(jc)})
+    return folder
+
+
+def scoring_ranker_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, progress: bool = True) -> Path:
+    """The scoring ranker of ``training.ranker_kind`` (cross-encoder or LLM judge) a run starts from."""
+    start = llm_judge_start if cfg.training.ranker_kind == "llm_judge" else cross_encoder_start
+    return start(cfg, retriever, progress=progress)
+
+
 def policy_starts(cfg: ProfileConfig, retriever: SearchBackend | None, *, progress: bool = True) -> dict[str, Path]:
     """Where every policy of the profile starts: the warm-started adapters (:func:`warm_start`) and,
-    with ``training.ranker_kind: cross_encoder``, the cross-encoder (:func:`cross_encoder_start`).
+    with a scoring ``training.ranker_kind``, that ranker (:func:`scoring_ranker_start`) as ``cross_encoder``.
     What :func:`evaluate_before_after` evaluates as "before GRPO"."""
     starts = dict(warm_start(cfg, retriever, progress=progress))
-    if cfg.training.ranker_kind == "cross_encoder":
-        starts["cross_encoder"] = cross_encoder_start(cfg, retriever, progress=progress)
+    if cfg.training.ranker_kind in SCORING_RANKER_KINDS:
+        starts["cross_encoder"] = scoring_ranker_start(cfg, retriever, progress=progress)
     return starts
 
 

@@ -151,8 +151,8 @@ def test_the_listwise_warm_start_teaches_the_scorer_which_passages_hold_answers(
 
 def test_the_ranker_kind_setting_replaces_the_ranker_adapter_and_is_checked():
     cfg = TrainConfig(method="cosearch", ranker_kind="cross_encoder")
-    assert cfg.roles() == {"agent": "agent", "ranker": None} and cfg.trainable() == {"agent"} and cfg.uses_cross_encoder
-    assert not TrainConfig(method="search_r1", ranker_kind="cross_encoder").uses_cross_encoder
+    assert cfg.roles() == {"agent": "agent", "ranker": None} and cfg.trainable() == {"agent"} and cfg.uses_scoring_ranker
+    assert not TrainConfig(method="search_r1", ranker_kind="cross_encoder").uses_scoring_ranker
     with pytest.raises(ValueError, match="ranker_kind must be one of"):
         TrainConfig(ranker_kind="bm25")
     with pytest.raises(ValueError, match="shared backbone"):
@@ -165,7 +165,7 @@ def test_the_ranker_kind_setting_replaces_the_ranker_adapter_and_is_checked():
 
 @pytest.mark.slow
 def test_cosearch_trains_the_cross_encoder_with_grpo_and_resumes_it_from_a_checkpoint(tok, bert_tok, tmp_path):
-    with pytest.raises(ValueError, match="needs a cross_encoder scorer"):
+    with pytest.raises(ValueError, match="needs a scoring ranker"):
         doubles.trainer(tok, doubles.tiny_model(tok), tmp_path / "none", ranker_kind="cross_encoder")
 
     def built(out):

@@ -66,8 +66,10 @@ from cosearch_lib.config.retrieval import EncoderConfig, RetrievalConfig, Search
 from cosearch_lib.config.rules import PAPER_RULES, RULE_OPTIONS, RULE_SETS, RuleSet, check_same_rules, rule_set
 from cosearch_lib.config.training import (
     RANKER_KINDS,
+    SCORING_RANKER_KINDS,
     TRACKER_KINDS,
     CrossEncoderConfig,
+    LLMJudgeConfig,
     RelevanceConfig,
     TrainConfig,
     WarmStartConfig,
@@ -77,9 +79,9 @@ from cosearch_lib.config.world import DataConfig, WorldConfig
 
 __all__ = [
     "AGENT_STOPS", "AGGREGATIONS", "BASELINE_REPLIES", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN", "OLD_LOGPROBS",
-    "METHODS", "PAPER_RULES", "RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
+    "METHODS", "PAPER_RULES", "RANKER_KINDS", "SCORING_RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
     "TRAIN_BACKENDS", "AgentRewardConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",
-    "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LoraSettings", "ModelsConfig",
+    "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LLMJudgeConfig", "LoraSettings", "ModelsConfig",
     "ProfileConfig", "ProtocolConfig", "RankerRewardConfig", "RelevanceConfig", "RetrievalConfig", "RolloutConfig", "RuleSet",
     "SamplingConfig", "SearchBudget", "ServerConfig", "ScopeConfig", "SlurmConfig", "TrainConfig", "WarmStartConfig",
     "WorldConfig", "available_profiles", "check_bool", "check_choice", "check_int", "check_kinds", "check_number",

@@ -65,7 +65,9 @@ class MethodSpec:
 
     def evaluated_as(self, ranker_kind: str = "llm") -> str:
         """The harness method of its policies; the cross-encoder's own when it is the ranker policy."""
-        return "agent_cross_encoder" if self.has_ranker_policy and ranker_kind == "cross_encoder" else self.eval_method
+        # a scoring ranker (cross-encoder or LLM judge) is evaluated by the harness's scoring-ranker method
+        return "agent_cross_encoder" if self.has_ranker_policy and ranker_kind in ("cross_encoder", "llm_judge") \
+            else self.eval_method
 
 
 def _spec(name: str, ranked_by: RankedBy, trains: tuple[str, ...], eval_method: str, paper_name: str,

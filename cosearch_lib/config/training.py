@@ -13,8 +13,12 @@ from cosearch_lib.config.methods import MethodSpec, method_spec
 from cosearch_lib.config.rules import RuleSet, check_same_rules, rule_set
 
 #: What plays the ranker policy of the methods that rank with one (``RankedBy.POLICY``): the
-#: generative LLM ranker (a LoRA adapter) or the trainable cross-encoder.
-RANKER_KINDS = ("llm", "cross_encoder")
+#: generative LLM ranker (a LoRA adapter), the trainable cross-encoder, or the ranker LLM as a
+#: pointwise judge (its own LoRA adapter, reading each candidate beside the sub-query: issue 35).
+RANKER_KINDS = ("llm", "cross_encoder", "llm_judge")
+#: The kinds that rank by scoring each candidate and sampling K of them Plackett-Luce (a "scoring
+#: ranker": no generated text, every ranking valid; trained by ``rl.cross_encoder_policy``).
+SCORING_RANKER_KINDS = ("cross_encoder", "llm_judge")
 
 
 @dataclass
@@ -32,6 +36,27 @@ class CrossEncoderConfig:
         check.numbers("lr", "head_lr", low=0, low_open=True)
         check.ints("max_length", minimum=8)
         check.ints("warm_start_epochs", minimum=0)
+
+
+@dataclass
+class LLMJudgeConfig:
+    """The ranker LLM as a pointwise judge (``training.ranker_kind: llm_judge``, ``models.llm_judge``):
+    before GRPO it is trained listwise on the gold hops of the warm start's split
+    (``rl.listwise_training``), the recipe chosen on the dev split by its held-out Hit@1 curve
+    (docs/LOG.md, issue 35; ``benchmarks/ranker_recipes.py``)."""
+
+    lr: float = 1e-4  # AdamW learning rate of the judge's LoRA under GRPO
+    max_chars: int = 160  # characters of a candidate's first sentence the judge reads (its title too)
+    examples: int = 1200  # gold lists of the listwise training before GRPO (0: none, the base model's own margins)
+    negatives: int = 3  # non-relevant candidates sampled beside one relevant one per training list
+    batch: int = 4  # lists per optimizer step of the listwise training
+    listwise_lr: float = 5e-4  # AdamW learning rate of the listwise training (LoRA)
+
+    def __post_init__(self) -> None:
+        check = Fields("training.llm_judge", self)
+        check.numbers("lr", "listwise_lr", low=0, low_open=True)
+        check.ints("max_chars", "batch", minimum=1)
+        check.ints("examples", "negatives", minimum=0)
 
 
 #: Tracker kinds -> the pip package each needs.
@@ -72,8 +97,9 @@ class TrainConfig:
     shared_prefix_update: bool = field(default=True, metadata=SPEED_ONLY)  # the prompt prefix a role's sequences share runs once per optimizer step, not once per sequence (same gradient); off under gradient checkpointing
     max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
     shared_backbone: bool = False  # ablation: one adapter plays both roles
-    ranker_kind: str = "llm"  # "llm": the generative ranker (paper); "cross_encoder": a trainable cross-encoder (ablation)
+    ranker_kind: str = "llm"  # "llm": the generative ranker (paper); "cross_encoder": a trainable cross-encoder (ablation); "llm_judge": the ranker LLM judging each candidate (issue 35)
     cross_encoder: CrossEncoderConfig = field(default_factory=CrossEncoderConfig)  # used with ranker_kind cross_encoder
+    llm_judge: LLMJudgeConfig = field(default_factory=LLMJudgeConfig)  # used with ranker_kind llm_judge
     eval_every: int = 20  # E: validation (agent F1, ranker Hit@k on held-out sub-queries) every E steps (and after the last); 0 = never
     validate_at_start: bool = False  # also validate before the first update: a step -1 row of the step records (the starting point of the curves)
     val_split: str = "dev"  # split of the validation questions
@@ -109,9 +135,9 @@ class TrainConfig:
         except ConfigError as err:
             raise ConfigError(f"training.log_to: {err}") from None
         check.choice("ranker_kind", RANKER_KINDS)
-        if self.ranker_kind == "cross_encoder" and self.shared_backbone:
-            raise check.fail("shared_backbone", "False with ranker_kind 'cross_encoder' (a shared backbone plays both "
-                             "roles with one LLM adapter)")
+        if self.ranker_kind in SCORING_RANKER_KINDS and self.shared_backbone:
+            raise check.fail("shared_backbone", f"False with ranker_kind {self.ranker_kind!r} (a shared backbone plays "
+                             "both roles with one generative LLM adapter)")
         check.strs("wandb_project")
 
     @property
@@ -132,9 +158,17 @@ class TrainConfig:
         return {"agent": "agent", "ranker": ranker}
 
     @property
-    def uses_cross_encoder(self) -> bool:
-        """The method ranks with its ranker policy and that policy is the cross-encoder (no ranker adapter)."""
-        return self.spec.has_ranker_policy and self.ranker_kind == "cross_encoder"
+    def uses_scoring_ranker(self) -> bool:
+        """The method ranks with its ranker policy and that policy is a scoring ranker (the cross-encoder
+        or the LLM judge: no generative ranker adapter)."""
+        return self.spec.has_ranker_policy and self.ranker_kind in SCORING_RANKER_KINDS
+
+    @property
+    def scoring_ranker_lr(self) -> tuple[float, float | None]:
+        """(learning rate, head learning rate) of the scoring ranker's GRPO updates."""
+        if self.ranker_kind == "llm_judge":
+            return self.llm_judge.lr, None
+        return self.cross_encoder.lr, self.cross_encoder.head_lr
 
     def trainable(self) -> set[str]:
         """The adapters GRPO updates: those playing a role the method trains."""

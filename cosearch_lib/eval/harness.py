@@ -54,9 +54,9 @@ from cosearch_lib.config import BASELINE_REPLIES, ProtocolConfig, RolloutConfig,
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_at_k
-from cosearch_lib.models.cross_encoder import CrossEncoderScorer, is_cross_encoder_folder
 from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.models.registry import quiet_loading
+from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder, load_scoring_ranker
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 
@@ -382,8 +382,8 @@ def _cross_encoder(ctx: HarnessContext, cfg: HarnessConfig) -> Ranker:
     if cfg.cross_encoder_model is None:
         raise _Skip("no cross-encoder configured (HarnessContext.cross_encoder and HarnessConfig.cross_encoder_model "
                     "are both None); give one, e.g. cross-encoder/ms-marco-MiniLM-L-6-v2")
-    if is_cross_encoder_folder(cfg.cross_encoder_model):  # a trained cross-encoder policy (rl.cross_encoder_policy): greedy top-K
-        return CrossEncoderPolicyRanker(CrossEncoderScorer.load(cfg.cross_encoder_model), temperature=0.0, seed=cfg.seed)
+    if is_scoring_ranker_folder(cfg.cross_encoder_model):  # a trained scoring ranker (cross-encoder, LLM judge): greedy top-K
+        return CrossEncoderPolicyRanker(load_scoring_ranker(cfg.cross_encoder_model), temperature=0.0, seed=cfg.seed)
     return make_ranker("cross_encoder", model_name=cfg.cross_encoder_model)
 
 

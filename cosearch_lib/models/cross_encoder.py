@@ -48,6 +48,12 @@ class CrossEncoderScorer(torch.nn.Module):
     def device(self) -> torch.device:
         return self.head.weight.device
 
+    def param_groups(self, lr: float, head_lr: float | None = None) -> list[dict]:
+        """The optimizer's parameter groups: the encoder at ``lr``, the head at ``head_lr`` (default ``lr``)."""
+        head = [p for p in self.head.parameters() if p.requires_grad]
+        encoder = [p for p in self.encoder.parameters() if p.requires_grad]
+        return [{"params": encoder, "lr": lr}, {"params": head, "lr": lr if head_lr is None else head_lr}]
+
     def scores(self, query: str, passages: Sequence[str]) -> torch.Tensor:
         """One score per passage (float32, on the scorer's device); gradients flow unless under no_grad."""
         if not passages:

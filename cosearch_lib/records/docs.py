@@ -371,6 +371,38 @@ def _ranker_sft_probes(root: Path) -> list[str]:
             "`figures/ranker_sft_probes.png`.", "", markdown_table(rows, list(rows[0])), ""]
 
 
+#: Where ``benchmarks/ranker_recipes.py`` writes its records (issue 35), under the results folder.
+RANKER_RECIPES_FOLDER = "_ranker_recipes"
+
+
+def _ranker_recipes(root: Path) -> list[str]:
+    """The scoring rankers' learning curves (``benchmarks/ranker_recipes.py``): one row per recipe, its
+    held-out Hit@1 at the start, at its best point and at its end against the retriever's order."""
+    records = [json.loads(p.read_text()) for p in sorted((root / RANKER_RECIPES_FOLDER).glob("*.json"))]
+    if not records:
+        return []
+    rows = []
+    for r in records:
+        curve, st, final = r["curve"], r["recipe_settings"], r.get("final") or {}
+        best = max(curve, key=lambda x: x["hit@1"]) if curve else {}
+        rows.append({"recipe": r["recipe"], "scorer": r["scorer"], "lr": f"{st['lr']:g}",
+                     "negatives": st["negatives"] or "all", "lists trained": curve[-1]["examples"] if curve else 0,
+                     "train min": f"{curve[-1]['train_s'] / 60:.0f}" if curve else None,
+                     "Hit@1 start": curve[0]["hit@1"] if curve else None,
+                     "Hit@1 best (lists)": f"{best['hit@1']:.3f} ({best['examples']})" if best else None,
+                     "Hit@1 retriever": r["retriever_hit@1"], "Hit@1 end": final.get("hit@1"), "diff": final.get("diff"),
+                     "ci_low": final.get("ci_low"), "ci_high": final.get("ci_high"),
+                     "status": "stopped: flat" if r.get("stopped_early") else ("done" if r.get("complete") else "interrupted")})
+    return ["## Teaching the 135M ranker to read: scoring recipes and their learning curves", "",
+            "Each recipe trains a scoring ranker on the training split's gold hops (listwise loss on its candidates' "
+            "scores) and measures the held-out Hit@1 of its first pick on dev sub-queries every few hundred lists, "
+            "beside the retriever's order on the same items; `diff` is the end point minus the retriever, with its "
+            "paired 95% interval (family-stratified). A recipe not above its start after 400 lists is stopped. "
+            f"Generated from `docs/results/{RANKER_RECIPES_FOLDER}/`; each record names its command "
+            "(`benchmarks/ranker_recipes.py`), which also draws the curves in `figures/ranker_recipes.png`.", "",
+            markdown_table(rows, list(rows[0])), ""]
+
+
 def render_results_page(results_root: Path | None = None) -> str:
     root = results_root or docs_dir() / "results"
     out = ["# Results", "",
@@ -381,6 +413,7 @@ def render_results_page(results_root: Path | None = None) -> str:
         out.append("No run records committed yet.\n")
     out += _findings(root, profiles)
     out += _ranker_sft_probes(root)
+    out += _ranker_recipes(root)
     for profile in profiles:
         folder = root / profile
         out += [f"## Profile `{profile}`", ""]

@@ -22,7 +22,7 @@ import pandas as pd
 from cosearch_lib.config.methods import TRAINING_METHODS
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval, interval_excludes_zero, verdicts
 from cosearch_lib.eval.tables import comparison_table
-from cosearch_lib.models.cross_encoder import is_cross_encoder_folder
+from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder
 from cosearch_lib.paths import run_dir
 from cosearch_lib.rl.warm_start import warmstart_summary
 from cosearch_lib.run_schema import RANKER_CALLS_FILE, STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE, latest_checkpoint
@@ -185,9 +185,9 @@ def checkpoint_adapters(root: str | Path, method: str) -> dict[str, Path]:
     ckpt = latest_checkpoint(Path(root) / method)
     if ckpt is None:
         raise FileNotFoundError(f"no checkpoint of {method!r} under {Path(root) / method}")
-    # LoRA adapters (peft folders) and, for a cross-encoder ranker, its saved scorer (models.cross_encoder)
+    # LoRA adapters (peft folders) and, for a scoring ranker, its saved folder (models.scoring_rankers)
     return {p.name: p for p in sorted((ckpt / "adapters").iterdir())
-            if (p / "adapter_config.json").exists() or is_cross_encoder_folder(p)}
+            if (p / "adapter_config.json").exists() or is_scoring_ranker_folder(p)}
 
 
 def warmstart_table(folders: dict[str, str | Path]) -> pd.DataFrame:

@@ -88,10 +88,9 @@ def warm_start_cross_encoder(scorer: CrossEncoderScorer, lists: Sequence[Relevan
 
 
 def make_optimizer(scorer: CrossEncoderScorer, lr: float, head_lr: float) -> torch.optim.Optimizer:
-    """AdamW, no weight decay: ``lr`` for the encoder, ``head_lr`` for the head."""
-    head = [p for p in scorer.head.parameters() if p.requires_grad]
-    encoder = [p for p in scorer.encoder.parameters() if p.requires_grad]
-    return torch.optim.AdamW([{"params": encoder, "lr": lr}, {"params": head, "lr": head_lr}], weight_decay=0.0)
+    """AdamW, no weight decay, over the scorer's ``param_groups``: ``lr`` for the encoder (a judge's
+    adapter), ``head_lr`` for a head."""
+    return torch.optim.AdamW(scorer.param_groups(lr, head_lr), weight_decay=0.0)
 
 
 def cross_encoder_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Optimizer, calls: Sequence[Any],

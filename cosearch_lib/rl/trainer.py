@@ -108,7 +108,7 @@ class TrainerInputs:
     validation: HarnessConfig | None = None  # the greedy evaluation validation runs (None: from ``rollout``)
     backend: Any = None  # generates the rollouts (vLLM, a test's scripted backend); None: the policy model itself
     generation_options: Mapping[str, Any] = field(default_factory=dict)  # TransformersBackend options when backend is None
-    cross_encoder: Any = None  # the cross-encoder ranker of training.ranker_kind 'cross_encoder'
+    cross_encoder: Any = None  # the scoring ranker of training.ranker_kind 'cross_encoder' or 'llm_judge'
     chat: ChatTokens | None = None  # chat-token assembly (None: from the tokenizer)
 
 
@@ -132,15 +132,17 @@ class JointTrainer:
         self.backend = inputs.backend if inputs.backend is not None else \
             TransformersBackend(self.policies.model, inputs.tokenizer, **inputs.generation_options)
         self.pad_id = inputs.tokenizer.pad_token_id if inputs.tokenizer.pad_token_id is not None else inputs.tokenizer.eos_token_id
-        # The cross-encoder ranker (training.ranker_kind: cross_encoder) lives beside the LoRA policies,
-        # with its own optimizer when the method trains its ranker.
-        if cfg.uses_cross_encoder and inputs.cross_encoder is None:
-            raise ValueError(f"training.ranker_kind 'cross_encoder' with method {cfg.method!r} needs a cross_encoder scorer")
-        self.cross_encoder = inputs.cross_encoder if cfg.uses_cross_encoder else None
+        # A scoring ranker (training.ranker_kind cross_encoder or llm_judge) lives beside the LoRA
+        # policies, with its own optimizer when the method trains its ranker; it fills the
+        # "cross_encoder" slot whatever its model.
+        if cfg.uses_scoring_ranker and inputs.cross_encoder is None:
+            raise ValueError(f"training.ranker_kind {cfg.ranker_kind!r} with method {cfg.method!r} needs a scoring ranker "
+                             "(TrainerInputs.cross_encoder)")
+        self.cross_encoder = inputs.cross_encoder if cfg.uses_scoring_ranker else None
         self.cross_encoder_trained = self.cross_encoder is not None and self.spec.trains_ranker
         if self.cross_encoder_trained and dp.distributed:
             raise ValueError("the cross-encoder ranker trains in one process only; launch this method without torchrun/srun")
-        self.cross_encoder_optimizer = make_optimizer(self.cross_encoder, cfg.cross_encoder.lr, cfg.cross_encoder.head_lr) \
+        self.cross_encoder_optimizer = make_optimizer(self.cross_encoder, *cfg.scoring_ranker_lr) \
             if self.cross_encoder_trained else None
         self.validation = inputs.validation if inputs.validation is not None else _validation_harness(cfg, rollout, seed)
         self.step = 0  # steps completed

@@ -48,3 +48,35 @@ def plot_ranker_sft_probes(losses: pd.DataFrame, hits: pd.DataFrame, *, title: s
     fig.suptitle(title or "Listwise SFT of the 135M ranker: loss, and Hit@1 against the retriever's order")
     fig.tight_layout()
     return fig
+
+
+def plot_ranker_recipes(curves: pd.DataFrame, retriever_hit1: float, *, n_items: int = 0, title: str = ""):
+    """The scoring rankers' learning curves (``benchmarks/ranker_recipes.py``, issue 35): held-out
+    Hit@1 of each recipe's first pick against training lists (left) and against CPU minutes of
+    training (right), with the retriever's own order as a dashed line (``curves``: recipe,
+    examples, hit@1, train_s)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    left.set(xlabel="training lists (gold hops)", ylabel="held-out Hit@1", title="Per list trained")
+    right.set(xlabel="CPU minutes of training (held-out scoring excluded)", title="Per minute of training")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    if curves.empty or not _numbers(curves["hit@1"]):
+        for ax in (left, right):
+            no_data(ax, "no recipe recorded")
+    else:
+        recipes = list(dict.fromkeys(curves["recipe"]))
+        colors = dict(zip(recipes, sns.color_palette("tab10", len(recipes))))
+        for recipe, part in curves.groupby("recipe", sort=False):
+            left.plot(part["examples"], part["hit@1"], "o-", ms=3, lw=1.4, color=colors[recipe], label=recipe)
+            right.plot(part["train_s"] / 60, part["hit@1"], "o-", ms=3, lw=1.4, color=colors[recipe])
+        for ax in (left, right):
+            if pd.notna(retriever_hit1):
+                ax.axhline(retriever_hit1, color="black", ls="--", lw=1)
+        if pd.notna(retriever_hit1):
+            left.plot([], [], color="black", ls="--", lw=1, label="retriever's order")
+        left.legend(frameon=False, fontsize=8, loc="best")
+        left.set_ylim(0, 1)
+    items = f" ({n_items} held-out sub-queries)" if n_items else ""
+    fig.suptitle(title or f"Which recipe makes the 135M ranker read? Hit@1 of its first pick{items}")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,118 @@
+"""A listwise ranker LLM read at its first ranking position (FIRST, Gangi Reddy et al. 2024).
+
+The N candidates sit in one prompt, each behind a one-token identifier (``[A]`` .. ``[T]``: the
+SmolLM2 and Qwen tokenizers split ``[10]`` into ``[``, ``1``, ``0``, so numbers would make
+``[10]`` start like ``[1]``); the sub-query is repeated after them, and the reply is opened with
+``<rerank>[``. The logits of the N identifier tokens at that position are the candidates' scores:
+one forward pass ranks the whole list, and a listwise loss on those logits trains exactly the token
+that decides Hit@1 (the generative ranker's SFT spreads its loss over ~54 template tokens).
+
+Same interface as ``models.llm_judge.LLMJudgeScorer`` (``scores(query, contents)``, ``save``,
+``load``, ``param_groups``), so the same listwise training and Plackett-Luce policy use it. Measured
+on the embedded world (docs/LOG.md, issue 35): it loses the retriever's position prior under
+shuffled training faster than it learns to read; the pointwise judge is the recipe that read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import PeftModel, get_peft_model
+
+from cosearch_lib.atomic_io import atomic_dir
+from cosearch_lib.config import LoraSettings
+from cosearch_lib.data.passage import split_contents
+from cosearch_lib.models.llm_judge import first_sentence, single_token_id
+from cosearch_lib.models.lora_policies import peft_lora_config
+from cosearch_lib.models.registry import load_causal_lm, quiet_loading
+
+#: The file a complete folder holds (written last).
+LISTWISE_MARKER = "listwise_logits.json"
+#: The name of the LoRA adapter inside its peft model.
+LISTWISE_ADAPTER = "listwise"
+#: One-token identifiers, in candidate order.
+IDENTIFIERS = "ABCDEFGHIJKLMNOPQRST"
+#: The reply's opening: the next token is the first pick's identifier.
+REPLY_OPENING = "<rerank>["
+
+
+def listwise_messages(query: str, contents: Sequence[str], *, max_chars: int) -> list[dict[str, str]]:
+    """The prompt: the candidates (title, first sentence capped at ``max_chars``) behind their
+    identifiers, then the sub-query again, then what to reply."""
+    if len(contents) > len(IDENTIFIERS):
+        raise ValueError(f"at most {len(IDENTIFIERS)} candidates have one-token identifiers, got {len(contents)}")
+    blocks = []
+    for ident, row in zip(IDENTIFIERS, contents):
+        title, text = split_contents(row)
+        sentence = first_sentence(text)
+        if len(sentence) > max_chars:
+            sentence = sentence[: max(max_chars - 1, 0)].rstrip() + "…"
+        blocks.append(f"[{ident}] {title}\n{sentence}")
+    listing = "\n\n".join(blocks)
+    content = (f"Search query: {query.strip()}\n\nCandidate passages:\n{listing}\n\n"
+               f"Search query: {query.strip()}\nWhich passage answers the search query? Reply with its letter.")
+    return [{"role": "user", "content": content}]
+
+
+class ListwiseLogitScorer(torch.nn.Module):
+    """``scores(query, contents) -> (N,)``: the identifier logits at the first ranking position."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, source: str, max_chars: int = 160) -> None:
+        super().__init__()
+        self.model, self.tokenizer, self.source, self.max_chars = model, tokenizer, source, max_chars
+        self.identifier_ids = [single_token_id(tokenizer, c) for c in IDENTIFIERS]
+        self.opening_ids = tokenizer.encode(REPLY_OPENING, add_special_tokens=False)
+
+    @classmethod
+    def from_model(cls, name: str, lora: LoraSettings, *, max_chars: int = 160, device: str | None = None) -> ListwiseLogitScorer:
+
+        base, tokenizer = load_causal_lm(name, device=device)
+        return cls(get_peft_model(base, peft_lora_config(lora), adapter_name=LISTWISE_ADAPTER), tokenizer, source=name,
+                   max_chars=max_chars)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def param_groups(self, lr: float, head_lr: float | None = None) -> list[dict[str, Any]]:
+        del head_lr
+        return [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": lr}]
+
+    def prompt_ids(self, query: str, contents: Sequence[str]) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(listwise_messages(query, contents, max_chars=self.max_chars),
+                                                 add_generation_prompt=True, tokenize=True)
+        ids = ids["input_ids"] if not isinstance(ids, list) else ids
+        return [*ids, *self.opening_ids]
+
+    def scores(self, query: str, contents: Sequence[str]) -> torch.Tensor:
+        if not contents:
+            return torch.zeros(0, device=self.device)
+        ids = torch.tensor([self.prompt_ids(query, contents)], device=self.device)  # (1, T)
+        logits = self.model(input_ids=ids).logits[0, -1]  # (V,)
+        return logits[self.identifier_ids[: len(contents)]].float()
+
+    def save(self, folder: str | Path, *, notes: dict | None = None) -> Path:
+        with atomic_dir(Path(folder)) as tmp:
+            self.model.save_pretrained(tmp, selected_adapters=[LISTWISE_ADAPTER])
+            (tmp / LISTWISE_MARKER).write_text(json.dumps({"source": self.source, "max_chars": self.max_chars, **(notes or {})},
+                                                 indent=2))
+        return Path(folder)
+
+    @classmethod
+    def load(cls, folder: str | Path, *, device: str | None = None) -> ListwiseLogitScorer:
+        folder = Path(folder)
+        if not (folder / LISTWISE_MARKER).exists():
+            raise FileNotFoundError(f"{folder} is not a saved listwise-logit ranker (no {LISTWISE_MARKER})")
+        meta = json.loads((folder / LISTWISE_MARKER).read_text())
+        base, tokenizer = load_causal_lm(meta["source"], device=device)
+        adapter_dir = folder / LISTWISE_ADAPTER if (folder / LISTWISE_ADAPTER / "adapter_config.json").exists() else folder
+        with quiet_loading():
+            model = PeftModel.from_pretrained(base, str(adapter_dir), adapter_name=LISTWISE_ADAPTER, is_trainable=True)
+        return cls(model, tokenizer, source=meta["source"], max_chars=meta["max_chars"])
+
+
+__all__ = ["IDENTIFIERS", "ListwiseLogitScorer", "listwise_messages"]
