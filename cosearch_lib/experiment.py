@@ -327,7 +327,7 @@ def llm_judge_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, prog
         train = sub_query_lists(gold_sub_queries(load_qa(qa[cfg.relevance.split])), retriever, cfg.search.topn)
         held = sub_query_lists(relevance_held_out(cfg), retriever, cfg.search.topn)
         recipe = ListwiseRecipe(examples=jc.examples, batch=jc.batch, negatives=jc.negatives, lr=jc.listwise_lr,
-                                eval_every=max(jc.examples // 4, 1) if held else 0, patience=0)
+                                eval_every=max(jc.examples // 2, 1) if held else 0, patience=0)
         stats = train_listwise(scorer, train, held, recipe, seed=cfg.seed, progress=progress)
         stats.pop("held_out_hits")
     scorer.save(folder, notes={"listwise": stats, "settings": dataclasses.asdict(jc)})
