@@ -15,20 +15,18 @@ shuffled training faster than it learns to read; the pointwise judge is the reci
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from peft import PeftModel, get_peft_model
+from peft import get_peft_model
 
-from cosearch_lib.atomic_io import atomic_dir
 from cosearch_lib.config import LoraSettings
 from cosearch_lib.data.passage import split_contents
-from cosearch_lib.models.llm_judge import first_sentence, single_token_id
+from cosearch_lib.models.llm_judge import first_sentence, load_lora_scorer, save_lora_scorer, single_token_id
 from cosearch_lib.models.lora_policies import peft_lora_config
-from cosearch_lib.models.registry import load_causal_lm, quiet_loading
+from cosearch_lib.models.registry import load_causal_lm
 
 #: The file a complete folder holds (written last).
 LISTWISE_MARKER = "listwise_logits.json"
@@ -96,22 +94,12 @@ class ListwiseLogitScorer(torch.nn.Module):
         return logits[self.identifier_ids[: len(contents)]].float()
 
     def save(self, folder: str | Path, *, notes: dict | None = None) -> Path:
-        with atomic_dir(Path(folder)) as tmp:
-            self.model.save_pretrained(tmp, selected_adapters=[LISTWISE_ADAPTER])
-            (tmp / LISTWISE_MARKER).write_text(json.dumps({"source": self.source, "max_chars": self.max_chars, **(notes or {})},
-                                                 indent=2))
-        return Path(folder)
+        meta = {"source": self.source, "max_chars": self.max_chars, **(notes or {})}
+        return save_lora_scorer(self.model, LISTWISE_ADAPTER, folder, LISTWISE_MARKER, meta)
 
     @classmethod
     def load(cls, folder: str | Path, *, device: str | None = None) -> ListwiseLogitScorer:
-        folder = Path(folder)
-        if not (folder / LISTWISE_MARKER).exists():
-            raise FileNotFoundError(f"{folder} is not a saved listwise-logit ranker (no {LISTWISE_MARKER})")
-        meta = json.loads((folder / LISTWISE_MARKER).read_text())
-        base, tokenizer = load_causal_lm(meta["source"], device=device)
-        adapter_dir = folder / LISTWISE_ADAPTER if (folder / LISTWISE_ADAPTER / "adapter_config.json").exists() else folder
-        with quiet_loading():
-            model = PeftModel.from_pretrained(base, str(adapter_dir), adapter_name=LISTWISE_ADAPTER, is_trainable=True)
+        model, tokenizer, meta = load_lora_scorer(folder, LISTWISE_ADAPTER, LISTWISE_MARKER, device=device)
         return cls(model, tokenizer, source=meta["source"], max_chars=meta["max_chars"])
 
 

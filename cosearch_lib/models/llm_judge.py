@@ -152,23 +152,35 @@ class LLMJudgeScorer(torch.nn.Module):
     def save(self, folder: str | Path, *, notes: dict | None = None) -> Path:
         """Write the judge atomically: its adapter (peft folder) and ``llm_judge.json`` (``notes``: how
         it was trained)."""
-        with atomic_dir(Path(folder)) as tmp:
-            self.model.save_pretrained(tmp, selected_adapters=[JUDGE_ADAPTER])
-            meta = {"source": self.source, "max_chars": self.max_chars, "max_length": self.max_length, **(notes or {})}
-            (tmp / JUDGE_MARKER).write_text(json.dumps(meta, indent=2))
-        return Path(folder)
+        meta = {"source": self.source, "max_chars": self.max_chars, "max_length": self.max_length, **(notes or {})}
+        return save_lora_scorer(self.model, JUDGE_ADAPTER, folder, JUDGE_MARKER, meta)
 
     @classmethod
     def load(cls, folder: str | Path, *, device: str | None = None) -> LLMJudgeScorer:
-        folder = Path(folder)
-        if not (folder / JUDGE_MARKER).exists():
-            raise FileNotFoundError(f"{folder} is not a saved LLM judge (no {JUDGE_MARKER})")
-        meta = json.loads((folder / JUDGE_MARKER).read_text())
-        base, tokenizer = load_causal_lm(meta["source"], device=device)
-        adapter_dir = folder / JUDGE_ADAPTER if (folder / JUDGE_ADAPTER / "adapter_config.json").exists() else folder
-        with quiet_loading():
-            model = PeftModel.from_pretrained(base, str(adapter_dir), adapter_name=JUDGE_ADAPTER, is_trainable=True)
+        model, tokenizer, meta = load_lora_scorer(folder, JUDGE_ADAPTER, JUDGE_MARKER, device=device)
         return cls(model, tokenizer, source=meta["source"], max_chars=meta["max_chars"], max_length=meta["max_length"])
+
+
+def save_lora_scorer(model: Any, adapter: str, folder: str | Path, marker: str, meta: dict) -> Path:
+    """Write an LLM scorer's one LoRA adapter and its ``marker`` file (``meta``, written last) atomically."""
+    with atomic_dir(Path(folder)) as tmp:
+        model.save_pretrained(tmp, selected_adapters=[adapter])
+        (tmp / marker).write_text(json.dumps(meta, indent=2))
+    return Path(folder)
+
+
+def load_lora_scorer(folder: str | Path, adapter: str, marker: str, *, device: str | None = None) -> tuple[Any, Any, dict]:
+    """(peft model, tokenizer, meta) of a folder written by :func:`save_lora_scorer`: the base model named
+    by its ``source``, the adapter trainable; FileNotFoundError when the marker is missing."""
+    folder = Path(folder)
+    if not (folder / marker).exists():
+        raise FileNotFoundError(f"{folder} is not a saved LLM scorer (no {marker})")
+    meta = json.loads((folder / marker).read_text())
+    base, tokenizer = load_causal_lm(meta["source"], device=device)
+    adapter_dir = folder / adapter if (folder / adapter / "adapter_config.json").exists() else folder
+    with quiet_loading():
+        model = PeftModel.from_pretrained(base, str(adapter_dir), adapter_name=adapter, is_trainable=True)
+    return model, tokenizer, meta
 
 
 def is_llm_judge_folder(folder: str | Path) -> bool:
@@ -176,4 +188,4 @@ def is_llm_judge_folder(folder: str | Path) -> bool:
 
 
 __all__ = ["JUDGE_ADAPTER", "JUDGE_MARKER", "LLMJudgeScorer", "first_sentence", "is_llm_judge_folder", "judge_prompt",
-           "single_token_id"]
+           "load_lora_scorer", "save_lora_scorer", "single_token_id"]
