@@ -38,10 +38,8 @@ from cosearch_lib.models.cross_encoder import CrossEncoderScorer
 from cosearch_lib.models.listwise_logits import ListwiseLogitScorer
 from cosearch_lib.models.llm_judge import LLMJudgeScorer
 from cosearch_lib.retrieval.artifacts import corpus_paths
-from cosearch_lib.rl.cross_encoder_policy import RelevanceList
-from cosearch_lib.rl.listwise_training import ListwiseRecipe, train_listwise
+from cosearch_lib.rl.listwise_training import ListwiseRecipe, sub_query_lists, train_listwise
 from cosearch_lib.rl.ranker_validation import gold_sub_queries
-from cosearch_lib.rl.relevance_training import ranking_items
 from cosearch_lib.viz.ranker_probes import plot_ranker_recipes
 
 #: name -> (scorer kind, recipe); the scorer is built from the profile's ranker model and LoRA settings.
@@ -60,10 +58,6 @@ def build_scorer(kind: str, cfg):
     if kind == "cross_encoder":
         return CrossEncoderScorer.from_encoder(cfg.training.cross_encoder.model, max_length=cfg.training.cross_encoder.max_length)
     raise ValueError(f"unknown scorer kind {kind!r}")
-
-
-def lists_of(items) -> list[RelevanceList]:
-    return [RelevanceList(it.query.sub_query, [p.contents for p in it.candidates], list(it.relevant)) for it in items]
 
 
 def draw(folder: Path, figure: Path) -> None:
@@ -93,12 +87,12 @@ def main() -> None:
     cfg = load_profile(args.profile)
     cfg = replace(cfg, relevance=replace(cfg.relevance, val_per_dataset=args.val_per_dataset))
     retriever = experiment.build_retriever(cfg, progress=False)
-    held_items = ranking_items(experiment.relevance_held_out(cfg), retriever, cfg.search.topn)
-    held = lists_of(held_items)
-    families = [it.query.dataset for it in held_items]
+    held_queries = experiment.relevance_held_out(cfg)
+    held = sub_query_lists(held_queries, retriever, cfg.search.topn)
+    families = [q.dataset for q in held_queries]
     retriever_hits = [float(x.relevant[0]) for x in held]
-    train = lists_of(ranking_items(gold_sub_queries(load_qa(corpus_paths(cfg).qa[cfg.relevance.split])), retriever,
-                                   cfg.search.topn))
+    train = sub_query_lists(gold_sub_queries(load_qa(corpus_paths(cfg).qa[cfg.relevance.split])), retriever,
+                            cfg.search.topn)
     print(f"{len(held)} held-out sub-queries (retriever Hit@1 {sum(retriever_hits) / len(held):.3f}); "
           f"{len(train)} training hops", flush=True)
     for name in args.recipes:
