@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from cosearch_lib.records.compare import compare_tables, diff_table
-from cosearch_lib.records.docs import GLOSSARIES, _cell, generated_pages, markdown_table, render_metrics_page
+from cosearch_lib.records.docs import GLOSSARIES, generated_pages, render_metrics_page
+from cosearch_lib.records.markdown_tables import markdown_cell, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -169,7 +170,7 @@ def test_metrics_page_lists_every_glossary_entry():
     page = render_metrics_page()
     for _, _, glossary, home in GLOSSARIES:
         assert home in page
-        missing = [k for k in glossary if f"| {_cell(f'`{k}`')} |" not in page]
+        missing = [k for k in glossary if f"| {markdown_cell(f'`{k}`')} |" not in page]
         assert not missing, f"{home}: {missing}"
 
 

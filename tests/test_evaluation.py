@@ -422,8 +422,8 @@ def test_harness_config_reads_the_evaluation_rollout_and_search_sections(tmp_pat
 
 
 def test_context_from_profile_shares_one_backend_when_agent_and_ranker_are_the_same_model(tok, monkeypatch):
-    from cosearch_lib import experiment
     from cosearch_lib.config import load_profile
+    from cosearch_lib.experiment import building
 
     built = []
 
@@ -431,7 +431,7 @@ def test_context_from_profile_shares_one_backend_when_agent_and_ranker_are_the_s
         built.append((kind, name, kw))
         return ScriptedBackend(tok, [])
 
-    monkeypatch.setattr(experiment, "make_backend", fake_make_backend)
+    monkeypatch.setattr(building, "make_backend", fake_make_backend)
     cfg = load_profile("ci")
     retriever = FixedRetriever([])
     ctx = harness_context(cfg, retriever)

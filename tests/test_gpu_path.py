@@ -286,7 +286,7 @@ def test_transformers_path_registers_nothing(tok, tmp_path):
 
 
 def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_path, monkeypatch):
-    import cosearch_lib.experiment as experiment_mod
+    import cosearch_lib.experiment.method_runs as experiment_mod
     from cosearch_lib.config import ProfileConfig, from_dict
     from cosearch_lib.experiment import build_trainer
 

@@ -351,7 +351,7 @@ def test_results_page_leads_with_the_findings_of_each_seed(tmp_path):
     assert "- `lap_seed1`, seed 1, CoSearch - Fixed Ranker (-0.010, interval [-0.050, +0.030]). Shows: joint training and " \
            "the frozen ranker are not told apart" in head
     assert head.count("Cannot show:") == 4
-    from cosearch_lib.records.docs import FINDINGS, READINGS
+    from cosearch_lib.records.findings_page import FINDINGS, READINGS
     assert {what for _, _, what in FINDINGS} == set(READINGS)
 
 

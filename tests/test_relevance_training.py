@@ -13,6 +13,7 @@ import torch
 from cosearch_lib import experiment
 from cosearch_lib.config import ConfigError, ProtocolConfig, RelevanceConfig, RolloutConfig, SearchBudget, load_profile
 from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.experiment import cached_starts
 from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
 from cosearch_lib.rl.ranker_validation import gold_sub_queries
 from cosearch_lib.rl.relevance_training import RELEVANCE_METHOD, RelevanceInputs, RelevanceTrainer, ranking_items
@@ -192,8 +193,8 @@ def test_each_method_starts_its_ranker_where_the_settings_say(monkeypatch, tmp_p
 
     cfg = load_profile("ci")
     cfg = replace(cfg, relevance=replace(cfg.relevance, enabled=True, cosearch_start=cosearch_start))
-    monkeypatch.setattr(experiment, "policy_starts", lambda *a, **k: {"agent": tmp_path / "a", "ranker": tmp_path / "warm"})
-    monkeypatch.setattr(experiment, "relevance_ranker", lambda *a, **k: tmp_path / "relevance")
+    monkeypatch.setattr(cached_starts, "policy_starts", lambda *a, **k: {"agent": tmp_path / "a", "ranker": tmp_path / "warm"})
+    monkeypatch.setattr(cached_starts, "relevance_ranker", lambda *a, **k: tmp_path / "relevance")
     starts = experiment.method_starts(cfg, None, method)
     assert starts == {"agent": tmp_path / "a", "ranker": tmp_path / ranker}
     off = replace(cfg, relevance=replace(cfg.relevance, enabled=False))

@@ -26,7 +26,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from cosearch_lib.agent.parsers import parse_ranking
 from cosearch_lib.agent.prompts import ranker_messages
 from cosearch_lib.data.passage import Passage
-from cosearch_lib.metrics import has_answer
+from cosearch_lib.metrics import has_answer, token_f1
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer, plackett_luce_logprobs, sample_ranking
 from cosearch_lib.models.registry import resolve_model
 from cosearch_lib.seeding import derive_seed
@@ -106,6 +106,39 @@ class OracleRanker:
 
     def rank(self, requests: list[RankRequest]) -> list[Ranking]:
         return [Ranking(order=oracle_order(r.candidates, r.golds, r.k, self.trivial)) for r in requests]
+
+
+class HopOracleRanker:
+    """A diagnostic ceiling, not a paper method: the passages that hold the answer of the *current
+    hop* first. ``chains`` maps a question to its gold reasoning chain, (sub-query, answer) per hop;
+    the current hop is the one whose gold sub-query has the highest token F1 with the agent's
+    sub-query (the earlier hop on a tie). Its answer is then the relevance label of Eq. 7's order
+    (:func:`oracle_order`); a question without a chain, or a search none of whose candidates holds
+    that hop's answer, falls back to Eq. 7 on the final answers. What a perfect reader of each
+    search could give this agent, where :class:`OracleRanker` only knows the final answer."""
+
+    mode = "hop_oracle"
+
+    def __init__(self, chains: dict[str, list[tuple[str, str]]], trivial: str = "drop_each"):
+        self.chains, self.trivial = chains, trivial
+
+    def current_hop(self, request: RankRequest) -> tuple[str, str] | None:
+        """The (gold sub-query, answer) of the hop ``request`` searches for; None without a chain."""
+        chain = self.chains.get(request.q0)
+        if not chain:
+            return None
+        scores = [token_f1(request.sub_query, sub_query, yes_no_rule=False) for sub_query, _ in chain]
+        return chain[max(range(len(chain)), key=lambda h: (scores[h], -h))]
+
+    def rank(self, requests: list[RankRequest]) -> list[Ranking]:
+        out = []
+        for r in requests:
+            hop = self.current_hop(r)
+            if hop is not None and any(has_answer(p.contents, [hop[1]], trivial=self.trivial) for p in r.candidates):
+                out.append(Ranking(order=oracle_order(r.candidates, [hop[1]], r.k, self.trivial)))
+            else:
+                out.append(Ranking(order=oracle_order(r.candidates, r.golds, r.k, self.trivial)))
+        return out
 
 
 class LLMRanker:

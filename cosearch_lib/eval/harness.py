@@ -10,6 +10,8 @@ Methods (string ids; the ``method`` column of every record):
 * ``agent_trained_ranker``: the agent + the LLM ranker with a trained adapter (CoSearch); skipped without one.
 * ``agent_oracle``: the agent + oracle ranking, paper Eq. 7 (the oracle-gap study; reads the golds).
 * ``agent_cross_encoder``: the agent + a pointwise cross-encoder (ablation); skipped without a model.
+* ``agent_hop_oracle``: the agent + the passages holding the current hop's answer first
+  (``agent.rankers.HopOracleRanker``; a diagnostic ceiling, not a paper method; reads the gold chains).
 
 Every method gives one row per (method, question, sample) with the same columns
 (:data:`RECORD_GLOSSARY`). The tables of ``eval.tables`` read only those columns, so a notebook
@@ -43,6 +45,7 @@ from cosearch_lib.agent.parsers import parse_answer_only
 from cosearch_lib.agent.prompts import cot_messages, direct_messages, rag_messages
 from cosearch_lib.agent.rankers import (
     CrossEncoderPolicyRanker,
+    HopOracleRanker,
     LLMRanker,
     OracleRanker,
     Ranker,
@@ -51,7 +54,7 @@ from cosearch_lib.agent.rankers import (
 )
 from cosearch_lib.agent.rollout import RolloutEngine, Trajectory
 from cosearch_lib.config import BASELINE_REPLIES, ProtocolConfig, RolloutConfig, RuleSet, SamplingConfig, SearchBudget
-from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_at_k
 from cosearch_lib.models.generation.contract import GenerationBackend
@@ -61,7 +64,7 @@ from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 
 EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_trained_ranker",
-           "agent_oracle", "agent_cross_encoder")
+           "agent_oracle", "agent_cross_encoder", "agent_hop_oracle")
 #: What runs without extra artefacts (no trained adapter, no cross-encoder).
 DEFAULT_EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_oracle")
 HIT_KS = (1, 3, 5)
@@ -387,18 +390,25 @@ def _cross_encoder(ctx: HarnessContext, cfg: HarnessConfig) -> Ranker:
     return make_ranker("cross_encoder", model_name=cfg.cross_encoder_model)
 
 
+def _hop_oracle(examples: Sequence[QAExample], cfg: HarnessConfig) -> HopOracleRanker:
+    chains = {ex.question: [(hop["sub_query"], hop["answer"]) for hop in gold_chain(ex) or []] for ex in examples}
+    return HopOracleRanker(chains, cfg.rules.trivial_golds)
+
+
+#: Agent methods -> their ranker, made from (context, settings, the questions to run).
 _AGENT_RANKERS = {
-    "agent_retrieval": lambda ctx, cfg: RetrievalOnlyRanker(),
-    "agent_fixed_ranker": lambda ctx, cfg: _llm_ranker(ctx, cfg, cfg.fixed_ranker_adapter),
-    "agent_trained_ranker": _trained_ranker,
-    "agent_oracle": lambda ctx, cfg: OracleRanker(cfg.rules.trivial_golds),
-    "agent_cross_encoder": _cross_encoder,
+    "agent_retrieval": lambda ctx, cfg, examples: RetrievalOnlyRanker(),
+    "agent_fixed_ranker": lambda ctx, cfg, examples: _llm_ranker(ctx, cfg, cfg.fixed_ranker_adapter),
+    "agent_trained_ranker": lambda ctx, cfg, examples: _trained_ranker(ctx, cfg),
+    "agent_oracle": lambda ctx, cfg, examples: OracleRanker(cfg.rules.trivial_golds),
+    "agent_cross_encoder": lambda ctx, cfg, examples: _cross_encoder(ctx, cfg),
+    "agent_hop_oracle": lambda ctx, cfg, examples: _hop_oracle(examples, cfg),
 }
 
 
 def _run_agent(method: str, make: Any, examples: list[QAExample], ctx: HarnessContext, cfg: HarnessConfig,
                progress: bool, desc: str) -> list[Trajectory]:
-    ranker = make(ctx, cfg)  # may skip the method, before any generation
+    ranker = make(ctx, cfg, examples)  # may skip the method, before any generation
     engine = RolloutEngine(ctx.agent_backend, ctx.chat, ctx.retriever, ranker, cfg.rollout_config(),
                            ctx.protocol_for(cfg), agent_adapter=register_adapter(ctx.agent_backend, cfg.agent_adapter))
     return engine.run(examples, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress, desc=desc) if examples else []

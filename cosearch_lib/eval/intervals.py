@@ -22,6 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
@@ -232,6 +233,30 @@ def method_interval(records: pd.DataFrame, method: str, *, metric: str = "f1", s
     scores = question_scores(records, method, metric, family)
     return bootstrap_interval(scores.to_numpy(), scores.index.get_level_values(family), statistic=statistic,
                               level=level, n_resamples=n_resamples, seed=seed, when_too_few=when_too_few)
+
+
+def questions_for_power(records: pd.DataFrame, a: str, b: str, *, metric: str = "f1", power: float = 0.8,
+                        level: float = LEVEL, family: str = "dataset") -> dict[str, float]:
+    """How many test questions a paired comparison of a and b needs to show the difference these
+    records measured (a two-sided test at ``level``, with probability ``power``), for the macro
+    average over families with equal questions per family: the normal approximation
+    n_per_family = ((z_(1-alpha/2) + z_power) * sqrt(sum_f var_f) / (F * |diff|))^2, where var_f is
+    the variance of the per-question differences inside family f and diff the measured macro
+    difference. Returns ``diff``, ``per_family`` and ``questions`` (= F x per_family; inf when the
+    difference is 0), and the ``n_questions`` it was measured on."""
+    if not 0 < power < 1 or not 0 < level < 1:
+        raise ValueError(f"power and level must lie in (0, 1), got {power} and {level}")
+    sa, sb = paired_scores(records, a, b, metric, family)
+    diffs = (sa - sb).groupby(level=family)
+    if (diffs.size() < MIN_PER_FAMILY).any():
+        raise ValueError(f"every family needs >= {MIN_PER_FAMILY} questions to estimate its variance; have "
+                         f"{diffs.size().to_dict()}")
+    n_families, diff = diffs.ngroups, float(diffs.mean().mean())
+    z = NormalDist().inv_cdf(1 - (1 - level) / 2) + NormalDist().inv_cdf(power)
+    spread = math.sqrt(float(diffs.var(ddof=1).sum())) / n_families
+    per_family = math.ceil((z * spread / abs(diff)) ** 2) if diff else math.inf
+    return {"diff": diff, "per_family": per_family, "questions": per_family * n_families if diff else math.inf,
+            "n_questions": int(len(sa))}
 
 
 # --------------------------------------------------------------------------- sentences

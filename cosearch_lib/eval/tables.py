@@ -21,7 +21,7 @@ from cosearch_lib.atomic_io import write_table
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group, order_key
 from cosearch_lib.eval.harness import RECORD_COLUMNS, missing_as_none
-from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, compare_methods, method_interval
+from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, compare_methods, method_interval, questions_for_power
 
 #: What the tables built from evaluation records show.
 TABLE_GLOSSARY: dict[str, str] = {
@@ -139,6 +139,27 @@ def comparison_table(records: pd.DataFrame, pairs: Sequence[tuple[str, str]], me
         rows.append({"a": a, "b": b, **_paired_columns(records, a, b, metric, settings)})
     table = pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS))
     table.attrs = {"metric": metric, **settings, "skipped": skipped}
+    return table
+
+
+def power_table(records: pd.DataFrame, pairs: Sequence[tuple[str, str]], metric: str = "f1", *, power: float = 0.8,
+                level: float = LEVEL) -> pd.DataFrame:
+    """One row per (a, b) pair present in ``records``: the macro difference measured and the test
+    questions a paired comparison needs to show a difference that large with probability ``power``
+    (``eval.intervals.questions_for_power``): ``a``, ``b``, ``diff``, ``n_questions`` (measured on),
+    ``per_family``, ``questions_needed``. A pair whose families hold fewer than 2 questions is left out."""
+    have, rows = set(records["method"]), []
+    for a, b in pairs:
+        if a not in have or b not in have:
+            continue
+        try:
+            need = questions_for_power(records, a, b, metric=metric, power=power, level=level)
+        except ValueError:  # too few questions per family to estimate the variance
+            continue
+        rows.append({"a": a, "b": b, "diff": need["diff"], "n_questions": need["n_questions"],
+                     "per_family": need["per_family"], "questions_needed": need["questions"]})
+    table = pd.DataFrame(rows, columns=["a", "b", "diff", "n_questions", "per_family", "questions_needed"])
+    table.attrs = {"metric": metric, "power": power, "level": level}
     return table
 
 

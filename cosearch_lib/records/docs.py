@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cosearch_lib.eval.benchmark_families import order_key
 from cosearch_lib.eval.harness import RECORD_GLOSSARY
-from cosearch_lib.eval.paper_reference import paper_table
 from cosearch_lib.eval.retriever_recall import RECALL_GLOSSARY
-from cosearch_lib.eval.tables import AVG_COLUMNS, TABLE_GLOSSARY
+from cosearch_lib.eval.tables import TABLE_GLOSSARY
 from cosearch_lib.paths import project_relative, project_root
+from cosearch_lib.records.findings_page import findings_section, verdict_label
+from cosearch_lib.records.markdown_tables import markdown_table
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
 from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
 from cosearch_lib.rl.warm_start import WARMSTART_GLOSSARY
@@ -56,42 +56,6 @@ GLOSSARIES: tuple[tuple[str, str, Mapping[str, str], str], ...] = (
 
 def docs_dir() -> Path:
     return project_root() / "docs"
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        text = "" if value != value else f"{value:.3f}"
-    elif value is None:
-        text = ""
-    else:
-        text = str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _column_key(col: str) -> tuple:
-    """Row labels first, then R@k by k, families in the paper's order, averages last (JSON sorts keys)."""
-    if col in ("metric", "meaning", "step", "status", "wall_s", "device", "git"):
-        return (0,)
-    if col.startswith("R@") and col[2:].isdigit():
-        return (1, int(col[2:]))
-    if col in AVG_COLUMNS:
-        return (4, AVG_COLUMNS.index(col))
-    if col.isdigit():
-        return (2, int(col), "")
-    return (3, *order_key(col))
-
-
-def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, *, index: str | None = None) -> str:
-    """A GitHub-flavoured Markdown table of ``rows`` (floats to 3 decimals, NaN and None empty)."""
-    if not rows:
-        return "_(no rows)_\n"
-    cols = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
-    if columns is None:
-        head = [c for c in (index, "data_source") if c in cols]
-        cols = head + sorted((c for c in cols if c not in head), key=_column_key)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_cell(r.get(c)) for c in cols) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
 
 
 def render_metrics_page() -> str:
@@ -161,7 +125,12 @@ def _ranker_quality(m: dict) -> list[str]:
     """The Fixed Ranker's relevance training and the ranker-quality table, when the run recorded them."""
     out = []
     rel = m.get("relevance")
-    if rel:
+    if rel and any("examples" in r for r in rel["steps"]):  # a scoring ranker's listwise training (its curve)
+        out += ["", f"The Fixed Ranker ({m.get('ranker_kind')}) trained listwise on the training split's gold hops: its "
+                "held-out Hit@1 (first pick) by lists trained:", "",
+                markdown_table(rel["steps"], [c for c in ("recipe", "examples", "hit@1", "train_s", "loss")
+                                              if any(c in r for r in rel["steps"])])]
+    elif rel:
         out += ["", f"The Fixed Ranker's relevance training (ranker-only GRPO, r_rel; CoSearch's ranker starts from "
                 f"`{rel.get('cosearch_start')}`), one row per step, held-out Hit@k where validated:", "",
                 markdown_table(rel["steps"], [c for c in RELEVANCE_SHOWN if any(c in r for r in rel["steps"])])]
@@ -247,100 +216,6 @@ RESULT_SECTIONS = {"01_retriever_setup": ("Retriever (notebook 01)", _section_01
             "04_ablations": ("Ablations and the K sweep (notebook 04, grid cells)", _section_04)}
 
 
-#: The paper's findings among trained methods (experiment.before_after_pairs), as (a, b, what it measures).
-FINDINGS = (("oracle", "search_r1", "the oracle gap"), ("fixed_ranker", "search_r1", "Fixed Ranker - Retrieval Only"),
-            ("cosearch", "fixed_ranker", "CoSearch - Fixed Ranker"), ("cosearch", "search_r1", "CoSearch - Retrieval Only"))
-#: The paper's Table 2 rows of the trained methods (its 7B agent), by our method name.
-PAPER_ROWS = {"search_r1": "Retrieval Only", "fixed_ranker": "Fixed Ranker", "cosearch": "CoSearch", "oracle": "Oracle"}
-
-
-#: What a comparison shows, by verdict, and what it cannot show whichever way it comes out:
-#: the page's reading of each row, generated so that it follows the numbers.
-READINGS = {
-    "the oracle gap": {
-        ">": "promoting answer-bearing passages makes this agent answer better: the paper's motivation holds here",
-        "<": "promoting answer-bearing passages made this agent worse: the motivation does not hold here",
-        "=": "the test questions cannot tell whether promoting answer-bearing passages helps this agent",
-        "never": "how large the gap is for a 7B agent on real corpora (the paper: Table 1)"},
-    "Fixed Ranker - Retrieval Only": {
-        ">": "a relevance-trained ranker between retriever and agent helps the agent",
-        "<": "the relevance-trained ranker hurts the agent: it ranks worse than the retriever's order",
-        "=": "no effect of the relevance-trained ranker shown: with a ranker that copies the retriever's order, none is expected",
-        "never": "whether a better ranker would help; see the ranker-quality table for how well it ranks"},
-    "CoSearch - Fixed Ranker": {
-        ">": "training the ranker jointly on the agent's reward beats a frozen relevance-trained ranker: the paper's finding",
-        "<": "joint training did worse than the frozen ranker at this budget",
-        "=": "joint training and the frozen ranker are not told apart at this budget",
-        "never": "what more steps, a larger G or a 7B ranker would give (the paper: 100+ steps of 512 x 8)"},
-    "CoSearch - Retrieval Only": {
-        ">": "CoSearch's agent with its ranker beats the same agent trained without one",
-        "<": "the trained ranker costs the agent F1 against no ranker",
-        "=": "CoSearch and Retrieval Only are not told apart",
-        "never": "which part of the difference comes from the ranker and which from the agent's own training"},
-}
-
-
-def _reading(comparison: str, verdict: str) -> tuple[str, str]:
-    """(what this row shows, what it cannot show) for a FINDINGS comparison and its verdict."""
-    readings = READINGS.get(comparison)
-    if readings is None:
-        return "", ""
-    key = ">" if verdict.startswith("a > b") else "<" if verdict.startswith("a < b") else "="
-    shows = readings[key] if verdict != "no interval" else "nothing (no interval: too few questions)"
-    return shows, readings["never"]
-
-
-def _verdict(row: Mapping[str, Any]) -> str:
-    low, high = row.get("ci_low"), row.get("ci_high")
-    if low is None or high is None or low != low or high != high:
-        return "no interval"
-    if low > 0:
-        return "a > b (interval excludes 0)"
-    if high < 0:
-        return "a < b (interval excludes 0)"
-    return "no difference shown (interval includes 0)"
-
-
-def _findings(root: Path, profiles: Sequence[str]) -> list[str]:
-    """The trained methods' paired comparisons and their F1 beside the paper's, over every profile
-    (one per seed) whose notebook 03 recorded them: the page's summary."""
-    rows, table2, readings = [], [], []
-    for profile in profiles:
-        path = root / profile / "03_joint_grpo_training.metrics.json"
-        if not path.exists():
-            continue
-        m = json.loads(path.read_text())
-        by_pair = {(c["a"], c["b"]): c for c in m.get("comparisons") or []}
-        for a, b, what in FINDINGS:
-            c = by_pair.get((f"{a}: after GRPO", f"{b}: after GRPO"))
-            if c:
-                rows.append({"profile": profile, "seed": m.get("seed"), "comparison": what, "mean_a": c["mean_a"],
-                             "mean_b": c["mean_b"], "diff": c["diff"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
-                             "n_questions": c["n_questions"], "verdict": _verdict(c)})
-                shows, never = _reading(what, rows[-1]["verdict"])
-                seed = "" if m.get("seed") is None else f", seed {m['seed']}"
-                readings.append(f"- `{profile}`{seed}, {what} ({c['diff']:+.3f}, interval [{c['ci_low']:+.3f}, "
-                                f"{c['ci_high']:+.3f}]). Shows: {shows}. Cannot show: {never}.")
-        for method in PAPER_ROWS:
-            f1 = (m.get("eval_f1") or {}).get(f"{method}: after GRPO")
-            if f1:
-                table2.append({"profile": profile, "seed": m.get("seed"), "method": method,
-                               **{k: f1.get(k) for k in AVG_COLUMNS}})
-    if not rows:
-        return []
-    paper = paper_table("table2")
-    paper = paper[paper["agent"] == "7B"].set_index("method")
-    for row in table2:
-        row["paper avg (7B)"] = float(paper.loc[PAPER_ROWS[row["method"]], "avg"])
-    return ["## The findings, per seed", "",
-            "Each trained method after the same GRPO budget, evaluated greedily on the same test questions; a - b of "
-            "avg F1 with its paired 95% bootstrap interval, stratified by family (generated from each profile's "
-            "notebook 03 records below):", "", markdown_table(rows, list(rows[0])), "",
-            "What each row shows, and what it cannot show whichever way it came out:", "", *readings, "",
-            "Table 2 analogue: answer F1 of the trained methods, the paper's 7B avg beside:", "",
-            markdown_table(table2, list(table2[0])) if table2 else "No trained method was evaluated.", ""]
-
-
 #: Where ``benchmarks/ranker_sft.py`` writes its records, under the results folder (not a profile).
 RANKER_SFT_FOLDER = "_ranker_sft"
 
@@ -360,7 +235,7 @@ def _ranker_sft_probes(root: Path) -> list[str]:
                      "epochs": f"{st['epochs']:g}", "SFT min": f"{sft['wall_s'] / 60:.0f}" if sft.get("wall_s") else None,
                      "loss (last 10 steps)": sum(tail) / len(tail) if tail else None, "held-out items": c["n_questions"],
                      "Hit@1 retriever": c["mean_b"], "Hit@1 SFT": c["mean_a"], "diff": c["diff"], "ci_low": c["ci_low"],
-                     "ci_high": c["ci_high"], "verdict": _verdict(c)})
+                     "ci_high": c["ci_high"], "verdict": verdict_label(c)})
     return ["## Teaching the 135M ranker to read: listwise SFT probes", "",
             "The relevance-trained Fixed Ranker has copied the retriever's order (the ranker-quality tables below). "
             "Each probe trains the ranker's warm start alone on gold rankings of the training split, with the settings "
@@ -411,7 +286,7 @@ def render_results_page(results_root: Path | None = None) -> str:
     profiles = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")) if root.is_dir() else []
     if not profiles:
         out.append("No run records committed yet.\n")
-    out += _findings(root, profiles)
+    out += findings_section(root, profiles)
     out += _ranker_sft_probes(root)
     out += _ranker_recipes(root)
     for profile in profiles:

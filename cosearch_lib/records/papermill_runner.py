@@ -30,8 +30,9 @@ import papermill as pm
 import yaml
 
 from cosearch_lib.atomic_io import write_json
-from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, papermill_parameters
-from cosearch_lib.experiment import build_retriever, relevance_dir, relevance_ranker, warm_start, warmstart_dir
+from cosearch_lib.config import SCORING_RANKER_KINDS, ConfigError, ProfileConfig, load_profile, papermill_parameters
+from cosearch_lib.experiment import build_retriever, fixed_ranker, llm_judge_dir, relevance_dir, warm_start, warmstart_dir
+from cosearch_lib.models.llm_judge import is_llm_judge_folder
 from cosearch_lib.models.registry import check_model_name
 from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
@@ -217,22 +218,31 @@ def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = No
     out = Path(out_dir) if out_dir else run_dir(cfg.profile)
     out.mkdir(parents=True, exist_ok=True)
     write_json(record, out / "warmstart.run.json")
-    if cfg.relevance.enabled:
+    if cfg.relevance.enabled or cfg.training.ranker_kind in SCORING_RANKER_KINDS:
         record["relevance"] = run_relevance_training(cfg, out_dir=out, progress=progress)
     return record
+
+
+def _fixed_ranker_cached(cfg: ProfileConfig) -> bool:
+    kind = cfg.training.ranker_kind
+    if kind == "llm_judge":
+        return is_llm_judge_folder(llm_judge_dir(cfg))
+    return kind == "llm" and (relevance_dir(cfg) / "ranker" / "adapter_config.json").exists()
 
 
 def run_relevance_training(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = None,
                            progress: bool = True) -> dict[str, Any]:
     """Train (or load from the cache) the profile's relevance-trained Fixed Ranker
-    (``experiment.relevance_ranker``); write ``relevance.run.json``."""
+    (``experiment.fixed_ranker``: the generative ranker's relevance GRPO, or the listwise training of
+    a scoring ranker kind); write ``relevance.run.json``."""
     t0 = time.perf_counter()
-    cached = (relevance_dir(cfg) / "ranker" / "adapter_config.json").exists()
+    cached = _fixed_ranker_cached(cfg)
     retriever = None if cached else build_retriever(cfg, progress=progress)
-    folder = relevance_ranker(cfg, retriever, progress=progress)
+    folder = fixed_ranker(cfg, retriever, progress=progress)
     gc.collect()
-    record = {"step": "relevance training", "profile": cfg.profile, "cached": cached, "adapter": str(folder),
-              "steps": cfg.relevance.steps, "wall_s": round(time.perf_counter() - t0, 2), "environment": environment_snapshot()}
+    record = {"step": "relevance training", "profile": cfg.profile, "ranker_kind": cfg.training.ranker_kind, "cached": cached,
+              "adapter": str(folder), "steps": cfg.relevance.steps, "wall_s": round(time.perf_counter() - t0, 2),
+              "environment": environment_snapshot()}
     out = Path(out_dir) if out_dir else run_dir(cfg.profile)
     out.mkdir(parents=True, exist_ok=True)
     write_json(record, out / "relevance.run.json")
@@ -276,8 +286,9 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
                   f"-> {project_relative(warmstart_dir(cfg))}", flush=True)
             if "relevance" in rec:
                 rel = rec["relevance"]
-                print(f"[cosearch run] relevance-trained Fixed Ranker {'loaded from cache' if rel['cached'] else 'trained'} "
-                      f"in {rel['wall_s']:.1f} s -> {project_relative(relevance_dir(cfg))}", flush=True)
+                print(f"[cosearch run] relevance-trained Fixed Ranker ({rel['ranker_kind']}) "
+                      f"{'loaded from cache' if rel['cached'] else 'trained'} in {rel['wall_s']:.1f} s -> "
+                      f"{project_relative(rel['adapter'])}", flush=True)
         t0 = time.perf_counter()
         extra = f" with {per_book[nb]}" if per_book[nb] else ""
         print(f"[cosearch run] {nb.name} on profile {label}{extra} ...", flush=True)

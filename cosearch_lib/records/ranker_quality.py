@@ -11,6 +11,7 @@ other ranker are scored by ``experiment.held_out_ranker_rows``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from cosearch_lib import experiment
+from cosearch_lib.config import SCORING_RANKER_KINDS
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval
 from cosearch_lib.eval.tables import comparison_table
 from cosearch_lib.records.training_runs import validation_curves
@@ -100,11 +102,14 @@ def quality_comparisons(records: pd.DataFrame, *, metric: str = "hit@1", baselin
 def ranker_quality_records(cfg: Any, retriever: Any, trained: Mapping[str, str | Path] | None = None) -> pd.DataFrame:
     """The quality table's per-item records for a profile: the retriever's order, the warm-started
     ranker and the relevance-trained one (from the relevance run's records when ``relevance.enabled``;
-    the warm start scored afresh otherwise), then each ``trained`` ranker adapter ({label: folder},
+    the warm start scored afresh otherwise; a scoring ``training.ranker_kind``: its listwise-trained
+    start, scored afresh), then each ``trained`` ranker adapter ({label: folder},
     e.g. CoSearch's after GRPO), all on :func:`cosearch_lib.experiment.relevance_held_out`."""
     rankers: dict[str, str | Path | None] = {RETRIEVER_ORDER: None}
     saved: dict[str, pd.DataFrame] = {}
-    if cfg.relevance.enabled:
+    if cfg.training.ranker_kind in SCORING_RANKER_KINDS:  # a scoring Fixed Ranker: its listwise-trained start, scored here
+        rankers[RELEVANCE_TRAINED] = experiment.fixed_ranker(cfg, retriever)
+    elif cfg.relevance.enabled:
         saved = relevance_endpoints(read_relevance_run(experiment.relevance_dir(cfg) / "run")[1])
     else:
         warm = experiment.warm_start(cfg, retriever, roles=("ranker",)).get("ranker")
@@ -116,6 +121,19 @@ def ranker_quality_records(cfg: Any, retriever: Any, trained: Mapping[str, str |
     order = [RETRIEVER_ORDER, WARM_START, RELEVANCE_TRAINED, *(trained or {})]
     merged = {**scored, **saved}
     return quality_records({label: merged[label] for label in order if label in merged})
+
+
+def listwise_curve(folder: str | Path) -> pd.DataFrame:
+    """The held-out Hit@1 curve a saved scoring ranker's listwise training recorded (its marker file's
+    ``listwise.curve``: examples, hit@1, train_s, loss), labelled ``recipe`` by its marker's name;
+    empty when it was not trained listwise. The argument of ``viz.ranker_probes.plot_ranker_recipes``."""
+    folder = Path(folder)
+    for marker in sorted(folder.glob("*.json")):
+        notes = json.loads(marker.read_text())
+        if isinstance(notes, dict) and "listwise" in notes:
+            curve = pd.DataFrame(notes["listwise"].get("curve") or [])
+            return curve.assign(recipe=marker.stem.replace("_", " "))
+    return pd.DataFrame(columns=["recipe", "examples", "hit@1", "train_s", "loss"])
 
 
 def relevance_curves(validation: pd.DataFrame, retriever_rows: Sequence[dict[str, Any]], *, ks: Sequence[int] = (1, 5),

@@ -1,0 +1,212 @@
+"""Running the training methods and evaluating them: the joint trainer for a method
+(``build_trainer``), several methods in turn (``train_methods``, the entry point of ``cosearch
+train``), the policies a notebook evaluates (``policy_adapters``), and the evaluation of trained
+policies before and after GRPO (``evaluate_before_after``) with its diagnostic ceiling
+(``evaluate_hop_oracle``) and the paired comparisons they feed (``before_after_pairs``)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from cosearch_lib.config import ProfileConfig
+from cosearch_lib.config.methods import method_spec
+from cosearch_lib.data.qa_formats import QAExample, load_qa
+from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
+from cosearch_lib.eval.method_settings import policy_eval_settings
+from cosearch_lib.experiment.building import build_retriever, harness_config, vllm_options
+from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start
+from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
+from cosearch_lib.models.scoring_rankers import load_scoring_ranker
+from cosearch_lib.paths import path_text, project_relative, run_dir
+from cosearch_lib.retrieval.artifacts import corpus_paths
+from cosearch_lib.retrieval.retriever import SearchBackend
+from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
+from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
+from cosearch_lib.run_schema import clear_run, latest_checkpoint
+
+
+def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[str, str | Path] | None = None,
+                  out_dir: str | Path | None = None, progress: bool = True, backend: Any = None,
+                  resume: bool = False, dp: DataParallel = SINGLE_PROCESS, **overrides: Any) -> JointTrainer:
+    """A :class:`JointTrainer` for a profile: ``cfg.training`` with ``overrides`` (e.g. ``method=``,
+    ``steps=``), the agent model with LoRA adapters started from ``warm`` ({role: adapter folder},
+    e.g. :func:`warm_start`; missing roles start fresh), questions from the profile's
+    splits. Output goes to ``out_dir`` (default ``papermill_runs/<profile>/training/<method>``).
+    With a shared backbone the one adapter starts from the agent's warm start.
+
+    ``resume=True`` continues from the newest checkpoint in the output folder when there is one;
+    ``resume=False`` starts over: earlier checkpoints and records of that folder are deleted first
+    (they belong to the run being replaced).
+
+    ``dp``: this process's rank in a data-parallel job (``rl.data_parallel``); every rank calls this
+    with the same arguments, rank 0 clears the folder, and every rank resumes from the same checkpoint."""
+
+    tcfg = replace(cfg.training, **overrides)
+    roles = tcfg.roles()
+    if dp.distributed and cfg.models.backend == "unsloth":
+        # Unsloth's fast_inference engine is started by Unsloth itself, without the external-launcher
+        # option that one vLLM engine per rank needs (models.generation.vllm_backend.engine_options)
+        raise ValueError(f"models.backend 'unsloth' under a data-parallel job of {dp.world_size} ranks is not "
+                         "supported: use models.backend 'vllm' (one engine per rank) or 'transformers'")
+    if roles["ranker"] is not None and cfg.models.ranker != cfg.models.agent:
+        raise ValueError(f"LoRA training puts both policies on one base model, but models.agent={cfg.models.agent!r} "
+                         f"and models.ranker={cfg.models.ranker!r}; use one model for both")
+    warm = {k: Path(v) for k, v in (warm or {}).items()}
+    starts = {"agent": warm.get("agent"), "ranker": warm.get("ranker"), "shared": warm.get("agent")}
+    adapters = {name: starts[name] for name in dict.fromkeys(a for a in roles.values() if a)}
+    ro = cfg.rollout  # longest sequence: a context just under the cap plus one generated turn or ranking
+    max_len = ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens)
+    model, tokenizer, policy_backend = load_policy_model(
+        cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed, max_seq_length=max_len,
+        vllm_options=vllm_options(cfg))
+    backend = backend if backend is not None else policy_backend  # vllm, unsloth: their engine generates
+    policies = PolicySet(model, roles, tcfg.trainable(),
+                         {"agent": tcfg.agent_lr, "ranker": tcfg.ranker_lr, "shared": tcfg.agent_lr})
+    qa = corpus_paths(cfg).qa
+    for split in {tcfg.split, tcfg.val_split}:
+        if split not in qa:
+            raise ValueError(f"profile {cfg.profile!r} has no {split!r} split; have {sorted(qa)}")
+    validates = tcfg.eval_every or tcfg.validate_at_start
+    val = select_examples(load_qa(qa[tcfg.val_split]), tcfg.val_per_dataset) if validates else []
+    out_dir = Path(out_dir or run_dir(cfg.profile) / "training" / tcfg.method)
+    if not resume and dp.is_main:
+        clear_run(out_dir)
+    dp.barrier()
+    scorer = load_scoring_ranker(scoring_ranker_start(cfg, retriever, progress=progress)) \
+        if tcfg.uses_scoring_ranker else None
+    inputs = TrainerInputs(policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
+                           val_questions=val, backend=backend, cross_encoder=scorer,
+                           validation=harness_config(cfg, split=tcfg.val_split, n_per_dataset=tcfg.val_per_dataset,
+                                                     n_samples=1, temperature=0.0),
+                           generation_options=cfg.models.transformers_options())
+    trainer = JointTrainer(tcfg, inputs, out_dir=out_dir, seed=cfg.seed, progress=progress, dp=dp)
+    newest = latest_checkpoint(out_dir) if resume else None  # checked (hashed) once
+    if newest is not None:
+        done = trainer.load_checkpoint(newest)
+        if dp.is_main:
+            print(f"[{tcfg.method}] resumed from checkpoint {project_relative(newest)}: {done} of {tcfg.steps} steps done",
+                  flush=True)
+    elif resume and dp.is_main:
+        print(f"[{tcfg.method}] resume: no checkpoint under {project_relative(out_dir)}, starting at step 0", flush=True)
+    return trainer
+
+
+def train_methods(cfg: ProfileConfig, methods: Sequence[str], *, retriever: SearchBackend | None = None,
+                  dp: DataParallel = SINGLE_PROCESS, resume: bool = False, progress: bool = True,
+                  **overrides: Any) -> dict[str, Path]:
+    """Train each of ``methods`` in turn into ``papermill_runs/<profile>/training/<method>/`` (what
+    notebook 03 does before it evaluates): the entry point of ``cosearch train``, in one process or
+    as every rank of a torchrun/srun job (``dp``). Rank 0 first builds what the ranks share and the
+    cache keeps (world, index, warm start, the Fixed Ranker); the other ranks wait, then read it.
+    ``retriever``: the ranks' search backend (e.g. an ``HttpRetriever`` to one shared server);
+    default the profile's in-process index. Returns {method: run folder}."""
+    for method in methods:
+        method_spec(method)  # an unknown method fails here, before anything is built
+    if dp.is_main:
+        retriever = retriever or build_retriever(cfg, progress=progress)
+        for method in methods:
+            method_starts(cfg, retriever, method, progress=progress)
+    dp.barrier()
+    retriever = retriever or build_retriever(cfg, progress=False)  # the other ranks: from the cache
+    out: dict[str, Path] = {}
+    for method in methods:
+        trainer = build_trainer(cfg, retriever, warm=method_starts(cfg, retriever, method, progress=False), method=method,
+                                resume=resume, dp=dp, progress=progress, **overrides)
+        trainer.run()
+        out[method] = trainer.out_dir
+        if dp.is_main:
+            print(f"{method}: {trainer.step} steps -> {project_relative(trainer.out_dir)}", flush=True)
+        del trainer
+        gc.collect()
+    return out
+
+
+#: The policy sources notebooks can evaluate.
+POLICY_SOURCES = ("base", "warmstart")
+
+
+def policy_adapters(cfg: ProfileConfig, retriever: SearchBackend, source: str, *, agent_adapter: str | Path | None = None,
+                    progress: bool = True) -> dict[str, str | None]:
+    """HarnessConfig adapter fields for a policy source: ``"base"`` (the models as shipped, no adapters)
+    or ``"warmstart"`` (the profile's warm-started agent and the paper's Fixed Ranker: the
+    relevance-trained ranker with ``relevance.enabled``, else the warm-started one; trained on first
+    use, then cached). ``agent_adapter`` (a folder) replaces the agent whatever the source."""
+    if source not in POLICY_SOURCES:
+        raise ValueError(f"unknown policy source {source!r}; expected one of {POLICY_SOURCES}")
+    fields: dict[str, str | None] = {"agent_adapter": None, "fixed_ranker_adapter": None}
+
+    if source == "warmstart":  # a profile without a warm start gets the base models
+        warm = method_starts(cfg, retriever, "fixed_ranker", progress=progress)
+        fields = {"agent_adapter": path_text(warm.get("agent")), "fixed_ranker_adapter": path_text(warm.get("ranker"))}
+    if agent_adapter:
+        if not Path(agent_adapter).is_dir():
+            raise FileNotFoundError(f"agent adapter folder {agent_adapter} does not exist")
+        fields["agent_adapter"] = str(agent_adapter)
+    return fields
+
+
+def trained_eval_settings(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path]) -> dict[str, Any]:
+    """HarnessConfig fields that evaluate a training method's policies (``eval.method_settings``):
+    its spec's evaluation method, its agent adapter and its ranker; a frozen ranker is the
+    warm-started one, as in training."""
+    return policy_eval_settings(method_spec(method), adapters, warm.get("ranker"))
+
+
+#: The ``method`` labels :func:`evaluate_before_after` gives: (before GRPO, after GRPO).
+BEFORE_AFTER_LABELS = ("warm start", "after GRPO")
+
+
+def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],
+                          examples: Sequence[QAExample], ctx: HarnessContext, base_cfg: HarnessConfig, *, progress: bool = True,
+                          labels: tuple[str, str] = BEFORE_AFTER_LABELS, before: bool = True) -> pd.DataFrame:
+    """The method's evaluation (``base_cfg``: a HarnessConfig) with the warm-started policies (unless
+    ``before`` is False: the cells of a grid share one warm start) and with the trained ones, on the
+    same questions. The ``method`` column reads ``"<method>: <label>"``; the harness's own method name
+    stays in ``eval_method``."""
+
+    frames = []
+    warm_adapters = {role: warm[role] for role in ("agent", "ranker", "cross_encoder") if role in warm}
+    runs = list(zip(labels, (warm_adapters, adapters)))
+    for label, chosen in runs if before else runs[1:]:
+        fields = trained_eval_settings(method, chosen, warm)
+        ecfg = replace(base_cfg, **fields)
+        records = run_evaluation(None, examples, ctx, ecfg, progress=progress, label=f"{method}: {label}")
+        frames.append(records.assign(eval_method=records["method"], method=f"{method}: {label}"))
+    return pd.concat(frames, ignore_index=True)
+
+
+#: The ``method`` label of :func:`evaluate_hop_oracle`'s records, given the method whose agent reads.
+HOP_ORACLE_LABEL = "hop oracle: {method} agent"
+
+
+def evaluate_hop_oracle(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],
+                        examples: Sequence[QAExample], ctx: HarnessContext, base_cfg: HarnessConfig, *,
+                        progress: bool = True) -> pd.DataFrame:
+    """A diagnostic ceiling: ``method``'s trained agent (``adapters``) reading the passages that hold
+    the current hop's answer first (``agent_hop_oracle``), on ``examples``; ``method`` reads
+    :data:`HOP_ORACLE_LABEL`. Paired with ``"<method>: after GRPO"`` it shows what a perfect reader
+    of each search could give that agent."""
+    fields = trained_eval_settings(method, adapters, warm)
+    ecfg = replace(base_cfg, agent_adapter=fields.get("agent_adapter"))
+    label = HOP_ORACLE_LABEL.format(method=method)
+    records = run_evaluation(["agent_hop_oracle"], examples, ctx, ecfg, progress=progress, label=label)
+    return records.assign(eval_method=records["method"], method=label)
+
+
+def before_after_pairs(methods: Sequence[str], labels: tuple[str, str] = BEFORE_AFTER_LABELS) -> list[tuple[str, str]]:
+    """The (a, b) comparisons of :func:`evaluate_before_after` records, as ``method`` labels: each
+    training method after GRPO against its own start, then the paper's findings among the trained
+    methods present, all trained for the same steps on the same questions: Oracle - Retrieval Only
+    (the gap: ``oracle`` vs ``search_r1``), Fixed Ranker - Retrieval Only, CoSearch - Fixed Ranker and
+    CoSearch - Retrieval Only."""
+    before, after = labels
+    pairs = [(f"{m}: {after}", f"{m}: {before}") for m in methods]
+    findings = (("oracle", "search_r1"), ("fixed_ranker", "search_r1"), ("cosearch", "fixed_ranker"), ("cosearch", "search_r1"))
+    pairs += [(f"{a}: {after}", f"{b}: {after}") for a, b in findings if a in methods and b in methods]
+    return pairs
