@@ -35,7 +35,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     params = dict(parse_parameter(p) for p in args.param or [])
     if args.seed is not None:
         params["seed"] = args.seed
-    run_workbook(args.profile, args.notebooks, parameters=params, progress=not args.quiet)
+    run_workbook(args.profile, args.notebooks, parameters=params, progress=not args.quiet, cell_timeout=args.cell_timeout)
     return 0
 
 
@@ -189,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
                    help="notebook parameter (repeatable; value read as YAML), checked against each notebook's parameters cell")
     p.add_argument("--quiet", action="store_true", help="no per-cell progress bar")
+    p.add_argument("--cell-timeout", type=float, metavar="SECONDS",
+                   help="stop a notebook whose cell runs longer, naming the cell (default: no limit)")
     p.set_defaults(fn=_cmd_run)
 
     p = sub.add_parser("grid", help="run a grid of cells (papermill_runs/params/grids/<grid>.yaml) locally or as a SLURM array")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest_plugins = ["tests.timeout_report"]  # a timeout fails one test, never the session
+
 
 @pytest.fixture(scope="session")
 def tok():

@@ -10,6 +10,11 @@ import pytest
 
 from cosearch_lib.records.papermill_runner import list_notebooks, run_notebook
 
+#: A cell slower than this fails its notebook's test by name (CellTimeout: notebook, cell, seconds),
+#: before pytest's own guard below; ~4x the slowest ci cell alone (notebook 03's training, ~2 min).
+CELL_TIMEOUT_S = 480
+pytestmark = pytest.mark.timeout(1200)  # the last guard: a whole notebook on a busy machine
+
 
 @pytest.fixture
 def isolated_outputs(tmp_path, monkeypatch):
@@ -22,7 +27,7 @@ def isolated_outputs(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_01_retriever_setup_runs_on_ci_profile(isolated_outputs):
     nb_path = next(p for p in list_notebooks() if p.name.startswith("01_"))
-    executed = run_notebook(nb_path, "ci", progress=False)
+    executed = run_notebook(nb_path, "ci", cell_timeout=CELL_TIMEOUT_S, progress=False)
     nb = nbformat.read(executed, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
@@ -46,7 +51,7 @@ def test_02_oracle_gap_study_runs_on_ci_profile(isolated_outputs):
 
     nb_path = next(p for p in list_notebooks() if p.name.startswith("02_"))
     methods = ["direct", "rag", "agent_retrieval", "agent_oracle"]  # the fixed-ranker path is unit-tested
-    executed = run_notebook(nb_path, "ci", parameters={"methods": ",".join(methods)}, progress=False)
+    executed = run_notebook(nb_path, "ci", cell_timeout=CELL_TIMEOUT_S, parameters={"methods": ",".join(methods)}, progress=False)
     nb = nbformat.read(executed, as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     runs, figs = isolated_outputs / "runs" / "ci", isolated_outputs / "figures" / "ci"
@@ -75,7 +80,7 @@ def test_03_joint_grpo_training_runs_on_ci_profile(isolated_outputs):
     from cosearch_lib.run_schema import STEP_GLOSSARY, describe_step_metric
 
     nb_path = next(p for p in list_notebooks() if p.name.startswith("03_"))
-    executed = run_notebook(nb_path, "ci", progress=False)
+    executed = run_notebook(nb_path, "ci", cell_timeout=CELL_TIMEOUT_S, progress=False)
     nb = nbformat.read(executed, as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     runs, figs = isolated_outputs / "runs" / "ci", isolated_outputs / "figures" / "ci"
@@ -131,7 +136,7 @@ def test_04_ablations_builds_tables_from_finished_cells_and_names_the_missing_on
     finish(runs / "table3" / "no-r-main", {"cosearch: after GRPO": 0.5})
     finish(runs / "table4" / "k3", {"fixed_ranker: after GRPO": 0.25, "cosearch: after GRPO": 0.75})
     nb_path = next(p for p in list_notebooks() if p.name.startswith("04_"))
-    nb = nbformat.read(run_notebook(nb_path, "ci", progress=False), as_version=4)
+    nb = nbformat.read(run_notebook(nb_path, "ci", cell_timeout=CELL_TIMEOUT_S, progress=False), as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     metrics = json.loads((runs / "04_ablations.metrics.json").read_text())
     rows = {r["cell"]: r for r in metrics["table3"]}
@@ -147,7 +152,7 @@ def test_04_ablations_builds_tables_from_finished_cells_and_names_the_missing_on
 @pytest.mark.slow
 def test_05_figures_runs_without_records_and_says_what_to_run(isolated_outputs):
     nb_path = next(p for p in list_notebooks() if p.name.startswith("05_"))
-    nb = nbformat.read(run_notebook(nb_path, "ci", progress=False), as_version=4)
+    nb = nbformat.read(run_notebook(nb_path, "ci", cell_timeout=CELL_TIMEOUT_S, progress=False), as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     report = (isolated_outputs / "figures" / "ci" / "REPORT.md").read_text()
     assert report.count("*Missing:*") == 8 and "cosearch run --profile ci --notebooks 02" in report

@@ -255,7 +255,7 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
     runs = tmp_path / "runs" / "ci_vllm"
     for prefix in ("02_", "03_"):
         nb = next(p for p in list_notebooks() if p.name.startswith(prefix))
-        run_notebook(nb, "ci_vllm", progress=False)
+        run_notebook(nb, "ci_vllm", progress=False, cell_timeout=900)
     records = load_records(runs / "02_eval_records.parquet")
     assert list(records.columns) == RECORD_COLUMNS and len(records)
     steps = pd.read_csv(runs / "training" / "cosearch" / "steps.csv")

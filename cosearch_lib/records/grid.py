@@ -258,11 +258,13 @@ def cell_parameters(base: ProfileConfig, grid: Grid, cell: GridCell) -> dict[str
 
 
 def run_workbook(profile: str | Path, notebooks: Sequence[str] | None = None, *, parameters: Mapping[str, Any] | None = None,
-                 progress: bool = True, runner: Callable[..., Any] = run_profile) -> list[Path]:
+                 progress: bool = True, runner: Callable[..., Any] = run_profile, cell_timeout: float | None = None) -> list[Path]:
     """``cosearch run``: the selected notebooks (default: all) in order, and, right before the first
     of them that aggregates a grid the profile names in ``grids.run`` (notebook 04), the cells it
     names (finished ones skipped, :func:`run_grid`). A failed cell does not stop the notebooks: the
-    aggregate notebooks list it as missing, with the command that runs it."""
+    aggregate notebooks list it as missing, with the command that runs it. ``cell_timeout``: seconds a
+    notebook cell may run (``papermill_runner.run_notebook``); None: no limit."""
+    limit = {"cell_timeout": cell_timeout} if cell_timeout else {}
     cfg = load_profile(profile)
     books = select_notebooks(list(notebooks) if notebooks else None)
     check_parameter_names(parameters or {}, {b: notebook_parameters(b) for b in books})
@@ -274,15 +276,15 @@ def run_workbook(profile: str | Path, notebooks: Sequence[str] | None = None, *,
     aggregating = {book for grid in grids for book in select_notebooks(list(grid.aggregate))} if grids else set()
     at = next((i for i, b in enumerate(books) if b in aggregating), None)
     if at is None:
-        return runner(profile, [b.name[:2] for b in books], parameters=dict(parameters or {}), progress=progress)
+        return runner(profile, [b.name[:2] for b in books], parameters=dict(parameters or {}), progress=progress, **limit)
     executed = runner(profile, [b.name[:2] for b in books[:at]], parameters=_known(parameters, books[:at]),
-                      progress=progress) if at else []
+                      progress=progress, **limit) if at else []
     for grid in grids:
         if progress:
             print(f"[cosearch run] grid {grid.name!r}, cells {cfg.grids.run[grid.name]} (profile grids.run) ...", flush=True)
         run_grid(profile, grid, cfg.grids.run[grid.name], runner=runner, progress=progress)
     return executed + runner(profile, [b.name[:2] for b in books[at:]], parameters=_known(parameters, books[at:]),
-                             progress=progress)
+                             progress=progress, **limit)
 
 
 def _known(params: Mapping[str, Any] | None, books: Sequence[Path]) -> dict[str, Any]:

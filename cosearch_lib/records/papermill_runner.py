@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import json
 import os
 import time
 from collections.abc import Mapping
@@ -159,6 +160,29 @@ HEADLESS_KERNEL_ENV = {"PAPERMILL_EXECUTION": "1", "HF_HUB_DISABLE_PROGRESS_BARS
                        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
 
+class CellTimeout(TimeoutError):
+    """A notebook cell ran past ``run_notebook``'s ``cell_timeout``."""
+
+
+def _slow_cell(executed: Path) -> str:
+    """Which code cell of a partially executed notebook was running when it stopped (the one papermill
+    marked with an error, an exception or as running): its number among the notebook's own code cells,
+    the parameters cell counted, and its first line."""
+    try:
+        nb = json.loads(executed.read_text())
+    except (OSError, ValueError):
+        return "a cell"
+    code = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"
+            and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    for i, cell in enumerate(code, 1):
+        meta = cell.get("metadata", {}).get("papermill", {})
+        errors = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+        if errors or meta.get("status") == "running" or meta.get("exception"):
+            first = "".join(cell.get("source", "")).strip().splitlines()
+            return f"code cell {i} of {len(code)} ({first[0][:80] if first else 'empty'!r})"
+    return "a cell"
+
+
 def run_notebook(
     notebook: str | os.PathLike,
     profile: str,
@@ -167,12 +191,15 @@ def run_notebook(
     out_dir: str | os.PathLike | None = None,
     kernel_name: str = "python3",
     progress: bool = True,
+    cell_timeout: float | None = None,
 ) -> Path:
     """Execute one notebook with papermill on a profile; return the executed copy's path.
 
     Parameters: the profile file's top-level scalars, then ``parameters`` on top. The notebook runs
     with the project root as working directory. A failed run still writes its partial notebook (for
-    debugging) and a record with ``status: failed``, then re-raises.
+    debugging) and a record with ``status: failed``, then re-raises. ``cell_timeout`` (seconds; None:
+    no limit) stops a cell that runs longer: the kernel is shut down and :class:`CellTimeout` names
+    the notebook, the cell and the time it ran.
     """
 
     notebook = Path(notebook)
@@ -187,11 +214,18 @@ def run_notebook(
     try:
         pm.execute_notebook(
             str(notebook), str(executed), parameters=params, kernel_name=kernel_name,
-            cwd=str(project_root()), progress_bar=progress, log_output=False,
+            cwd=str(project_root()), progress_bar=progress, log_output=False, execution_timeout=cell_timeout,
         )
     except BaseException as err:
-        record.update(status="failed", error=f"{type(err).__name__}: {str(err)[:2000]}", wall_s=time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        timed_out = isinstance(err, TimeoutError) or type(err).__name__ == "CellTimeoutError"
+        if timed_out:
+            err = CellTimeout(f"{notebook.name} on profile {profile!r}: {_slow_cell(executed)} ran past the "
+                              f"{cell_timeout:g} s cell timeout ({wall:.0f} s into the notebook); its kernel was shut down")
+        record.update(status="timeout" if timed_out else "failed", error=f"{type(err).__name__}: {str(err)[:2000]}", wall_s=wall)
         write_json(record, out / f"{notebook.stem}.run.json")
+        if timed_out:
+            raise err from None
         raise
     finally:
         for name, value in previous.items():
