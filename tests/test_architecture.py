@@ -219,3 +219,18 @@ def test_compare_runs_cli_exit_code(tmp_path, capsys):
 def test_the_cli_answers_without_loading_the_heavy_stack():
     loaded = _modules_after("from cosearch_lib.cli import build_parser; build_parser()")
     assert not {m for m in loaded if m.split(".")[0] in {"torch", "transformers", "papermill", "fastapi"}}
+
+
+def test_the_module_table_lists_every_module_by_its_docstring_and_refuses_one_without(tmp_path):
+    from cosearch_lib.records.architecture_page import module_purpose, module_table
+
+    table = module_table()
+    modules = [p.relative_to(ROOT / "cosearch_lib") for p in (ROOT / "cosearch_lib").rglob("*.py")]
+    assert all(f"| `{m}` |" in table for m in modules) and table.count("\n| `") == len(modules)
+    assert table.index("`cli.py`") < table.index("`rl/trainer.py`") < table.index("`paths.py`")  # layer order, top down
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "stage.py").write_text('"""One stage: :func:`run` with ``x``.\n\nDetails."""\n')
+    assert module_purpose(tmp_path / "pkg" / "stage.py") == "One stage: `run` with `x`."
+    (tmp_path / "pkg" / "bare.py").write_text("x = 1\n")
+    with pytest.raises(ValueError, match="no module docstring"):
+        module_table(tmp_path / "pkg")

@@ -356,3 +356,47 @@ def test_the_module_collector_reads_docstrings_comments_and_glossaries():
                      ("fly", "cosearch_lib/metrics.py:6"), ("speed", "cosearch_lib/metrics.py:6"),
                      ("fly", "cosearch_lib/metrics.py:8"), ("land", "cosearch_lib/metrics.py:8"),
                      ("cosearch_lib.metrics.no_such_metric", "cosearch_lib/metrics.py:3")])
+
+
+# --------------------------------------------------------------------------- file paths
+
+#: top-level folders of the repository whose files the docs may name, as ``docs/METHOD.md`` or `tests/x.py`
+REPO_FOLDERS = ("cosearch_lib", "docs", "notebooks", "tests", "benchmarks", "scripts", ".ci", "papermill_runs/params",
+                "papermill_runs/slurm")
+_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def _path_uses(page: Path) -> list[tuple[str, str, int]]:
+    """(path as written, base folder it is relative to, line) of every repository path the page names:
+    Markdown link targets (relative to the page) and code spans that start with a repository folder or
+    a subpackage of cosearch_lib. Placeholders (``<profile>``, ``*``, ``{...}``) and URLs are skipped."""
+    subpackages = {p.name for p in (ROOT / PACKAGE).iterdir() if p.is_dir() and not p.name.startswith("_")}
+    out = []
+    for n, line in enumerate(page.read_text().splitlines(), 1):
+        for target in _LINK.findall(line):
+            if "://" not in target and not target.startswith("mailto:"):
+                out.append((target, str(page.parent), n))
+        for span in _BACKTICK.findall(line):
+            text = span.strip().split()[0] if span.strip() else ""
+            if any(c in text for c in "<>*{}$") or "://" in text or "/" not in text.rstrip("/"):
+                continue
+            if text.startswith(REPO_FOLDERS):
+                out.append((text, str(ROOT), n))
+            elif text.split("/")[0] in subpackages and text.endswith(".py"):
+                out.append((text, str(ROOT / PACKAGE), n))
+    return out
+
+
+def test_every_file_path_in_the_docs_exists():
+    pages = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in SKIPPED_DOCS)]
+    missing = [f"{page.relative_to(ROOT)}:{n}: {path}" for page in pages for path, base, n in _path_uses(page)
+               if not (Path(base) / path).exists()]
+    assert not missing, "paths the docs name that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_path_collector_finds_links_and_code_spans_and_skips_placeholders(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("See [the log](LOG.md#today), `docs/METHOD.md`, `rl/trainer.py`, `papermill_runs/<profile>/x`,\n"
+                    "`make test`, [web](https://example.org) and `tests/no_such_test.py`.\n")
+    found = {path for path, _, _ in _path_uses(page)}
+    assert found == {"LOG.md", "docs/METHOD.md", "rl/trainer.py", "tests/no_such_test.py"}

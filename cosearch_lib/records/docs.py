@@ -23,6 +23,7 @@ from cosearch_lib.eval.harness import RECORD_GLOSSARY
 from cosearch_lib.eval.retriever_recall import RECALL_GLOSSARY
 from cosearch_lib.eval.tables import TABLE_GLOSSARY
 from cosearch_lib.paths import project_relative, project_root
+from cosearch_lib.records.architecture_page import render_architecture_page
 from cosearch_lib.records.findings_page import findings_section, verdict_label
 from cosearch_lib.records.markdown_tables import markdown_table
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
@@ -335,7 +336,8 @@ def _machine_free(value: Any) -> Any:
 
 
 def generated_pages() -> dict[Path, str]:
-    return {docs_dir() / "METRICS.md": render_metrics_page(), docs_dir() / "RESULTS.md": render_results_page()}
+    return {docs_dir() / "METRICS.md": render_metrics_page(), docs_dir() / "RESULTS.md": render_results_page(),
+            docs_dir() / "ARCHITECTURE.md": render_architecture_page(docs_dir() / "ARCHITECTURE.md")}
 
 
 def write_generated_docs(*, check: bool = False) -> list[Path]:
