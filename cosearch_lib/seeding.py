@@ -40,14 +40,27 @@ def rng(*parts: object) -> np.random.Generator:
 def step_order(n: int, step: int, per_step: int, seed: int, stream: str = "train-order") -> list[int]:
     """Indices of the items of training ``step``: consecutive slices of seeded permutations of
     range(n), one permutation per epoch, so a step's items depend only on (seed, stream, step).
-    ``stream`` names the sequence ("train-order": the joint trainer's questions)."""
+    ``stream`` names the sequence ("train-order": the joint trainer's questions).
+
+    A step never holds an item twice: where a step spans two epochs, the next epoch's permutation
+    starts with items the step has not taken yet (the rest keep their seeded order). Without that,
+    a question could appear twice in one step, its copies sampled with the same row keys."""
     if n < 1:
         raise ValueError("nothing to train on: an empty item list")
-    perms: dict[int, np.ndarray] = {}  # a step spans at most a few epochs; permute each once
+    if per_step > n:
+        raise ValueError(f"{per_step} items per step but only {n} to draw from: a step would hold one twice "
+                         "(ask for no more items per step than there are)")
+    last_epoch = ((step + 1) * per_step - 1) // n
+    perms = [rng(stream, seed, 0).permutation(n).tolist()]
+    for epoch in range(1, last_epoch + 1):
+        raw = rng(stream, seed, epoch).permutation(n).tolist()
+        taken = (epoch * n) % per_step  # items of the step that spans the boundary, from the epoch before
+        avoid = set(perms[-1][n - taken:]) if taken else set()
+        head = [i for i in raw if i not in avoid][:per_step - taken] if taken else []
+        first = set(head)
+        perms.append(head + [i for i in raw if i not in first])
     out = []
     for pos in range(step * per_step, (step + 1) * per_step):
         epoch, i = divmod(pos, n)
-        if epoch not in perms:
-            perms[epoch] = rng(stream, seed, epoch).permutation(n)
         out.append(int(perms[epoch][i]))
     return out

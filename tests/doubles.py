@@ -18,6 +18,7 @@ import torch
 from cosearch_lib.config import (
     PAPER_RULES,
     GroupingConfig,
+    GRPOConfig,
     LoraSettings,
     ProtocolConfig,
     RolloutConfig,
@@ -184,6 +185,10 @@ def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, va
     """The scripted joint trainer; ``rules`` (a config.RuleSet; None: the paper's) reaches every stage by
     construction, as a profile's ``rules:`` does. ``dp``: this rank of a data-parallel job (None: one process)."""
     rules = PAPER_RULES if rules is None else rules
+    # The scripted backend's log-probs (-1.0 per token) are not the tiny model's (~-10.8): the old
+    # log-probs of the ratio come from the model being trained, as they do behind any engine that
+    # is not the trainer's own (GRPOConfig.old_logprobs); a test of the backend's own path passes grpo=.
+    kw.setdefault("grpo", GRPOConfig(old_logprobs="recompute"))
     cfg = TrainConfig(method=method, steps=steps, questions_per_step=2, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
                       micro_batch=1, eval_every=eval_every, shared_backbone=shared,
                       grouping=GroupingConfig(k_min=2, rules=rules), rules=rules, **kw)

@@ -68,6 +68,32 @@ def test_question_order_is_a_fresh_permutation_each_epoch_and_depends_only_on_se
         question_order(n, 1, per, seed=4) != question_order(n, 1, per, seed=3)
 
 
+def test_a_step_never_holds_a_question_twice_when_the_epoch_wraps():
+    """Issue 36, suspected bug 1: a step that spans two epochs took the end of one permutation and
+    the start of the next, so it could hold a question twice; both copies then had the same row keys
+    (identical samples) and merged into one group of 2G."""
+    wrapped = 0
+    for n, per in ((3, 2), (5, 3), (7, 4), (4, 4)):
+        for seed in range(20):
+            for step in range(12):
+                items = question_order(n, step, per, seed=seed)
+                assert len(set(items)) == per, (n, per, seed, step, items)
+                wrapped += (step * per) // n != ((step + 1) * per - 1) // n
+    assert wrapped > 100  # the cases that span two epochs were exercised
+    order = [i for step in range(10) for i in question_order(7, step, 4, seed=1)]  # still a permutation per epoch
+    assert all(sorted(order[e * 7:(e + 1) * 7]) == list(range(7)) for e in range(5))
+    with pytest.raises(ValueError, match="more items per step"):
+        question_order(3, 0, 4, seed=0)
+
+
+def test_the_trainers_step_gives_every_trajectory_its_own_id_and_row_keys_when_the_epoch_wraps(tok, tmp_path):
+    t = trainer(tok, tiny_model(tok), tmp_path, steps=2)  # 3 questions, 2 per step: step 1 spans two epochs
+    trajs, _ = t._rollouts(1)
+    ids = [tr.traj_id for tr in trajs]
+    assert len(set(ids)) == len(ids) == 2 * t.cfg.group_size
+    assert len({tr.question_id for tr in trajs}) == 2
+
+
 # ------------------------------------------------------------------------------ the update
 
 
@@ -556,3 +582,15 @@ def test_old_logprobs_setting_resolves_per_backend_and_refuses_bad_values():
         GRPOConfig(old_logprobs="vllm")
     with pytest.raises(ValueError, match="tis_cap"):
         GRPOConfig(tis_cap=0.5)
+
+
+def test_the_doubles_first_update_compares_the_model_with_itself(tok, tmp_path):
+    """Issue 36, suspected bug 2: the scripted backend reports a log-prob of -1.0 for every token,
+    the tiny model gives them ~-10.8, and the doubles trainer took the backend's as the old ones: a
+    ratio of ~e^-10 before any update, where the clipped surrogate gives negative-advantage tokens no
+    gradient. The doubles' old log-probs must come from the model they train."""
+    t = trainer(tok, tiny_model(tok), tmp_path, steps=1)
+    record = t.train_step()
+    for role in ("agent", "ranker"):
+        assert abs(record[f"{role}_ratio_mean"] - 1.0) < 1e-3, (role, record[f"{role}_ratio_mean"])
+        assert record[f"{role}_clip_frac"] == 0.0
