@@ -35,8 +35,8 @@ from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
 
 class FixedRetriever:
-    """Always the first ``topk`` passages of ``corpus`` in order, scores descending; records each
-    call as ``(queries, topk)`` so tests can check batching."""
+    """Always the first ``topn`` passages of ``corpus`` in order, scores descending; records each
+    call as ``(queries, topn)`` so tests can check batching."""
 
     def __init__(self, corpus):
         from cosearch_lib.data.passage import Passage
@@ -45,9 +45,9 @@ class FixedRetriever:
         self.rows = {p.id: p for p in self.corpus}
         self.calls: list[tuple[list[str], int]] = []
 
-    def search(self, queries, topk):
-        self.calls.append((list(queries), topk))
-        return [[self._passage(p.id, p.contents, 1.0 - i / 10) for i, p in enumerate(self.corpus[:topk])] for _ in queries]
+    def search(self, queries, topn):
+        self.calls.append((list(queries), topn))
+        return [[self._passage(p.id, p.contents, 1.0 - i / 10) for i, p in enumerate(self.corpus[:topn])] for _ in queries]
 
     def get(self, pid):
         """CorpusStore-style lookup (the widgets show titles through it)."""

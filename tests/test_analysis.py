@@ -25,13 +25,13 @@ class ScriptedRetriever:
         self.answer_rank = answer_rank
         self.calls = 0
 
-    def search(self, queries, topk):
+    def search(self, queries, topn):
         self.calls += 1
         out = []
         for q in queries:
             rank = self.answer_rank[q]
             out.append([Passage(str(i), f'"T{i}"\n{"Zorvath" if rank == i + 1 else "filler text"} here', 1.0 - i / 100)
-                        for i in range(topk)])
+                        for i in range(topn)])
         return out
 
 

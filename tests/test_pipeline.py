@@ -49,7 +49,7 @@ def test_real_format_corpus_builds_a_cached_retriever(real_format_profile):
     assert len(retriever) == len(PASSAGES) and paths.index.exists() and paths.store.is_dir()
     assert index_build_info(cfg)["ntotal"] == len(PASSAGES)
     questions = load_qa(paths.qa["test"])
-    ranked = retriever.search([q.question for q in questions], topk=2)
+    ranked = retriever.search([q.question for q in questions], topn=2)
     # "who founded fictional town 1?" must find the passage that names its founder
     assert any("Founder 1" in p.contents for p in ranked[1])
     mtime = paths.index.stat().st_mtime_ns

@@ -118,17 +118,17 @@ def test_index_save_load_and_mmap_round_trip(tmp_path):
 def test_retriever_finds_the_right_passage(encoder, store):
     index = build_index_from_corpus(encoder, store, chunk=4, progress=False)
     retriever = Retriever(encoder, index, store)
-    results = retriever.search(["Who wrote The Glass Orchard?", "capital of Valdoria"], topk=3)
+    results = retriever.search(["Who wrote The Glass Orchard?", "capital of Valdoria"], topn=3)
     assert [r[0].title for r in results] == ["The Glass Orchard", "Valdoria"]
     for ranked in results:
         assert len(ranked) == 3 and all(isinstance(p, Passage) for p in ranked)
         assert [p.score for p in ranked] == sorted((p.score for p in ranked), reverse=True)
-    assert len(retriever.search(["Kessmere"], topk=100)[0]) == len(DOCS)  # topk clipped to the corpus
-    assert retriever.search([], topk=3) == []
+    assert len(retriever.search(["Kessmere"], topn=100)[0]) == len(DOCS)  # topn clipped to the corpus
+    assert retriever.search([], topn=3) == []
     with pytest.raises(TypeError):
-        retriever.search("one string", topk=3)
+        retriever.search("one string", topn=3)
     with pytest.raises(ValueError):
-        retriever.search(["q"], topk=0)
+        retriever.search(["q"], topn=0)
 
 
 def test_retriever_refuses_index_built_from_another_corpus(encoder, store):

@@ -52,15 +52,15 @@ class FakeBackend:
     def __len__(self) -> int:
         return len(self.passages)
 
-    def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
+    def search(self, queries: list[str], topn: int) -> list[list[Passage]]:
         with self._lock:
-            self.calls.append((len(queries), topk))
+            self.calls.append((len(queries), topn))
         if self.delay_s:
             time.sleep(self.delay_s)
         out = []
         for query in queries:  # one mat-vec per query: scores do not depend on batch size
             row = self.matrix @ _trigram_vector(query)  # (N,)
-            order = np.lexsort((np.arange(len(row)), -row))[:topk]  # score desc, then index
+            order = np.lexsort((np.arange(len(row)), -row))[:topn]  # score desc, then index
             out.append([Passage(*self.passages[j], score=float(row[j])) for j in order])
         return out
 
@@ -68,10 +68,10 @@ class FakeBackend:
 class ExplodingBackend(FakeBackend):
     """Raises for any batch containing a query with 'boom' in it."""
 
-    def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
+    def search(self, queries: list[str], topn: int) -> list[list[Passage]]:
         if any("boom" in q for q in queries):
             raise RuntimeError("index shard offline")
-        return super().search(queries, topk)
+        return super().search(queries, topn)
 
 
 def _cfg(**overrides) -> ServerConfig:
@@ -158,7 +158,7 @@ def test_http_retriever_equals_backend(server, backend):
     queries = [f"{t} {a}" for t in TOPICS for a in ASPECTS[:2]]  # 20 > the limit of 8
     before = server.stats.requests
     with HttpRetriever(server.url + "/retrieve") as client:
-        got = client.search(queries, topk=6)
+        got = client.search(queries, topn=6)
         assert client.health()["status"] == "ok"
     assert got == backend.search(queries, 6)
     assert all(isinstance(p, Passage) for row in got for p in row)
@@ -168,7 +168,7 @@ def test_http_retriever_equals_backend(server, backend):
 
 def test_http_retriever_without_scores(server, backend):
     with HttpRetriever(server.url, return_scores=False) as client:
-        got = client.search(["orchard history"], topk=2)[0]
+        got = client.search(["orchard history"], topn=2)[0]
     want = backend.search(["orchard history"], 2)[0]
     assert [(p.id, p.contents, p.score) for p in got] == [(p.id, p.contents, 0.0) for p in want]
 
@@ -245,7 +245,7 @@ def test_unknown_path_and_wrong_method_are_json(http):
 def test_client_reports_server_message(server):
     with HttpRetriever(server.url) as client:
         with pytest.raises(RetrievalServerError, match=r"422 out_of_range \(field topk\)") as err:
-            client.search(["river"], topk=0)
+            client.search(["river"], topn=0)
     assert err.value.status == 422 and "1..20" in str(err.value)
 
 
@@ -332,7 +332,7 @@ def test_slow_backend_gives_504_and_client_timeout_message():
 
 def test_backend_returning_wrong_shapes_is_a_json_500():
     class WrongShapes(FakeBackend):
-        def search(self, queries, topk):
+        def search(self, queries, topn):
             return [[{"id": "x"}]] if queries[0] == "dicts" else []
 
     with serve_in_background(WrongShapes(), _cfg()) as url:

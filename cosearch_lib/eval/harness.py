@@ -161,7 +161,7 @@ class HarnessContext:
 
     agent_backend: GenerationBackend  # generation backend of the agent (and of direct / CoT / RAG)
     chat: ChatTokens  # the agent model's chat template, token-exact
-    retriever: SearchBackend  # .search(queries, topk) -> list[list[Passage]]
+    retriever: SearchBackend  # .search(queries, topn) -> list[list[Passage]]
     ranker_backend: GenerationBackend | None = None  # backend of the LLM ranker; None = agent_backend (adapters tell the policies apart)
     ranker_chat: ChatTokens | None = None  # the ranker model's chat template; None = chat
     protocol: ProtocolConfig | None = None  # passage caps and prompt layout; its search budget follows HarnessConfig

@@ -71,7 +71,7 @@ class HttpRetriever:
 
     # ------------------------------------------------------------------------------ public
 
-    def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
+    def search(self, queries: list[str], topn: int) -> list[list[Passage]]:
         if isinstance(queries, str):
             raise TypeError("search() takes a list of query strings, got a single str")
         queries = list(queries)
@@ -80,7 +80,7 @@ class HttpRetriever:
         step = self._chunk_size()
         out: list[list[Passage]] = []
         for start in range(0, len(queries), step):
-            out.extend(self._search_chunk(queries[start:start + step], topk))
+            out.extend(self._search_chunk(queries[start:start + step], topn))
         return out
 
     def health(self) -> dict[str, Any]:
@@ -113,8 +113,8 @@ class HttpRetriever:
                 self._chunk = _FALLBACK_CHUNK
         return max(1, self._chunk)
 
-    def _search_chunk(self, queries: list[str], topk: int) -> list[list[Passage]]:
-        payload = {"queries": queries, "topk": topk, "return_scores": self.return_scores}
+    def _search_chunk(self, queries: list[str], topn: int) -> list[list[Passage]]:
+        payload = {"queries": queries, "topk": topn, "return_scores": self.return_scores}  # the wire keeps Search-R1's name
         body = self._request("POST", "/retrieve", json=payload)
         result = body.get("result") if isinstance(body, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):

@@ -164,7 +164,7 @@ class Batcher:
         if not batch:
             return
         queries = [q for job in batch for q in job.queries]
-        topk = max(job.topk for job in batch)
+        topk = max(job.topk for job in batch)  # the wire's Search-R1 name: the backend's N (search(queries, topn))
         started = time.perf_counter()
         try:
             ranked = await asyncio.get_running_loop().run_in_executor(

@@ -1,4 +1,4 @@
-"""The in-process retriever: encoder + FAISS index + corpus store, behind ``search(queries, topk)``."""
+"""The in-process retriever: encoder + FAISS index + corpus store, behind ``search(queries, topn)``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from cosearch_lib.data.passage import Passage
 
 @runtime_checkable
 class SearchBackend(Protocol):
-    """Anything with ``search(queries, topk) -> one ranked list of Passages per query``."""
+    """Anything with ``search(queries, topn) -> one ranked list of Passages per query``: the top-N
+    candidates of the method (N, not the K passages a ranker then shows)."""
 
-    def search(self, queries: list[str], topk: int) -> list[list[Passage]]: ...
+    def search(self, queries: list[str], topn: int) -> list[list[Passage]]: ...
 
 
 class Retriever:
@@ -30,15 +31,15 @@ class Retriever:
     def __len__(self) -> int:
         return len(self.corpus)
 
-    def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
-        """Top-``topk`` passages per query, best first, with inner-product scores."""
+    def search(self, queries: list[str], topn: int) -> list[list[Passage]]:
+        """Top-``topn`` passages per query, best first, with inner-product scores."""
         if isinstance(queries, str):
             raise TypeError("search() takes a list of query strings, not one string")
-        if not isinstance(topk, int) or isinstance(topk, bool) or topk < 1:
-            raise ValueError(f"topk must be a positive int, got {topk!r}")
+        if not isinstance(topn, int) or isinstance(topn, bool) or topn < 1:
+            raise ValueError(f"topn must be a positive int, got {topn!r}")
         if not queries:
             return []
-        k = min(topk, len(self.corpus))
+        k = min(topn, len(self.corpus))
         scores, rows = self.index.search(self.encoder.encode_queries(list(queries)), k)  # (Q, k) each
         return [self._passages(r, s) for r, s in zip(rows, scores)]
 
