@@ -465,3 +465,31 @@ def test_searches_by_family_beside_the_gold_chain_lengths():
     assert table.loc[GOLD_CHAIN_ROW, "syn_musique"] == 3 and table.loc[GOLD_CHAIN_ROW, "multi-hop avg"] == 2.5
     assert table.loc["agent_retrieval", "multi-hop avg"] == 1.5 and table.loc["agent_retrieval", "single-hop avg"] == 1
     assert list(searches_by_family(records).index) == ["agent_retrieval"]  # no chains: no gold row
+
+
+def test_a_new_ranking_mode_is_one_registry_entry_and_the_harness_builds_it(tok, chat, request):
+    """docs/ARCHITECTURE.md, "How to add a ranking mode": a class plus one RANKING_MODES entry."""
+    from cosearch_lib.agent.rankers import RANKING_MODES, Ranking, RankingMode, make_ranker, register_ranking_mode
+
+    class LastFirst:  # the retriever's candidates read from the bottom up
+        mode = "last_first"
+
+        def rank(self, requests):
+            return [Ranking(order=list(range(len(r.candidates) - 1, -1, -1))[:r.k]) for r in requests]
+
+    request.addfinalizer(lambda: RANKING_MODES.pop("last_first", None))
+    register_ranking_mode("last_first", RankingMode(lambda c: LastFirst(), rule=True))
+    with pytest.raises(ValueError, match="already registered"):
+        register_ranking_mode("last_first", RankingMode(lambda c: LastFirst(), rule=True))
+    assert make_ranker("last_first").mode == "last_first"
+
+    def respond(prompt, key):
+        return search_turn_short("Orvane Tellis") if key[-1] == 0 else answer_turn("Kessmere")
+
+    ctx, _ = make_ctx(tok, chat, respond)
+    kept = {}
+    records = run_evaluation(["agent_last_first"], [Q1], ctx, small_cfg(), progress=False, trajectories=kept)
+    assert list(records["method"]) == ["agent_last_first"]
+    assert kept["agent_last_first"][0].ranker_calls[0].order == [4, 3]  # N = 5 candidates, K = 2, bottom up
+    with pytest.raises(ValueError, match="unknown evaluation method"):
+        run_evaluation(["agent_no_such_mode"], [Q1], ctx, small_cfg(), progress=False)

@@ -328,3 +328,18 @@ def test_policy_loss_shape_errors_name_the_tensor():
         G.policy_loss(lp, old, adv, mask, ref_logprobs=old.T)
     with pytest.raises(ValueError, match="logprobs"):
         G.policy_loss(lp[0], old[0], adv, mask[0])
+
+
+def test_the_aggregation_registry_and_the_configs_names_agree():
+    from cosearch_lib.config import MICRO_BATCHED_AGGREGATIONS, ConfigError, TrainConfig
+    from cosearch_lib.rl.grpo_loss import LOSS_AGGREGATIONS
+
+    assert tuple(LOSS_AGGREGATIONS) == AGGREGATIONS
+    assert tuple(n for n, a in LOSS_AGGREGATIONS.items() if a.splits_into_micro_batches) == MICRO_BATCHED_AGGREGATIONS
+    for name in AGGREGATIONS:  # every name is a valid GRPOConfig; the trainer takes the micro-batchable ones only
+        grpo = GRPOConfig(aggregation=name)
+        if name in MICRO_BATCHED_AGGREGATIONS:
+            assert TrainConfig(grpo=grpo).grpo.aggregation == name
+        else:
+            with pytest.raises(ConfigError, match="micro-batches"):
+                TrainConfig(grpo=grpo)

@@ -279,3 +279,10 @@ def test_config_resolution_and_glossary():
     assert (released.format_fail_policy, released.invalid_penalized) == ("penalize", True)
     fields = set(RankerReward.__dataclass_fields__)
     assert fields | {"agent_reward"} == set(REWARD_GLOSSARY)
+
+
+def test_every_relevance_reward_the_config_accepts_has_its_code():
+    from cosearch_lib.config.grpo import RANKER_RELEVANCE_KINDS
+    from cosearch_lib.rl.rewards import RELEVANCE_SCORES
+
+    assert set(RELEVANCE_SCORES) == set(RANKER_RELEVANCE_KINDS)

@@ -7,18 +7,23 @@ old log-probs, validity).
 
 * ``retrieval``: the retriever's top-K, unchanged (the paper's "Retrieval Only").
 * ``oracle``: paper Eq. 7, answer-containing candidates promoted (the oracle-gap study).
+* ``hop_oracle``: the candidates holding the current hop's answer first (a diagnostic ceiling).
 * ``llm``: a generative ranker LLM writes ``[i] > [j] > ...``; an invalid output falls back to the
   retriever's top-K and the call is flagged invalid (the released code then gives it -0.2).
 * ``cross_encoder``: a pointwise cross-encoder scores each (sub-query, passage) pair (ablation).
 * ``cross_encoder_policy``: a trainable cross-encoder (``models.cross_encoder``) that samples its K
   passages from the Plackett-Luce distribution of its scores (greedy: the K best), recording each
   pick's log-probability so GRPO can train it like the generative ranker (Table 3's cross-encoder row).
+
+The modes are registered by name in :data:`RANKING_MODES` and built with :func:`make_ranker` from a
+:class:`RankerContext`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -30,8 +35,6 @@ from cosearch_lib.metrics import has_answer, token_f1
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer, plackett_luce_logprobs, sample_ranking
 from cosearch_lib.models.registry import resolve_model
 from cosearch_lib.seeding import derive_seed
-
-RANKING_MODES = ("retrieval", "oracle", "llm", "cross_encoder", "cross_encoder_policy")
 
 
 @dataclass
@@ -238,18 +241,66 @@ class CrossEncoderPolicyRanker:
         return out
 
 
-def make_ranker(mode: str, **kw) -> Ranker:
-    """``retrieval`` / ``oracle`` need nothing; ``llm`` needs backend, chat, protocol_cfg, sampling
-    (and adapter); ``cross_encoder`` needs model_name or model + tokenizer; ``cross_encoder_policy`` a
-    scorer and a temperature."""
-    if mode == "retrieval":
-        return RetrievalOnlyRanker()
-    if mode == "oracle":
-        return OracleRanker(**kw)
-    if mode == "llm":
-        return LLMRanker(**kw)
-    if mode == "cross_encoder":
-        return CrossEncoderRanker.from_pretrained(kw.pop("model_name"), **kw) if "model_name" in kw else CrossEncoderRanker(**kw)
-    if mode == "cross_encoder_policy":
-        return CrossEncoderPolicyRanker(**kw)
-    raise ValueError(f"ranking mode must be one of {RANKING_MODES}, got {mode!r}")
+@dataclass
+class RankerContext:
+    """Everything a ranking mode may be built from; each mode reads only the fields it needs (its
+    entry in :data:`RANKING_MODES`). Callers fill what they have: the trainer its backend, adapter
+    and sampling, the evaluation harness its context and the questions' gold chains."""
+
+    trivial_golds: str = "drop_each"  # the rule set's treatment of yes/no golds (oracle modes)
+    backend: Any = None  # llm: the ranker's generation backend ...
+    chat: Any = None  # ... its chat-token assembly ...
+    protocol: Any = None  # ... the protocol (K, caps) ...
+    sampling: Any = None  # ... and its sampling settings
+    adapter: str | None = None  # llm: the ranker's LoRA adapter name (None: the base model)
+    output_protocol: str = "strict"  # llm: the rule set's ranker_output
+    scorer: Any = None  # cross_encoder_policy: a scoring ranker (cross-encoder, LLM judge)
+    model_name: str | None = None  # cross_encoder: a pretrained cross-encoder to load
+    temperature: float = 1.0  # cross_encoder_policy: Plackett-Luce temperature (0: greedy top-K)
+    seed: int = 0  # cross_encoder_policy: the sampling seed
+    chains: Mapping[str, list[tuple[str, str]]] = field(default_factory=dict)  # hop_oracle: question -> (sub-query, answer) per hop
+
+
+@dataclass(frozen=True)
+class RankingMode:
+    """One registered way of turning N candidates into K: how to build it, and whether it is a rule
+    (it needs no model or artefact, so the evaluation harness offers it as ``agent_<name>`` by itself)."""
+
+    build: Callable[[RankerContext], Ranker]
+    rule: bool = False
+
+
+def _pretrained_cross_encoder(c: RankerContext) -> CrossEncoderRanker:
+    if not c.model_name:
+        raise ValueError("the cross_encoder ranking mode needs RankerContext.model_name (a pretrained cross-encoder)")
+    return CrossEncoderRanker.from_pretrained(c.model_name)
+
+
+#: The one registry of ranking modes, by name (as verl's ``core_algos`` registers its estimators):
+#: the trainer, the evaluation harness and :func:`make_ranker` all build rankers from it. A new mode is
+#: one entry here plus its class (docs/ARCHITECTURE.md, "How to add a ranking mode").
+RANKING_MODES: dict[str, RankingMode] = {
+    "retrieval": RankingMode(lambda c: RetrievalOnlyRanker(), rule=True),
+    "oracle": RankingMode(lambda c: OracleRanker(c.trivial_golds), rule=True),
+    "hop_oracle": RankingMode(lambda c: HopOracleRanker(dict(c.chains), c.trivial_golds), rule=True),
+    "llm": RankingMode(lambda c: LLMRanker(c.backend, c.chat, c.protocol, c.sampling, adapter=c.adapter,
+                                           output_protocol=c.output_protocol)),
+    "cross_encoder": RankingMode(_pretrained_cross_encoder),
+    "cross_encoder_policy": RankingMode(lambda c: CrossEncoderPolicyRanker(c.scorer, temperature=c.temperature, seed=c.seed)),
+}
+
+
+def register_ranking_mode(name: str, mode: RankingMode) -> None:
+    """Add a ranking mode to :data:`RANKING_MODES` (a name already there is an error, not a silent override)."""
+    if name in RANKING_MODES:
+        raise ValueError(f"ranking mode {name!r} is already registered")
+    RANKING_MODES[name] = mode
+
+
+def make_ranker(mode: str, context: RankerContext | None = None, **fields: Any) -> Ranker:
+    """The ranker of a registered ``mode``, built from ``context`` with ``fields`` (RankerContext
+    fields) on top, e.g. ``make_ranker("oracle")``, ``make_ranker("cross_encoder_policy", scorer=s,
+    temperature=0.0)``; ValueError naming the modes for an unknown one."""
+    if mode not in RANKING_MODES:
+        raise ValueError(f"ranking mode must be one of {sorted(RANKING_MODES)}, got {mode!r}")
+    return RANKING_MODES[mode].build(replace(context or RankerContext(), **fields))

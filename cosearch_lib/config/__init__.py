@@ -44,7 +44,15 @@ from cosearch_lib.config.generation import (
     RolloutConfig,
     SamplingConfig,
 )
-from cosearch_lib.config.grpo import AGGREGATIONS, OLD_LOGPROBS, AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
+from cosearch_lib.config.grpo import (
+    AGGREGATIONS,
+    MICRO_BATCHED_AGGREGATIONS,
+    OLD_LOGPROBS,
+    AgentRewardConfig,
+    GroupingConfig,
+    GRPOConfig,
+    RankerRewardConfig,
+)
 from cosearch_lib.config.methods import METHODS, TRAINING_METHODS, MethodSpec, RankedBy, method_rows, method_spec
 from cosearch_lib.config.profile import (
     BASELINE_REPLIES,
@@ -78,7 +86,7 @@ from cosearch_lib.config.training import (
 from cosearch_lib.config.world import DataConfig, WorldConfig
 
 __all__ = [
-    "AGENT_STOPS", "AGGREGATIONS", "BASELINE_REPLIES", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN", "OLD_LOGPROBS",
+    "AGENT_STOPS", "AGGREGATIONS", "MICRO_BATCHED_AGGREGATIONS", "BASELINE_REPLIES", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN", "OLD_LOGPROBS",
     "METHODS", "PAPER_RULES", "RANKER_KINDS", "SCORING_RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
     "TRAIN_BACKENDS", "AgentRewardConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",
     "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LLMJudgeConfig", "LoraSettings", "ModelsConfig",

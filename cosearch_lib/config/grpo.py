@@ -15,7 +15,7 @@ from cosearch_lib.config.checks import SHARED, Fields, invalid
 from cosearch_lib.config.rules import PAPER_RULES, RuleSet, rule_set
 
 _VARIANTS = ("paper", "released")
-_RELEVANCE = ("hit", "ndcg", "judge")
+RANKER_RELEVANCE_KINDS = ("hit", "ndcg", "judge")
 _NDCG_IDEAL = ("pool", "shown")
 _FORMAT_FAIL = ("filter", "penalize")
 
@@ -85,7 +85,7 @@ class RankerRewardConfig(_Resolved):
         self.rules = rule_set(self.rules)
         check = Fields("training.ranker_reward", self)
         check.choice("variant", (None, *_VARIANTS))
-        check.choice("relevance", _RELEVANCE)
+        check.choice("relevance", RANKER_RELEVANCE_KINDS)
         check.choice("ndcg_ideal", _NDCG_IDEAL)
         check.choice("agent_format_fail", (None, *_FORMAT_FAIL))
         check.numbers("gamma", "released_f1_threshold", "released_rel_threshold", "invalid_ranker_penalty")
@@ -161,8 +161,11 @@ class GroupingConfig(_Resolved):
 
 # --------------------------------------------------------------------------- the GRPO loss
 
-#: Ways to turn per-token values into one scalar; see :func:`masked_aggregate`.
+#: Ways to turn per-token values into one scalar, by name (their code: ``rl.grpo_loss.LOSS_AGGREGATIONS``).
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+#: Those the joint trainer's micro-batched update reproduces (``LossAggregation.splits_into_micro_batches``):
+#: Dr.GRPO's constant normaliser depends on the whole batch's padded shape.
+MICRO_BATCHED_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 
 
 #: Where the old log-probs of the GRPO ratio come from: the generation backend as it sampled, or

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
 
 from cosearch_lib.config.checks import SHARED, SPEED_ONLY, ConfigError, Fields, invalid
-from cosearch_lib.config.grpo import AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
+from cosearch_lib.config.grpo import MICRO_BATCHED_AGGREGATIONS, AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
 from cosearch_lib.config.methods import MethodSpec, method_spec
 from cosearch_lib.config.rules import RuleSet, check_same_rules, rule_set
 
@@ -125,9 +125,9 @@ class TrainConfig:
         check = Fields("training", self)
         check.ints("steps", "questions_per_step", "minibatches", "micro_batch", minimum=1)
         check.ints("group_size", minimum=2, why="GRPO compares samples")
-        if self.grpo.aggregation == "seq-mean-token-sum-norm":
-            raise invalid("training.grpo.aggregation", self.grpo.aggregation, "'token-mean' or 'seq-mean-token-mean' "
-                          "(the trainer splits batches into micro-batches)")
+        if self.grpo.aggregation not in MICRO_BATCHED_AGGREGATIONS:
+            raise invalid("training.grpo.aggregation", self.grpo.aggregation, f"one of {MICRO_BATCHED_AGGREGATIONS} "
+                          "(the trainer splits batches into micro-batches; this one's normaliser needs the whole batch)")
         check.ints("eval_every", "checkpoint_every", "keep_checkpoints", minimum=0)
         check.bools("length_grouped_micro_batches", "gradient_checkpointing", "shared_prefix_update", "validate_at_start")
         try:

@@ -43,15 +43,7 @@ from peft import PeftModel
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.parsers import parse_answer_only
 from cosearch_lib.agent.prompts import cot_messages, direct_messages, rag_messages
-from cosearch_lib.agent.rankers import (
-    CrossEncoderPolicyRanker,
-    HopOracleRanker,
-    LLMRanker,
-    OracleRanker,
-    Ranker,
-    RetrievalOnlyRanker,
-    make_ranker,
-)
+from cosearch_lib.agent.rankers import RANKING_MODES, Ranker, RankerContext, make_ranker
 from cosearch_lib.agent.rollout import RolloutEngine, Trajectory
 from cosearch_lib.config import BASELINE_REPLIES, ProtocolConfig, RolloutConfig, RuleSet, SamplingConfig, SearchBudget
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
@@ -63,8 +55,10 @@ from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder, load_s
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 
+#: The one-generation baselines, then the agent with each ranking. A rule ranking mode registered in
+#: ``agent.rankers.RANKING_MODES`` is offered as ``agent_<mode>`` without an entry here (:func:`eval_methods`).
 EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_trained_ranker",
-           "agent_oracle", "agent_cross_encoder", "agent_hop_oracle")
+                "agent_oracle", "agent_cross_encoder", "agent_hop_oracle")
 #: What runs without extra artefacts (no trained adapter, no cross-encoder).
 DEFAULT_EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_oracle")
 HIT_KS = (1, 3, 5)
@@ -172,9 +166,15 @@ class HarnessContext:
         return replace(self.protocol or ProtocolConfig(), search=cfg.search)
 
 
+def eval_methods() -> tuple[str, ...]:
+    """:data:`EVAL_METHODS` and ``agent_<mode>`` for every rule ranking mode registered since."""
+    rules = (f"agent_{name}" for name, mode in RANKING_MODES.items() if mode.rule)
+    return tuple(dict.fromkeys([*EVAL_METHODS, *rules]))
+
+
 def check_method(method: str) -> str:
-    if method not in EVAL_METHODS:
-        raise ValueError(f"unknown evaluation method {method!r}; expected one of {EVAL_METHODS}")
+    if method not in eval_methods():
+        raise ValueError(f"unknown evaluation method {method!r}; expected one of {eval_methods()}")
     return method
 
 
@@ -225,7 +225,7 @@ def evaluate(method: str, examples: Sequence[QAExample], ctx: HarnessContext, cf
     e.g. for the trajectory browser; records alone are what gets saved. The progress bar reads
     "evaluate <method>", followed by ``label`` (e.g. which policies) when given.
     """
-    ranker_factory = _AGENT_RANKERS.get(check_method(method))  # None: a one-generation baseline
+    ranker_factory = _agent_ranker_factory(check_method(method))  # None: a one-generation baseline
     chosen = select_examples(examples, cfg.n_per_dataset)
     start = time.perf_counter()
     try:
@@ -365,45 +365,54 @@ def _prompted_row(method: str, ex: QAExample, sample: int, passages, reply: tupl
 
 # -- agent methods: the rollout engine with a ranker per method
 
-def _llm_ranker(ctx: HarnessContext, cfg: HarnessConfig, adapter: str | None) -> LLMRanker:
+def _ranker_context(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[QAExample],
+                    adapter: str | None = None) -> RankerContext:
+    """What the harness gives every ranking mode: its ranker backend and chat, the protocol, greedy
+    ranker sampling, the rule set, the questions' gold chains (the hop oracle) and ``adapter``."""
     backend = ctx.ranker_backend if ctx.ranker_backend is not None else ctx.agent_backend
-    return LLMRanker(backend, ctx.ranker_chat or ctx.chat, ctx.protocol_for(cfg),
-                     cfg.rollout_config().ranker_sampling(cfg.seed), adapter=register_adapter(backend, adapter),
-                     output_protocol=cfg.rules.ranker_output)
+    chains = {ex.question: [(hop["sub_query"], hop["answer"]) for hop in gold_chain(ex) or []] for ex in examples}
+    return RankerContext(trivial_golds=cfg.rules.trivial_golds, backend=backend, chat=ctx.ranker_chat or ctx.chat,
+                         protocol=ctx.protocol_for(cfg), sampling=cfg.rollout_config().ranker_sampling(cfg.seed),
+                         adapter=register_adapter(backend, adapter) if adapter else None,
+                         output_protocol=cfg.rules.ranker_output, temperature=0.0, seed=cfg.seed, chains=chains)
 
 
-def _trained_ranker(ctx: HarnessContext, cfg: HarnessConfig) -> LLMRanker:
+def _trained_ranker(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[QAExample]) -> Ranker:
     if cfg.trained_ranker_adapter is None:
         raise _Skip("no trained ranker adapter (HarnessConfig.trained_ranker_adapter is None); train one "
                     "(notebook 03), then pass its adapter name or checkpoint folder")
-    return _llm_ranker(ctx, cfg, cfg.trained_ranker_adapter)
+    return make_ranker("llm", _ranker_context(ctx, cfg, examples, cfg.trained_ranker_adapter))
 
 
-def _cross_encoder(ctx: HarnessContext, cfg: HarnessConfig) -> Ranker:
+def _cross_encoder(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[QAExample]) -> Ranker:
     if ctx.cross_encoder is not None:
         return ctx.cross_encoder
     if cfg.cross_encoder_model is None:
         raise _Skip("no cross-encoder configured (HarnessContext.cross_encoder and HarnessConfig.cross_encoder_model "
                     "are both None); give one, e.g. cross-encoder/ms-marco-MiniLM-L-6-v2")
     if is_scoring_ranker_folder(cfg.cross_encoder_model):  # a trained scoring ranker (cross-encoder, LLM judge): greedy top-K
-        return CrossEncoderPolicyRanker(load_scoring_ranker(cfg.cross_encoder_model), temperature=0.0, seed=cfg.seed)
+        return make_ranker("cross_encoder_policy", scorer=load_scoring_ranker(cfg.cross_encoder_model), temperature=0.0,
+                           seed=cfg.seed)
     return make_ranker("cross_encoder", model_name=cfg.cross_encoder_model)
 
 
-def _hop_oracle(examples: Sequence[QAExample], cfg: HarnessConfig) -> HopOracleRanker:
-    chains = {ex.question: [(hop["sub_query"], hop["answer"]) for hop in gold_chain(ex) or []] for ex in examples}
-    return HopOracleRanker(chains, cfg.rules.trivial_golds)
-
-
-#: Agent methods -> their ranker, made from (context, settings, the questions to run).
+#: The agent methods that are not a rule mode's ``agent_<mode>``: which ranker each one builds from
+#: (harness context, settings, the questions to run).
 _AGENT_RANKERS = {
-    "agent_retrieval": lambda ctx, cfg, examples: RetrievalOnlyRanker(),
-    "agent_fixed_ranker": lambda ctx, cfg, examples: _llm_ranker(ctx, cfg, cfg.fixed_ranker_adapter),
-    "agent_trained_ranker": lambda ctx, cfg, examples: _trained_ranker(ctx, cfg),
-    "agent_oracle": lambda ctx, cfg, examples: OracleRanker(cfg.rules.trivial_golds),
-    "agent_cross_encoder": lambda ctx, cfg, examples: _cross_encoder(ctx, cfg),
-    "agent_hop_oracle": lambda ctx, cfg, examples: _hop_oracle(examples, cfg),
+    "agent_fixed_ranker": lambda ctx, cfg, examples: make_ranker("llm", _ranker_context(ctx, cfg, examples, cfg.fixed_ranker_adapter)),
+    "agent_trained_ranker": _trained_ranker,
+    "agent_cross_encoder": _cross_encoder,
 }
+
+
+def _agent_ranker_factory(method: str) -> Any:
+    """How ``method`` builds its ranker; None for a one-generation baseline."""
+    if method in _AGENT_RANKERS:
+        return _AGENT_RANKERS[method]
+    mode = method.removeprefix("agent_")
+    if method.startswith("agent_") and mode in RANKING_MODES and RANKING_MODES[mode].rule:
+        return lambda ctx, cfg, examples: make_ranker(mode, _ranker_context(ctx, cfg, examples))
+    return None
 
 
 def _run_agent(method: str, make: Any, examples: list[QAExample], ctx: HarnessContext, cfg: HarnessConfig,

@@ -42,11 +42,13 @@ Departures from the paper (and why):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from cosearch_lib.config import AGGREGATIONS, GRPOConfig
+from cosearch_lib.config import GRPOConfig
 
 # --------------------------------------------------------------------------- advantages
 
@@ -143,20 +145,44 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
 # --------------------------------------------------------------------------- aggregation and loss
 
 
+@dataclass(frozen=True)
+class LossAggregation:
+    """One way to reduce per-token values to a scalar: ``reduce(values, mask)`` on (B, T) values that
+    are already 0 outside the (bool, non-empty) mask, and whether the joint trainer's update can
+    reproduce it from micro-batches, each weighted by its share (``splits_into_micro_batches``)."""
+
+    reduce: Callable[[Tensor, Tensor], Tensor]
+    splits_into_micro_batches: bool
+
+
+def _seq_mean_token_mean(v: Tensor, m: Tensor) -> Tensor:
+    per_seq_n = m.sum(dim=1)  # (B,)
+    per_seq = v.sum(dim=1) / per_seq_n.clamp_min(1)  # (B,)
+    return per_seq[per_seq_n > 0].mean()
+
+
+#: The loss aggregations by name (``config.AGGREGATIONS`` holds the same names; a test checks it):
+#: * ``"token-mean"``: sum over every masked token of the batch / number of masked tokens (paper, release);
+#: * ``"seq-mean-token-mean"``: masked mean per sequence, then the mean over sequences that have at
+#:   least one masked token (DeepSeekMath GRPO);
+#: * ``"seq-mean-token-sum-norm"``: sum over masked tokens / (B * T), T the padded length (Dr.GRPO's
+#:   constant normaliser). Its normaliser depends on the padded shape of the whole batch, so the
+#:   trainer's micro-batched update cannot reproduce it: ``TrainConfig`` refuses it, the function here
+#:   (and any caller that reduces a whole batch at once) can use it.
+LOSS_AGGREGATIONS: dict[str, LossAggregation] = {
+    "token-mean": LossAggregation(lambda v, m: v.sum() / m.sum(), splits_into_micro_batches=True),
+    "seq-mean-token-mean": LossAggregation(_seq_mean_token_mean, splits_into_micro_batches=True),
+    "seq-mean-token-sum-norm": LossAggregation(lambda v, m: v.sum() / v.numel(), splits_into_micro_batches=False),
+}
+
+
 def masked_aggregate(values: Tensor, mask: Tensor, aggregation: str = "token-mean") -> Tensor:
-    """Reduce per-token ``values`` (B, T) over the tokens where ``mask`` (B, T) is nonzero -> scalar.
-
-    * ``"token-mean"``: sum over every masked token of the batch / number of masked tokens.
-    * ``"seq-mean-token-mean"``: masked mean per sequence, then the mean over sequences that have
-      at least one masked token (DeepSeekMath GRPO).
-    * ``"seq-mean-token-sum-norm"``: sum over masked tokens / (B * T), T being the padded length
-      (Dr.GRPO's constant normaliser; pad to the generation limit to reproduce it exactly).
-
-    Masked-out positions are selected away, never multiplied, so ``inf``/``nan`` there cannot leak
-    in. An empty mask gives 0 that is still connected to the graph (``backward`` works).
-    """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    """Reduce per-token ``values`` (B, T) over the tokens where ``mask`` (B, T) is nonzero -> scalar,
+    the way :data:`LOSS_AGGREGATIONS` names. Masked-out positions are selected away, never
+    multiplied, so ``inf``/``nan`` there cannot leak in. An empty mask gives 0 that is still
+    connected to the graph (``backward`` works)."""
+    if aggregation not in LOSS_AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {tuple(LOSS_AGGREGATIONS)}, got {aggregation!r}")
     if values.ndim != 2 or mask.shape != values.shape:
         raise ValueError(
             f"values and mask must both be (B, T) of the same shape, got values {tuple(values.shape)} "
@@ -164,17 +190,9 @@ def masked_aggregate(values: Tensor, mask: Tensor, aggregation: str = "token-mea
         )
     m = mask.bool()  # (B, T)
     v = torch.where(m, values, torch.zeros_like(values))  # (B, T)
-    n = m.sum()
-    if int(n) == 0:
+    if int(m.sum()) == 0:
         return v.sum() * 0.0  # 0, connected to the graph
-    if aggregation == "token-mean":
-        return v.sum() / n
-    if aggregation == "seq-mean-token-sum-norm":
-        return v.sum() / values.numel()
-    per_seq_n = m.sum(dim=1)  # (B,)
-    per_seq = v.sum(dim=1) / per_seq_n.clamp_min(1)  # (B,)
-    has_tokens = per_seq_n > 0  # (B,)
-    return per_seq[has_tokens].mean()
+    return LOSS_AGGREGATIONS[aggregation].reduce(v, m)
 
 
 def policy_loss(

@@ -32,8 +32,9 @@ Departures and choices where the paper is silent (each also stated on the field 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cosearch_lib.config import AgentRewardConfig, RankerRewardConfig
 from cosearch_lib.metrics import max_token_f1, mean_hit, ndcg_at_k
@@ -101,16 +102,28 @@ def relevance_reward(call, cfg: RankerRewardConfig | None = None) -> float:
     shown = [call.relevant[i] for i in call.order]
     if not shown:
         return 0.0
-    if cfg.relevance == "judge":
-        judged = getattr(call, "judged", None)
-        if judged is None or len(judged) != len(shown):
-            raise ValueError(f"relevance='judge' needs the judge's labels of the {len(shown)} shown passages "
-                             f"(rl.judge.judge_calls before the rewards); call {getattr(call, 'traj_id', '?')} has {judged!r}")
-        return mean_hit(list(judged), cfg.hit_ks)
-    if cfg.relevance == "hit":
-        return mean_hit(shown, cfg.hit_ks)
-    ideal = call.relevant if cfg.ndcg_ideal == "pool" else None
-    return ndcg_at_k(shown, len(shown), ideal_labels=ideal)
+    return RELEVANCE_SCORES[cfg.relevance](call, shown, cfg)
+
+
+def _judged_hits(call, shown: list[int], cfg: RankerRewardConfig) -> float:
+    judged = getattr(call, "judged", None)
+    if judged is None or len(judged) != len(shown):
+        raise ValueError(f"relevance='judge' needs the judge's labels of the {len(shown)} shown passages "
+                         f"(rl.judge.judge_calls before the rewards); call {getattr(call, 'traj_id', '?')} has {judged!r}")
+    return mean_hit(list(judged), cfg.hit_ks)
+
+
+def _ndcg(call, shown: list[int], cfg: RankerRewardConfig) -> float:
+    return ndcg_at_k(shown, len(shown), ideal_labels=call.relevant if cfg.ndcg_ideal == "pool" else None)
+
+
+#: r_rel by ``RankerRewardConfig.relevance``: (call, relevance labels of the shown passages, settings)
+#: -> score. A new relevance reward is one entry here plus its name in the config's choices.
+RELEVANCE_SCORES: dict[str, Callable[[Any, list[int], RankerRewardConfig], float]] = {
+    "hit": lambda call, shown, cfg: mean_hit(shown, cfg.hit_ks),
+    "ndcg": _ndcg,
+    "judge": _judged_hits,
+}
 
 
 def main_reward(traj, cfg: RankerRewardConfig | None = None, agent_cfg: AgentRewardConfig | None = None) -> float:

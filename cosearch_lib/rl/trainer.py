@@ -52,7 +52,7 @@ from typing import Any
 import pandas as pd
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
-from cosearch_lib.agent.rankers import CrossEncoderPolicyRanker, LLMRanker, OracleRanker, Ranker, RetrievalOnlyRanker
+from cosearch_lib.agent.rankers import Ranker, RankerContext, make_ranker
 from cosearch_lib.agent.rollout import RolloutEngine
 from cosearch_lib.atomic_io import write_table
 from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
@@ -175,16 +175,17 @@ class JointTrainer:
         self.tracker = tracker
 
     def _method_ranker(self, sampling: SamplingConfig) -> Ranker:
-        """The method's ranking: a rule (retrieval top-K, oracle) or the ranker policy sampling with ``sampling``."""
+        """The method's ranking (``agent.rankers.RANKING_MODES``): a rule named by its ``RankedBy``
+        (retrieval top-K, oracle), or the ranker policy sampling with ``sampling``, the scoring ranker
+        when there is one, else the LLM ranker's adapter."""
         rules = self.rollout_cfg.rules
-        if self.spec.ranked_by is RankedBy.RETRIEVAL:
-            return RetrievalOnlyRanker()
-        if self.spec.ranked_by is RankedBy.ORACLE:
-            return OracleRanker(rules.trivial_golds)
-        if self.cross_encoder is not None:
-            return CrossEncoderPolicyRanker(self.cross_encoder, temperature=sampling.temperature, seed=self.seed)
-        return LLMRanker(self.backend, self.chat, self.protocol, sampling, adapter=self.policies.adapter("ranker"),
-                         output_protocol=rules.ranker_output)
+        mode = self.spec.ranked_by.value
+        if self.spec.ranked_by is RankedBy.POLICY:
+            mode = "cross_encoder_policy" if self.cross_encoder is not None else "llm"
+        return make_ranker(mode, RankerContext(
+            trivial_golds=rules.trivial_golds, backend=self.backend, chat=self.chat, protocol=self.protocol, sampling=sampling,
+            adapter=self.policies.adapter("ranker"), output_protocol=rules.ranker_output, scorer=self.cross_encoder,
+            temperature=sampling.temperature, seed=self.seed))
 
     # -- one step
 
