@@ -7,6 +7,8 @@ so every reward would tie); the updates run on a tiny random Llama with SmolLM2'
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -153,7 +155,7 @@ def test_resume_ends_on_the_uninterrupted_run(tok, tmp_path):
         for p in resumed.policies.model.parameters():
             if p.requires_grad:
                 p.normal_()
-    assert resumed.resume() == 2 and latest_checkpoint(tmp_path / "killed").name == "step_000002"
+    assert resumed.load_checkpoint() == 2 and latest_checkpoint(tmp_path / "killed").name == "step_000002"
     resumed.run()
 
     def comparable(records):
@@ -207,4 +209,30 @@ def test_a_backend_that_reads_adapters_from_disk_gets_the_ranker_at_start_after_
     t.run()
     assert t.backend.registered == ["ranker"] * 3
     again = relevance_trainer(tok, tmp_path, steps=2, backend_class=DiskAdapterBackend)
-    assert again.resume() == 2 and again.backend.registered == ["ranker"] * 2
+    assert again.load_checkpoint() == 2 and again.backend.registered == ["ranker"] * 2
+
+
+def test_a_stop_signal_ends_the_step_checkpoints_and_resumes_like_the_joint_trainer(tok, tmp_path):
+    import os
+    import signal
+
+    from cosearch_lib.stop_signals import StopRequested
+
+    t = relevance_trainer(tok, tmp_path / "run", steps=3)
+    t.cfg = replace(t.cfg, checkpoint_every=0)  # only the stop writes one before the last step
+    step = t.train_step
+
+    def step_then_signal():
+        record = step()
+        if t.step == 1:
+            os.kill(os.getpid(), signal.SIGUSR1)  # as SLURM warns of its time limit
+        return record
+
+    t.train_step = step_then_signal
+    with pytest.raises(StopRequested, match="stopped on SIGUSR1 after step 1") as stopped:
+        t.run()
+    assert stopped.value.step == 1 and latest_checkpoint(tmp_path / "run").name == "step_000001"
+    again = relevance_trainer(tok, tmp_path / "run", steps=3)
+    assert again.load_checkpoint() == 1
+    again.run()
+    assert again.step == 3

@@ -134,7 +134,7 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
     trainer = RelevanceTrainer(rc, inputs, out_dir=root / "run", seed=cfg.seed, progress=progress)
     if force:
         clear_run(root / "run")
-    elif trainer.resume():
+    elif trainer.load_checkpoint():
         print(f"[relevance] resumed at step {trainer.step} of {rc.steps} from {project_relative(root / 'run')}", flush=True)
     trainer.run()
     trainer.save_ranker(root)

@@ -49,13 +49,13 @@ from cosearch_lib.metrics import has_answer, hit_at_k
 from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.paths import project_relative
-from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages
 from cosearch_lib.rl.policy_update import UpdateJob, grpo_update, ranker_sequences
 from cosearch_lib.rl.ranker_validation import GoldSubQuery, RankerValidationSet, summarize_items
 from cosearch_lib.rl.rewards import relevance_reward
 from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
+from cosearch_lib.rl.step_loop import run_steps
 from cosearch_lib.run_schema import (
     LIVE_ADAPTERS_DIR,
     RANKER_VALIDATION_KS,
@@ -258,19 +258,12 @@ class RelevanceTrainer:
 
     def run(self, steps: int | None = None) -> pd.DataFrame:
         """Train until ``steps`` (default ``cfg.steps``) steps are done, checkpointing every
-        ``checkpoint_every`` steps and after the last."""
+        ``checkpoint_every`` steps and after the last; a stop signal (SIGUSR1, SIGTERM) ends the step
+        under way, checkpoints and raises ``StopRequested``, as the joint trainer's ``run`` does
+        (``rl.step_loop.run_steps``)."""
         until = self.cfg.steps if steps is None else steps
-        bar = tqdm(total=until, initial=self.step, desc="relevance-train ranker", unit="step", disable=not self.progress)
-        try:
-            while self.step < until:
-                rec = self.train_step()
-                bar.update(1)
-                bar.set_postfix(reward=f"{rec['reward']:.3f}", hit1=f"{rec['hit@1']:.2f}")
-                every = self.cfg.checkpoint_every
-                if (every and self.step % every == 0) or self.step == until:
-                    self.save_checkpoint()
-        finally:
-            bar.close()
+        run_steps(self, until, checkpoint_every=self.cfg.checkpoint_every, desc="relevance-train ranker",
+                  progress=self.progress, postfix=lambda r: {"reward": f"{r['reward']:.3f}", "hit1": f"{r['hit@1']:.2f}"})
         return self.frame()
 
     def frame(self) -> pd.DataFrame:
@@ -292,9 +285,10 @@ class RelevanceTrainer:
         self.policies.save_adapters(tmp / "adapters", [self.adapter])
         (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
 
-    def resume(self) -> int:
-        """Continue from the newest whole checkpoint of ``out_dir`` (none: stay at step 0); returns the step."""
-        path = latest_checkpoint(self.out_dir)
+    def load_checkpoint(self, path: str | Path | None = None) -> int:
+        """Continue from checkpoint ``path`` (None: the newest whole one of ``out_dir``; none there: stay
+        at step 0), as the joint trainer's ``load_checkpoint`` does; returns the steps done."""
+        path = latest_checkpoint(self.out_dir) if path is None else Path(path)
         if path is None:
             return self.step
         state = load_state(path)

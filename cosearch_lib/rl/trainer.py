@@ -63,8 +63,6 @@ from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.eval.tables import summary_table
 from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
-from cosearch_lib.paths import project_relative
-from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import cross_encoder_update, load_scorer_state, make_optimizer, scorer_state
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
@@ -72,6 +70,7 @@ from cosearch_lib.rl.judge import judge_calls
 from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences
 from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries, summarize_items
 from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
+from cosearch_lib.rl.step_loop import run_steps
 from cosearch_lib.rl.step_records import call_rows, step_record
 from cosearch_lib.rl.step_scoring import StepGroups, StepRewards, group_rollouts, reward_rollouts
 from cosearch_lib.rl.tracking import StepTracker, make_tracker
@@ -88,7 +87,6 @@ from cosearch_lib.run_schema import (
 )
 from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
-from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 #: The stages whose seconds make up ``step_s`` (validation is timed apart, as ``validate_s``).
 STEP_STAGES = ("rollout", "reward", "group", "update", "sync")
@@ -341,27 +339,13 @@ class JointTrainer:
         if self.live_adapters and self._live_step != self.step:  # weights restored from a checkpoint since
             sync_adapters(self.policies, self.backend, self.live_dir)
             self._live_step = self.step
-        bar = tqdm(total=until, initial=self.step, desc=f"train {self.cfg.method}", unit="step", disable=not self.progress)
         try:
-            with StopRequest() as stop:
-                while self.step < until:
-                    rec = self.train_step()
-                    bar.update(1)
-                    bar.set_postfix(reward=f"{rec['agent_reward']:.3f}", hit5=f"{rec['hit@5']:.2f}")
-                    every = self.cfg.checkpoint_every
-                    saved = None
-                    # a signal reaches the ranks at different moments: they stop together, after the
-                    # step that any of them received it in
-                    stopping = self.dp.sum(float(bool(stop.received))) > 0
-                    signal = stop.received or "a signal to another rank"
-                    if (every and self.step % every == 0) or self.step == until or stopping:
-                        saved = self.save_checkpoint()
-                    if stopping and self.step < until:
-                        print(f"[train {self.cfg.method}] {signal}: stopped after step {self.step}, "
-                              f"checkpoint {project_relative(saved)}", flush=True)
-                        raise StopRequested(signal, self.step, project_relative(saved))
+            run_steps(self, until, checkpoint_every=self.cfg.checkpoint_every, desc=f"train {self.cfg.method}",
+                      progress=self.progress, postfix=lambda r: {"reward": f"{r['agent_reward']:.3f}", "hit5": f"{r['hit@5']:.2f}"},
+                      # a signal reaches the ranks at different moments: they stop together, after the step
+                      # that any of them received it in
+                      stopping=lambda received: self.dp.sum(float(received is not None)) > 0)
         finally:
-            bar.close()
             if self.tracker is not None:
                 self.tracker.close()
                 self.tracker = None

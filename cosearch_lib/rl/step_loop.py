@@ -1,0 +1,46 @@
+"""The run loop both trainers share: steps until a target, checkpoints, and stop signals.
+
+``run_steps`` calls ``trainer.train_step()`` until ``trainer.step`` reaches the target, with a
+progress bar; it checkpoints (``trainer.save_checkpoint()``) every ``checkpoint_every`` steps and
+after the last. SIGUSR1 or SIGTERM (a cluster's time-limit warning or preemption,
+``cosearch_lib.stop_signals``) does not kill the run: the step under way finishes, a checkpoint is
+written whatever ``checkpoint_every`` says, and ``StopRequested`` is raised; the trainer's
+``load_checkpoint`` then resumes from it. Used by the joint GRPO trainer (``rl.trainer``) and the
+ranker's relevance training (``rl.relevance_training``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from cosearch_lib.paths import project_relative
+from cosearch_lib.progress import tqdm
+from cosearch_lib.stop_signals import StopRequest, StopRequested
+
+
+def run_steps(trainer: Any, until: int, *, checkpoint_every: int, desc: str, progress: bool = True,
+              postfix: Callable[[dict], dict[str, str]] = lambda record: {},
+              stopping: Callable[[str | None], bool] = lambda received: received is not None) -> None:
+    """Train ``trainer`` (``step``, ``train_step()``, ``save_checkpoint()``) until ``until`` steps are
+    done (see the module doc). ``postfix``: the progress bar's figures from a step's record.
+    ``stopping``: whether to stop after this step, given the signal this process received (None if
+    none); a data-parallel trainer asks every rank, so that they stop together."""
+    bar = tqdm(total=until, initial=trainer.step, desc=desc, unit="step", disable=not progress)
+    try:
+        with StopRequest() as stop:
+            while trainer.step < until:
+                record = trainer.train_step()
+                bar.update(1)
+                bar.set_postfix(**postfix(record))
+                halt = stopping(stop.received)
+                saved = None
+                if (checkpoint_every and trainer.step % checkpoint_every == 0) or trainer.step == until or halt:
+                    saved = trainer.save_checkpoint()
+                if halt and trainer.step < until:
+                    signal = stop.received or "a signal to another rank"
+                    print(f"[{desc}] {signal}: stopped after step {trainer.step}, checkpoint {project_relative(saved)}",
+                          flush=True)
+                    raise StopRequested(signal, trainer.step, project_relative(saved))
+    finally:
+        bar.close()
