@@ -176,9 +176,10 @@ def test_sft_trains_a_lora_adapter_and_writes_its_summary(chat, tok, tmp_path, c
 
 def test_policy_adapters_resolve_base_warm_start_and_an_agent_folder(tmp_path, monkeypatch):
     from cosearch_lib import experiment as warmstart
+    from cosearch_lib.experiment import method_runs
 
     calls = []
-    monkeypatch.setattr(warmstart, "method_starts", lambda cfg, retriever, method, progress=True: calls.append(method)
+    monkeypatch.setattr(method_runs, "method_starts", lambda cfg, retriever, method, progress=True: calls.append(method)
                         or {"agent": tmp_path / "w" / "agent", "ranker": tmp_path / "w" / "ranker"})
     assert warmstart.policy_adapters("cfg", None, "base") == {"agent_adapter": None, "fixed_ranker_adapter": None}
     assert calls == []  # the base source trains nothing

@@ -166,21 +166,27 @@ class CellTimeout(TimeoutError):
 
 def _slow_cell(executed: Path) -> str:
     """Which code cell of a partially executed notebook was running when it stopped (the one papermill
-    marked with an error, an exception or as running): its number among the notebook's own code cells,
-    the parameters cell counted, and its first line."""
+    marked with an error, an exception or as running, else the one that started last): its number
+    among the notebook's own code cells, the parameters cell counted, and its first line."""
     try:
         nb = json.loads(executed.read_text())
     except (OSError, ValueError):
         return "a cell"
     code = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"
             and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    def named(i: int) -> str:
+        first = "".join(code[i - 1].get("source", "")).strip().splitlines()
+        return f"code cell {i} of {len(code)} ({first[0][:80] if first else 'empty'!r})"
+
+    started = []
     for i, cell in enumerate(code, 1):
         meta = cell.get("metadata", {}).get("papermill", {})
         errors = any(o.get("output_type") == "error" for o in cell.get("outputs", []))
         if errors or meta.get("status") == "running" or meta.get("exception"):
-            first = "".join(cell.get("source", "")).strip().splitlines()
-            return f"code cell {i} of {len(code)} ({first[0][:80] if first else 'empty'!r})"
-    return "a cell"
+            return named(i)
+        if meta.get("start_time"):
+            started.append(i)
+    return named(started[-1]) if started else "a cell"  # else the cell that started last
 
 
 def run_notebook(
