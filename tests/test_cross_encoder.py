@@ -173,7 +173,10 @@ def test_cosearch_trains_the_cross_encoder_with_grpo_and_resumes_it_from_a_check
                                cross_encoder=tiny_scorer(bert_tok))
 
     full = built(tmp_path / "full")
+    start = [p.detach().clone() for p in full.cross_encoder.parameters()]
     full.run()
+    moved = [not torch.equal(a, p) for a, p in zip(start, full.cross_encoder.parameters())]
+    assert any(moved), "GRPO left the cross-encoder where it started: the resume check below would prove nothing"
     assert full.step == 2 and "cross_encoder_grad_norm" in full.frame()
     assert full.frame()["ranker_n_forwarded"].sum() > 0  # the cross-encoder got gradient
     assert all(describe_step_metric(c) for c in full.frame().columns)  # every column documented

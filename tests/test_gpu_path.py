@@ -194,7 +194,7 @@ def test_generation_through_unsloth_maps_what_the_real_engine_returned(tok, monk
     assert out[0].outputs[0].token_ids == recorded_vllm_cases()[0]["outputs"][0]["token_ids"]
 
 
-def test_vllm_training_trains_with_peft_and_generates_on_one_shared_engine(monkeypatch):
+def test_vllm_training_puts_peft_adapters_on_the_model_and_generates_on_one_shared_engine(monkeypatch):
     from cosearch_lib.models.generation import vllm_backend
 
     from tests.test_generation import fake_vllm
@@ -259,7 +259,7 @@ def test_trainer_registers_the_adapters_then_re_registers_exactly_the_updated_on
     for name, _, weights in new:
         assert same(weights, adapter_weights(model, name))  # the folder holds the updated weights
         assert not same(weights, before[name])
-    assert rec["sync_s"] >= 0 and rec["step_s"] >= rec["update_s"]
+    assert rec["sync_s"] > 0 and rec["step_s"] >= rec["update_s"] + rec["sync_s"]  # the re-registration was timed
 
 
 def test_resumed_trainer_registers_the_checkpoint_weights_before_rolling_out(tok, tmp_path):
