@@ -71,12 +71,9 @@ def verdict_label(row: Mapping[str, Any]) -> str:
 def findings_section(root: Path, profiles: Sequence[str]) -> list[str]:
     """The trained methods' paired comparisons and their F1 beside the paper's, over every profile
     (one per seed) whose notebook 03 recorded them: the page's summary."""
+    recorded = _notebook_03_metrics(root, profiles)
     rows, table2, readings = [], [], []
-    for profile in profiles:
-        path = root / profile / "03_joint_grpo_training.metrics.json"
-        if not path.exists():
-            continue
-        m = json.loads(path.read_text())
+    for profile, m in recorded:
         by_pair = {(c["a"], c["b"]): c for c in m.get("comparisons") or []}
         for a, b, what in FINDINGS:
             c = by_pair.get((f"{a}: after GRPO", f"{b}: after GRPO"))
@@ -96,7 +93,7 @@ def findings_section(root: Path, profiles: Sequence[str]) -> list[str]:
     if not rows:
         return []
     paper = paper_table("table2")
-    ceiling, power, ranker_val = _ceiling_rows(root, profiles)
+    ceiling, power, ranker_val = _ceiling_rows(recorded)
     paper = paper[paper["agent"] == "7B"].set_index("method")
     for row in table2:
         row["paper avg (7B)"] = float(paper.loc[PAPER_ROWS[row["method"]], "avg"])
@@ -118,15 +115,17 @@ def findings_section(root: Path, profiles: Sequence[str]) -> list[str]:
               if ranker_val else [])]
 
 
-def _ceiling_rows(root: Path, profiles: Sequence[str]) -> tuple[list[dict], list[dict], list[dict]]:
+def _notebook_03_metrics(root: Path, profiles: Sequence[str]) -> list[tuple[str, dict]]:
+    """(profile, its notebook 03 metrics) for the profiles that recorded them, each file read once."""
+    paths = [(profile, root / profile / "03_joint_grpo_training.metrics.json") for profile in profiles]
+    return [(profile, json.loads(path.read_text())) for profile, path in paths if path.exists()]
+
+
+def _ceiling_rows(recorded: Sequence[tuple[str, dict]]) -> tuple[list[dict], list[dict], list[dict]]:
     """(the hop-level oracle's comparisons, the questions needed per comparison, the rankers' held-out
-    Hit@1 per validation) over the profiles whose notebook 03 recorded them."""
+    Hit@1 per validation) over the profiles' notebook 03 metrics (:func:`_notebook_03_metrics`)."""
     ceiling, power, ranker_val = [], [], []
-    for profile in profiles:
-        path = root / profile / "03_joint_grpo_training.metrics.json"
-        if not path.exists():
-            continue
-        m = json.loads(path.read_text())
+    for profile, m in recorded:
         seed = {"profile": profile, "seed": m.get("seed")}
         ceiling += [{**seed, **{k: c.get(k) for k in ("a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "n_questions")},
                      "verdict": verdict_label(c)} for c in m.get("ceiling") or []]
