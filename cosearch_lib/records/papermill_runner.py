@@ -224,7 +224,7 @@ def run_notebook(
         )
     except BaseException as err:
         wall = time.perf_counter() - start
-        timed_out = isinstance(err, TimeoutError) or type(err).__name__ == "CellTimeoutError"
+        timed_out = cell_timeout is not None and isinstance(err, TimeoutError)  # nbclient's CellTimeoutError is one
         if timed_out:
             err = CellTimeout(f"{notebook.name} on profile {profile!r}: {_slow_cell(executed)} ran past the "
                               f"{cell_timeout:g} s cell timeout ({wall:.0f} s into the notebook); its kernel was shut down")
