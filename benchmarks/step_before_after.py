@@ -31,7 +31,7 @@ import yaml
 from cosearch_lib.config import load_profile
 from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
 
-COLUMNS = ("step", "rollout_s", "update_s", "step_s", "agent_reward", "agent_f1", "hit@5", "searches_per_traj",
+COLUMNS = ("step", "rollout_s", "update_s", "step_s", "agent_reward", "agent_f1", "hit@K", "searches_per_traj",
            "n_ranker_calls")
 
 

@@ -64,12 +64,13 @@ from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.paths import run_dir
 from cosearch_lib.records.provenance import environment_snapshot
 from cosearch_lib.rl.data_parallel import DataParallel
-from cosearch_lib.rl.policy_update import PolicySequence, UpdateJob, grpo_update
+from cosearch_lib.rl.policy_sequences import PolicySequence
+from cosearch_lib.rl.policy_update import UpdateJob, grpo_update
 from cosearch_lib.seeding import rng
 
 PHASES = ["rollout_s", "reward_s", "update_s", "step_s"]
 COUNTS = ["n_trajectories", "n_ranker_calls", "agent_n_forwarded", "agent_n_tokens", "ranker_n_forwarded",
-          "ranker_n_tokens", "agent_reward", "hit@5"]
+          "ranker_n_tokens", "agent_reward", "hit@K"]
 
 
 def peak_rss_mb() -> float:

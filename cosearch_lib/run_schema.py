@@ -21,7 +21,9 @@ import hashlib
 import json
 import shutil
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 STEPS_FILE = "steps.csv"
 RANKER_CALLS_FILE = "ranker_calls.parquet"
@@ -53,7 +55,8 @@ STEP_GLOSSARY: dict[str, str] = {
     "searches_per_traj": "mean searches run per trajectory",
     "n_ranker_calls": "search calls this step (one ranking each)",
     "ranker_valid_rate": "share of ranker outputs that followed the protocol (rule rankers: 1)",
-    "hit@5": "mean Hit@5 of the passages shown to the agent, over all search calls",
+    "hit@K": "share of search calls whose K passages shown to the agent hold an answer passage (Hit@K of the "
+             "ranking; at the paper's K = 5, the Hit@5 of its Fig. 2b)",
     "i_ans_rate": "share of search calls whose N candidates held an answer passage (I_ans = 1)",
     "r_rel_pre": "mean relevance reward over all search calls (before grouping filters)",
     "r_rel_post": "mean relevance reward over the calls in surviving ranker groups",
@@ -142,6 +145,15 @@ VALIDATION_GLOSSARY: dict[str, str] = {
     "valid": "ranker rows: 1 when the ranking followed the protocol (rule rankings: always)",
 }
 VALIDATION_COLUMNS = tuple(VALIDATION_GLOSSARY)
+
+#: Step and call columns renamed since some records were written: {old name: new name}. ``hit@5``
+#: was Hit@5 of the K passages shown; every run written under that name had K <= 5, where it is Hit@K.
+RENAMED_STEP_COLUMNS = {"hit@5": "hit@K"}
+
+
+def current_step_columns(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A step or call record (a dict) under today's column names (:data:`RENAMED_STEP_COLUMNS`)."""
+    return {RENAMED_STEP_COLUMNS.get(name, name): value for name, value in record.items()}
 
 
 def describe_step_metric(name: str) -> str:

@@ -188,7 +188,7 @@ def test_cosearch_trains_the_cross_encoder_with_grpo_and_resumes_it_from_a_check
     resumed = built(tmp_path / "half")
     resumed.load_checkpoint()
     resumed.run()
-    cols = ["agent_reward", "hit@5", "ranker_reward_pre", "ranker_loss"]
+    cols = ["agent_reward", "hit@K", "ranker_reward_pre", "ranker_loss"]
     assert resumed.frame()[cols].equals(full.frame()[cols])
     for a, b in zip(resumed.cross_encoder.parameters(), full.cross_encoder.parameters()):
         assert torch.equal(a, b)

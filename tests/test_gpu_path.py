@@ -248,12 +248,13 @@ def test_trainer_registers_the_adapters_then_re_registers_exactly_the_updated_on
     backend = RegisteringBackend(tok)
     t = _trainer(tok, model, tmp_path / "run", backend, method=method)
     live = tmp_path / "run" / "live_adapters"
-    assert [(n, p) for n, p, _ in backend.registered] == [("agent", live / "agent"), ("ranker", live / "ranker")]
-    for name, _, weights in backend.registered:
-        assert same(weights, adapter_weights(model, name))
-    before = {n: w for n, _, w in backend.registered}
+    assert backend.registered == [] and not live.exists()  # the constructor writes nothing
+    before = {name: adapter_weights(model, name) for name in ("agent", "ranker")}
 
-    rec = t.train_step()
+    rec = t.train_step()  # every adapter is registered before the engine first generates, then the updated ones
+    assert [(n, p) for n, p, _ in backend.registered[:2]] == [("agent", live / "agent"), ("ranker", live / "ranker")]
+    for name, _, weights in backend.registered[:2]:
+        assert same(weights, before[name])
     new = backend.registered[2:]
     assert [n for n, _, _ in new] == updated and all(p == live / n for n, p, _ in new)
     for name, _, weights in new:
@@ -270,12 +271,12 @@ def test_resumed_trainer_registers_the_checkpoint_weights_before_rolling_out(tok
     backend = RegisteringBackend(tok)
     resumed = _trainer(tok, lora_model(tiny_model(tok), {"agent": None, "ranker": None}, LORA), tmp_path / "run",
                        backend)
-    assert len(backend.registered) == 2  # the fresh weights, registered at init
-    assert resumed.load_checkpoint() == 1  # vLLM must now serve the checkpoint's adapters
-    assert [n for n, _, _ in backend.registered[2:]] == ["agent", "ranker"]
-    assert same(backend.registered[2][2], trained)
-    resumed.run(steps=1)  # nothing left to train, nothing to re-register
-    assert len(backend.registered) == 4
+    assert resumed.load_checkpoint() == 1 and backend.registered == []  # nothing generated yet
+    resumed.run(steps=1)  # nothing left to train: nothing generates, nothing to register
+    assert backend.registered == []
+    resumed.run(steps=2)  # vLLM serves the checkpoint's adapters for the rollout, then the updated ones
+    assert [n for n, _, _ in backend.registered] == ["agent", "ranker", "agent", "ranker"]
+    assert same(backend.registered[0][2], trained) and not same(backend.registered[2][2], trained)
 
 
 def test_transformers_path_registers_nothing(tok, tmp_path):
@@ -302,11 +303,12 @@ def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_
 
     monkeypatch.setattr(experiment_mod, "load_policy_model", fake_load)
     trainer = build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run", progress=False)
-    assert trainer.backend is backend and [n for n, _, _ in backend.registered] == ["agent", "ranker"]
+    assert trainer.backend is backend and backend.registered == []  # registered when it first generates
     ro = cfg.rollout
     vllm_options = seen.pop("vllm_options")
     assert seen == {"name": cfg.models.agent, "adapters": {"agent": None, "ranker": None}, "backend": "unsloth",
-                    "seed": cfg.seed, "max_seq_length": ro.max_context_tokens + ro.agent_max_new_tokens}
+                    "seed": cfg.seed, "max_seq_length": ro.max_context_tokens + ro.agent_max_new_tokens,
+                    "generation_options": cfg.models.transformers_options()}
     assert vllm_options["max_model_len"] == seen["max_seq_length"] and vllm_options["max_lora_rank"] == 8
     other = RegisteringBackend(tok)  # a backend the caller passes wins
     assert build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run2", progress=False,

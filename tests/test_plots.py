@@ -56,7 +56,7 @@ def test_an_empty_panel_says_why_and_keeps_no_ticks():
 
 
 def test_one_step_gets_whole_ticks_and_one_shared_range():
-    steps = pd.DataFrame([{"step": 0, "method": "cosearch", "agent_reward": 0.5, "hit@5": np.nan,
+    steps = pd.DataFrame([{"step": 0, "method": "cosearch", "agent_reward": 0.5, "hit@K": np.nan,
                            "searches_per_traj": 1.0}])
     fig = plot_training_curves(steps)
     reward, hit5, searches = fig.axes
@@ -68,7 +68,7 @@ def test_one_step_gets_whole_ticks_and_one_shared_range():
 
 
 def test_fig2_without_validation_or_step_metrics_says_so_and_shares_whole_steps():
-    steps = pd.DataFrame([{"step": s, "method": m, "hit@5": np.nan, "searches_per_traj": 1.0 + s}
+    steps = pd.DataFrame([{"step": s, "method": m, "hit@K": np.nan, "searches_per_traj": 1.0 + s}
                           for m in ("search_r1", "cosearch") for s in (0, 1)])
     fig = plot_fig2(pd.DataFrame(columns=["method", "x", "estimate", "ci_low", "ci_high"]), steps)
     val, hit5, searches = fig.axes

@@ -118,7 +118,7 @@ def test_validation_at_start_runs_once_and_only_when_asked(tok, tmp_path):
                  val_questions=VAL_QUESTIONS)
     on.run(steps=1)
     on.step = 0  # even if step 0 came round again, the start row is not written twice
-    on.train_step()
+    on.run(steps=1)
     assert [r["step"] for r in on.records].count(-1) == 1
     none = trainer(tok, tiny_model(tok), tmp_path / "none", method="search_r1", steps=1, validate_at_start=True)
     none.run()  # no validation questions: nothing to validate on

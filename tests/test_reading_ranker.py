@@ -246,6 +246,6 @@ def test_cosearch_trains_the_llm_judge_with_grpo_and_resumes_it_from_a_checkpoin
     resumed = built(tmp_path / "half")
     resumed.load_checkpoint()
     resumed.run()
-    cols = ["agent_reward", "hit@5", "ranker_reward_pre", "ranker_loss"]
+    cols = ["agent_reward", "hit@K", "ranker_reward_pre", "ranker_loss"]
     assert resumed.frame()[cols].equals(full.frame()[cols])
     assert all(torch.equal(a, end[k]) for k, a in resumed.cross_encoder.state_dict().items())

@@ -203,13 +203,17 @@ def test_each_method_starts_its_ranker_where_the_settings_say(monkeypatch, tmp_p
     assert experiment.method_starts(off, None, method)["ranker"] == tmp_path / "warm"
 
 
-def test_a_backend_that_reads_adapters_from_disk_gets_the_ranker_at_start_after_each_update_and_on_resume(tok, tmp_path):
+def test_a_backend_that_reads_adapters_from_disk_gets_the_ranker_before_it_generates_after_each_update_and_on_resume(
+        tok, tmp_path):
     t = relevance_trainer(tok, tmp_path, steps=2, backend_class=DiskAdapterBackend)
-    assert t.backend.registered == ["ranker"] and (tmp_path / "live_adapters" / "ranker" / "adapter_config.json").exists()
-    t.run()
+    assert t.backend.registered == [] and not (tmp_path / "live_adapters").exists()  # the constructor writes nothing
+    t.run()  # before the start's validation, then after each of the 2 updates
     assert t.backend.registered == ["ranker"] * 3
-    again = relevance_trainer(tok, tmp_path, steps=2, backend_class=DiskAdapterBackend)
-    assert again.load_checkpoint() == 2 and again.backend.registered == ["ranker"] * 2
+    assert (tmp_path / "live_adapters" / "ranker" / "adapter_config.json").exists()
+    again = relevance_trainer(tok, tmp_path, steps=3, backend_class=DiskAdapterBackend)
+    assert again.load_checkpoint() == 2 and again.backend.registered == []
+    again.run()  # the restored weights before step 2's rollout, then the update
+    assert again.backend.registered == ["ranker"] * 2
 
 
 def test_a_stop_signal_ends_the_step_checkpoints_and_resumes_like_the_joint_trainer(tok, tmp_path):

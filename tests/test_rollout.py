@@ -98,7 +98,7 @@ def test_ranker_call_records(tok, chat):
     assert call.q0 == QUESTION.question and call.sub_query == "tellis birthplace" and call.turn == 0
     assert call.candidate_ids == ["0", "1", "2", "3", "4"] and call.relevant == [0, 0, 1, 1, 0]
     assert call.order == [2, 3] and call.valid and call.i_ans == 1  # Eq. 7 promoted the answer passages
-    assert call.hit_at == {1: 1.0, 3: 1.0, 5: 1.0} and call.r_rel == 1.0
+    assert call.hit_at == {1: 1.0, 3: 1.0, 5: 1.0} and call.r_rel == 1.0 and call.shown_hit == 1.0
     calls = ranker_calls_frame([t])
     assert calls.loc[0, "shown_ids"] == ["2", "3"]
 
@@ -157,3 +157,19 @@ def test_real_transformers_backend_records_match_teacher_forcing(tok, chat):
         assert max(abs(a - b) for a, b in gen) < 1e-3
     again = engine.run([QUESTION], n_samples=2, seed=3)
     assert [t.token_ids for t in again] == [t.token_ids for t in trajs]  # same seed -> same records
+
+
+def test_the_step_column_hit_at_k_reads_all_k_shown_passages_not_the_first_five():
+    """Hit@K (the step column ``hit@K``) is 1 when any of the K passages shown holds an answer: with
+    K = 6 and the answer shown sixth, Hit@5 is 0 and Hit@K is 1; with nothing shown, 0."""
+    from cosearch_lib.agent.rollout import RankerCall
+    from cosearch_lib.metrics import hit_at_k
+
+    def call(order):
+        return RankerCall(traj_id="t", question_id="q", sample=0, turn=0, q0="q", sub_query="s",
+                          candidate_ids=[str(i) for i in range(8)], relevant=[0, 0, 0, 0, 0, 0, 1, 0], order=order,
+                          valid=True, error=None, prompt_ids=[], output_ids=[], output_logprobs=[], output_text="")
+
+    shown_sixth = call([0, 1, 2, 3, 4, 6])
+    assert shown_sixth.shown_hit == 1.0 and hit_at_k([shown_sixth.relevant[i] for i in shown_sixth.order], 5) == 0.0
+    assert call([0, 1, 2, 3, 4, 5]).shown_hit == 0.0 and call([]).shown_hit == 0.0

@@ -16,9 +16,9 @@ from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
 from tests.doubles import tiny_model, trainer
 
-RECORD = {"step": 3, "method": "cosearch", "agent_reward": 0.25, "n_trajectories": 8, "hit@5": np.float64(0.5),
+RECORD = {"step": 3, "method": "cosearch", "agent_reward": 0.25, "n_trajectories": 8, "hit@K": np.float64(0.5),
           "ranker_reward_post": float("nan"), "flag": True, "note": None, "n_calls": np.int64(4)}
-LOGGED = {"agent_reward": 0.25, "n_trajectories": 8.0, "hit@5": 0.5, "n_calls": 4.0}
+LOGGED = {"agent_reward": 0.25, "n_trajectories": 8.0, "hit@K": 0.5, "n_calls": 4.0}
 
 
 def fake_tensorboard(monkeypatch) -> list:

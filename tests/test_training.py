@@ -16,15 +16,8 @@ import cosearch_lib.rl.trainer as trainer_mod
 from cosearch_lib.config import GRPOConfig, TrainConfig
 from cosearch_lib.models.generation.teacher_forced import reference_logprobs
 from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
-from cosearch_lib.rl.policy_update import (
-    PolicySequence,
-    UpdateJob,
-    grpo_update,
-    micro_batches,
-    policy_token_logprobs,
-    shared_prefix_length,
-    update_checkpointing,
-)
+from cosearch_lib.rl.policy_sequences import PolicySequence, policy_token_logprobs, shared_prefix_length
+from cosearch_lib.rl.policy_update import UpdateJob, grpo_update, micro_batches, update_checkpointing
 from cosearch_lib.run_schema import latest_checkpoint
 from cosearch_lib.seeding import step_order as question_order
 
@@ -88,10 +81,11 @@ def test_a_step_never_holds_a_question_twice_when_the_epoch_wraps():
 
 def test_the_trainers_step_gives_every_trajectory_its_own_id_and_row_keys_when_the_epoch_wraps(tok, tmp_path):
     t = trainer(tok, tiny_model(tok), tmp_path, steps=2)  # 3 questions, 2 per step: step 1 spans two epochs
-    trajs, _ = t._rollouts(1)
-    ids = [tr.traj_id for tr in trajs]
+    batch = t._rollouts(1)
+    ids = [tr.traj_id for tr in batch.trajectories]
     assert len(set(ids)) == len(ids) == 2 * t.cfg.group_size
-    assert len({tr.question_id for tr in trajs}) == 2
+    assert len({tr.question_id for tr in batch.trajectories}) == 2
+    assert batch.local == tuple(range(len(ids)))  # one process: every row is its own
 
 
 # ------------------------------------------------------------------------------ the update
@@ -112,9 +106,9 @@ def _sequences(tok, n=5, seed=0):
 def test_head_only_at_scored_positions_equals_the_full_forward(tok):
     model = lora_model(tiny_model(tok), {"agent": None}, LORA)
     seqs = _sequences(tok, n=3)
-    from cosearch_lib.rl.policy_update import _padded
+    from cosearch_lib.rl.policy_sequences import padded_batch
 
-    ids, attn, mask, _ = _padded(seqs, 0, "cpu")
+    ids, attn, mask, _ = padded_batch(seqs, 0, "cpu")
     full = policy_token_logprobs(model, ids, attn, temperature=0.7)
     sparse = policy_token_logprobs(model, ids, attn, temperature=0.7, mask=mask)
     assert torch.allclose(sparse, full * mask, atol=1e-5)
@@ -138,7 +132,7 @@ def test_a_shared_prefix_run_once_gives_the_same_log_probs_and_gradient(tok, gro
     """The prefix runs once; two micro-batches read it and leave their gradient on it; one backward
     through the prefix then gives every LoRA weight the gradient of running it in every row."""
     from cosearch_lib.models.generation.grouped_attention import use_grouped_attention
-    from cosearch_lib.rl.policy_update import SharedPrefix, _padded
+    from cosearch_lib.rl.policy_sequences import SharedPrefix, padded_batch
 
     model = lora_model(peaked_model(tok, seed=2), {"agent": None}, LORA)  # 4 query heads on 2 key/value heads
     assert use_grouped_attention(model) if grouped else True
@@ -149,7 +143,7 @@ def test_a_shared_prefix_run_once_gives_the_same_log_probs_and_gradient(tok, gro
     prefix_ids = tok.encode("You are a search agent. Think inside reason tags, then search or answer, and keep it short.")
     seqs = _prefixed_sequences(tok, prefix_ids)
     assert shared_prefix_length(seqs) == len(prefix_ids) >= 16
-    ids, attn, mask, _ = _padded(seqs, 0, "cpu")
+    ids, attn, mask, _ = padded_batch(seqs, 0, "cpu")
     weights = torch.randn(mask.shape, generator=torch.Generator().manual_seed(4))
     runs = {}
     for shared in (False, True):
@@ -218,7 +212,7 @@ def test_prompt_groups_run_each_prompt_once_per_micro_batch_with_the_same_gradie
 
 
 def test_shared_prefix_length_leaves_a_token_and_skips_short_or_lone_prefixes(tok):
-    from cosearch_lib.rl.policy_update import SharedPrefix
+    from cosearch_lib.rl.policy_sequences import SharedPrefix
 
     a = PolicySequence(list(range(40)), [0] * 40, [0.0] * 40)
     b = PolicySequence(list(range(30)) + [99] * 5, [0] * 35, [0.0] * 35)
@@ -397,7 +391,7 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     assert changed(agent, model) and changed(ranker, model) and not changed(base, model)
     assert rec["n_trajectories"] == 8 and rec["n_ranker_calls"] == 8
     assert rec["agent_reward"] == pytest.approx(0.5)  # half the samples answer right (F1 1), half wrong (0)
-    assert rec["hit@5"] == pytest.approx(0.5) and rec["agent_format_ok"] == 1.0
+    assert rec["hit@K"] == pytest.approx(0.5) and rec["agent_format_ok"] == 1.0
     assert rec["agent_n_forwarded"] == 8 and rec["ranker_n_forwarded"] > 0
     assert rec["agent_pad_frac"] == 0.0 and rec["ranker_pad_frac"] == 0.0  # micro_batch 1: nothing to pad
     # the scripted rollout's log-probs are all -1, not the model's: the drift is large, and measured
@@ -442,7 +436,7 @@ def test_other_methods_train_the_agent_only(tok, tmp_path, method):
     if frozen is not None:
         assert not changed(frozen, model) and "ranker_n_forwarded" not in rec
     if method == "oracle":
-        assert rec["hit@5"] == 1.0  # the oracle always shows the answer passage when one is among the N
+        assert rec["hit@K"] == 1.0  # the oracle always shows the answer passage when one is among the N
 
 
 def test_shared_backbone_trains_one_adapter_on_both_roles(tok, tmp_path):

@@ -23,7 +23,7 @@ from cosearch_lib.viz.plots import TRAINING_PANELS, plot_ranker_dynamics, plot_t
 def steps_frame(method, n=3, offset=0.0):
     return pd.DataFrame({
         "step": range(n), "method": method, "agent_reward": [0.1 * i + offset for i in range(n)],
-        "hit@5": [0.5, 0.6, 0.7][:n], "searches_per_traj": [1.0, 1.5, 2.0][:n], "val_f1": [np.nan] * (n - 1) + [0.3],
+        "hit@K": [0.5, 0.6, 0.7][:n], "searches_per_traj": [1.0, 1.5, 2.0][:n], "val_f1": [np.nan] * (n - 1) + [0.3],
         "ranker_main_pre": [0.2] * n, "ranker_main_post": [0.25, np.nan, 0.3][:n], "r_rel_pre": [0.4] * n,
         "r_rel_post": [0.5] * n, "ranker_reward_pre": [0.3] * n, "ranker_reward_post": [0.35] * n,
         "grouping_mean_group_size_pre": [2.0] * n, "grouping_mean_group_size_post": [4.0, np.nan, 5.0][:n]})

@@ -57,6 +57,11 @@ class RankerCall:
     judged: list[int] | None = None  # LLM-as-judge relevance of the shown passages (rl.judge); None: not judged
     candidate_texts: list[str] = field(default_factory=list)  # cross-encoder policy only: the N texts it scored
 
+    @property
+    def shown_hit(self) -> float:
+        """Hit@K of the ranking: 1.0 when a passage shown to the agent holds an answer (0.0 when none was shown)."""
+        return float(any(self.relevant[i] for i in self.order))
+
 
 @dataclass
 class Turn:
@@ -243,7 +248,7 @@ def trajectories_frame(trajs: list[Trajectory]) -> pd.DataFrame:
             "format_ok": t.format_ok, "finish": t.finish, "n_searches": t.n_searches, "n_turns": len(t.turns),
             "n_tokens": len(t.token_ids), "n_generated": int(sum(t.loss_mask)),
             "ranker_valid_rate": (sum(c.valid for c in calls) / len(calls)) if calls else float("nan"),
-            "hit@5": (sum(c.hit_at.get(5, 0.0) for c in calls) / len(calls)) if calls else float("nan"),
+            "hit@K": (sum(c.shown_hit for c in calls) / len(calls)) if calls else float("nan"),
         })
     return pd.DataFrame(rows)
 

@@ -123,13 +123,14 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
     ro = cfg.rollout
     model, tokenizer, backend = load_policy_model(cfg.models.ranker, {"ranker": start}, cfg.lora, backend=cfg.models.backend,
                                                   seed=cfg.seed, max_seq_length=ro.max_context_tokens + ro.ranker_max_new_tokens,
-                                                  vllm_options=vllm_options(cfg))
+                                                  vllm_options=vllm_options(cfg),
+                                                  generation_options=cfg.models.transformers_options())
     policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": rc.lr})
     qa = corpus_paths(cfg).qa
     if rc.split not in qa:
         raise ValueError(f"profile {cfg.profile!r} has no {rc.split!r} split for the relevance training; have {sorted(qa)}")
     inputs = RelevanceInputs(policies, tokenizer, retriever, gold_sub_queries(load_qa(qa[rc.split])), relevance_held_out(cfg),
-                             ro, cfg.protocol, backend=backend, generation_options=cfg.models.transformers_options(),
+                             ro, cfg.protocol, backend=backend,
                              max_grad_norm=cfg.training.max_grad_norm)
     trainer = RelevanceTrainer(rc, inputs, out_dir=root / "run", seed=cfg.seed, progress=progress)
     if force:

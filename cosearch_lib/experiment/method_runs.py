@@ -64,8 +64,8 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     max_len = ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens)
     model, tokenizer, policy_backend = load_policy_model(
         cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed, max_seq_length=max_len,
-        vllm_options=vllm_options(cfg))
-    backend = backend if backend is not None else policy_backend  # vllm, unsloth: their engine generates
+        vllm_options=vllm_options(cfg), generation_options=cfg.models.transformers_options())
+    backend = backend if backend is not None else policy_backend  # the policy model's own engine, vLLM's, Unsloth's
     policies = PolicySet(model, roles, tcfg.trainable(),
                          {"agent": tcfg.agent_lr, "ranker": tcfg.ranker_lr, "shared": tcfg.agent_lr})
     qa = corpus_paths(cfg).qa
@@ -83,8 +83,7 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     inputs = TrainerInputs(policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
                            val_questions=val, backend=backend, cross_encoder=scorer,
                            validation=harness_config(cfg, split=tcfg.val_split, n_per_dataset=tcfg.val_per_dataset,
-                                                     n_samples=1, temperature=0.0),
-                           generation_options=cfg.models.transformers_options())
+                                                     n_samples=1, temperature=0.0))
     trainer = JointTrainer(tcfg, inputs, out_dir=out_dir, seed=cfg.seed, progress=progress, dp=dp)
     newest = latest_checkpoint(out_dir) if resume else None  # checked (hashed) once
     if newest is not None:

@@ -29,7 +29,7 @@ from cosearch_lib.records.markdown_tables import markdown_table
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
 from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
 from cosearch_lib.rl.warm_start import WARMSTART_GLOSSARY
-from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, STEP_GLOSSARY, VALIDATION_GLOSSARY
+from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, STEP_GLOSSARY, VALIDATION_GLOSSARY, current_step_columns
 
 #: (title, where the metric is written, glossary, the dict's home in the code)
 GLOSSARIES: tuple[tuple[str, str, Mapping[str, str], str], ...] = (
@@ -143,8 +143,8 @@ def _ranker_quality(m: dict) -> list[str]:
                 markdown_table(m["ranker_quality_comparisons"], COMPARISON_SHOWN)]
     if m.get("ranker_diagnostics"):
         out += ["", "The trained ranker's steps: semantic groups before and after the filters, the composite reward's "
-                "parts over all calls (pre) and the grouped ones (post), Hit@5 of what the agent read:", "",
-                markdown_table(m["ranker_diagnostics"], list(m["ranker_diagnostics"][0]))]
+                "parts over all calls (pre) and the grouped ones (post), Hit@K of what the agent read:", "",
+                markdown_table(rows := [current_step_columns(r) for r in m["ranker_diagnostics"]], list(rows[0]))]
     return out
 
 
@@ -152,7 +152,7 @@ def _section_03(m: dict) -> list[str]:
     out = [f"{m['steps']} GRPO step(s); rule set `{m.get('rules', 'paper')}`; answer F1 {describe_f1_metric(m.get('f1_metric'))}. "
            "Warm start:", "", _by_index(m["warmstart"], "role"),
            "", "First and last step records (columns: docs/METRICS.md):", "",
-           markdown_table([{"method": method, **{c: rec.get(c) for c in STEP_COLUMNS}}
+           markdown_table([{"method": method, **{c: current_step_columns(rec).get(c) for c in STEP_COLUMNS}}
                            for which in ("first", "last") for method, rec in m[which].items()], ["method", *STEP_COLUMNS]),
            "", "Warm start against the trained policies, answer F1 on test questions:", "",
            _by_index(m["eval_f1"], "policies")]
@@ -208,7 +208,7 @@ def _validation_comparisons(m: dict) -> list[str]:
 
 
 #: Step-record columns RESULTS.md shows (all of them are in docs/METRICS.md).
-STEP_COLUMNS = ("step", "agent_reward", "agent_f1", "agent_format_ok", "searches_per_traj", "n_ranker_calls", "hit@5",
+STEP_COLUMNS = ("step", "agent_reward", "agent_f1", "agent_format_ok", "searches_per_traj", "n_ranker_calls", "hit@K",
                 "ranker_valid_rate", "grouping_n_groups_post", "val_f1", "rollout_s", "update_s", "step_s")
 
 RESULT_SECTIONS = {"01_retriever_setup": ("Retriever (notebook 01)", _section_01),

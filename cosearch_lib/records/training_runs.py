@@ -25,13 +25,20 @@ from cosearch_lib.eval.tables import comparison_table
 from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder
 from cosearch_lib.paths import run_dir
 from cosearch_lib.rl.warm_start import warmstart_summary
-from cosearch_lib.run_schema import RANKER_CALLS_FILE, STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE, latest_checkpoint
+from cosearch_lib.run_schema import (
+    RANKER_CALLS_FILE,
+    RENAMED_STEP_COLUMNS,
+    STEPS_FILE,
+    VALIDATION_COLUMNS,
+    VALIDATION_FILE,
+    latest_checkpoint,
+)
 
 #: Step-record columns that say why a trained ranker did or did not learn: its groups before and after
-#: the filters, the composite reward's parts over all calls and over the grouped ones, and Hit@5.
+#: the filters, the composite reward's parts over all calls and over the grouped ones, and Hit@K.
 RANKER_DIAGNOSTICS = ("method", "step", "n_ranker_calls", "grouping_n_clusters_pre", "grouping_n_groups_post",
                       "grouping_n_dropped_small", "grouping_n_dropped_zero_var", "r_rel_pre", "r_rel_post",
-                      "ranker_main_pre", "ranker_main_post", "ranker_reward_pre", "ranker_reward_post", "hit@5")
+                      "ranker_main_pre", "ranker_main_post", "ranker_reward_pre", "ranker_reward_post", "hit@K")
 
 
 def training_root(profile: str) -> Path:
@@ -48,13 +55,14 @@ def read_steps(root: str | Path, methods: Sequence[str] | None = None) -> pd.Dat
     missing = [m for m in wanted if not (root / m / STEPS_FILE).exists()]
     if missing or not wanted:
         raise FileNotFoundError(f"no step records for {missing or 'any method'} under {root} (run the training first)")
-    return pd.concat([pd.read_csv(root / m / STEPS_FILE) for m in wanted], ignore_index=True)
+    frames = [pd.read_csv(root / m / STEPS_FILE).rename(columns=RENAMED_STEP_COLUMNS) for m in wanted]
+    return pd.concat(frames, ignore_index=True)
 
 
 def read_ranker_calls(root: str | Path, method: str) -> pd.DataFrame:
     """The per-call records of a method (empty when it made no ranker calls)."""
     path = Path(root) / method / RANKER_CALLS_FILE
-    return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+    return pd.read_parquet(path).rename(columns=RENAMED_STEP_COLUMNS) if path.exists() else pd.DataFrame()
 
 
 def read_validation(root: str | Path, methods: Sequence[str] | None = None) -> pd.DataFrame:

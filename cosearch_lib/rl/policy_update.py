@@ -1,15 +1,17 @@
 """One GRPO update of one LoRA adapter: sequences -> token log-probs -> clipped surrogate + KL -> step.
 
 ``grpo_update`` takes the sequences a role contributes (``UpdateJob``: ids, loss masks, old
-log-probs, advantages), recomputes the log-probs under the adapter in micro-batches
-(``policy_token_logprobs``, which runs the LM head only at scored positions), the reference
-log-probs with adapters disabled when the KL weight is non-zero, and accumulates the loss of
-``rl.grpo_loss.policy_loss`` so that micro-batching does not change the gradient.
+log-probs, advantages) and runs each micro-batch in three named pieces: the forward pass under the
+adapter (``rl.policy_sequences.policy_token_logprobs``, which runs the LM head only at scored
+positions), the ratio with its corrections (which old log-probs it divides by, truncated
+importance weights, the drift and clip tallies), and the backward pass of
+``rl.grpo_loss.policy_loss`` (with the reference log-probs, adapters disabled, when the KL weight is
+non-zero), weighted so that micro-batching does not change the gradient.
 
 Three options make an update leaner without changing its gradient: micro-batches built from
 sequences of similar length (:func:`micro_batches`: less padding forwarded), the prompt prefix a
 role's sequences share run once per optimizer step for all its micro-batches (``shared_prefix``,
-:class:`SharedPrefix`: every agent sequence starts with the same instructions), and gradient
+``rl.policy_sequences.SharedPrefix``: every agent sequence starts with the same instructions), and gradient
 checkpointing for the update only
 (:func:`update_checkpointing`: activations recomputed in the backward pass instead of kept, which
 3B-7B models need on one GPU).
@@ -25,149 +27,23 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from cosearch_lib.agent.rollout import Trajectory
 from cosearch_lib.config import GRPOConfig
 from cosearch_lib.models.generation.adapters import adapter_context
-from cosearch_lib.models.generation.prefix_cache import runnable_prefix_length
 from cosearch_lib.models.lora_policies import PolicySet
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
-from cosearch_lib.rl.grpo_loss import policy_loss, token_logprobs
+from cosearch_lib.rl.grpo_loss import policy_loss
+from cosearch_lib.rl.policy_sequences import (
+    PolicySequence,
+    SharedPrefix,
+    padded_batch,
+    policy_token_logprobs,
+    shared_prefix_length,
+)
 from cosearch_lib.rl.update_stats import RoleTally
 
-# --------------------------------------------------------------------------- sequences and updates
-
-
-@dataclass
-class PolicySequence:
-    """One sampled sequence as the update sees it."""
-
-    ids: list[int]  # prompt + generated (+ observations) token ids
-    mask: list[int]  # 1 on the policy's sampled tokens
-    old_logprobs: list[float]  # sampling log-prob per token (0 where mask is 0)
-
-
-def agent_sequences(trajs: Sequence[Trajectory]) -> list[PolicySequence]:
-    return [PolicySequence(t.token_ids, t.loss_mask, t.old_logprobs) for t in trajs]
-
-
-def ranker_sequences(calls: Sequence[Any]) -> list[PolicySequence]:
-    return [PolicySequence(list(c.prompt_ids) + list(c.output_ids), [0] * len(c.prompt_ids) + [1] * len(c.output_ids),
-                           [0.0] * len(c.prompt_ids) + list(c.output_logprobs)) for c in calls]
-
-
-def _padded(seqs: Sequence[PolicySequence], pad_id: int, device: Any) -> tuple[torch.Tensor, ...]:
-    """Right-padded tensors: ids (B, L), attention (B, L), and for the L-1 predicted positions
-    mask (B, L-1) and old log-probs (B, L-1)."""
-    width = max(len(s.ids) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.float32)
-    old = torch.zeros((len(seqs), width), dtype=torch.float32)
-    for i, s in enumerate(seqs):
-        n = len(s.ids)
-        ids[i, :n] = torch.tensor(s.ids)
-        attn[i, :n] = 1
-        mask[i, :n] = torch.tensor(s.mask, dtype=torch.float32)
-        old[i, :n] = torch.tensor(s.old_logprobs, dtype=torch.float32)
-    return ids.to(device), attn.to(device), mask[:, 1:].to(device), old[:, 1:].to(device)
-
-
-def _backbone_and_head(model: Any) -> tuple[Any, Any]:
-    """The transformer body and the LM head of a causal LM (inside a peft wrapper, LoRA included)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    body = getattr(base, getattr(base, "base_model_prefix", "model"), None)
-    head = base.get_output_embeddings()
-    if body is None or head is None or body is base:
-        raise ValueError(f"cannot split {type(base).__name__} into a backbone and an LM head")
-    return body, head
-
-
-def policy_token_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, *, temperature: float,
-                          mask: torch.Tensor | None = None, prefix: SharedPrefix | None = None) -> torch.Tensor:
-    """Log-prob of each next token under ``model`` at ``temperature``: (B, L) ids -> (B, L-1).
-
-    With ``mask`` (B, L-1), the LM head and the log-softmax run only where mask is 1 (elsewhere the
-    result is 0): generated tokens are a small share of an agent's sequence (the prompt and the
-    observations are not trained on), and the head over a 49k-150k vocabulary is a large part of
-    the cost of a small model's forward and backward pass. With ``prefix`` (and ``mask``), every
-    row starts with ``prefix.ids``, whose hidden states and keys/values are reused, not recomputed."""
-    if mask is None:
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (B, L, V)
-        return token_logprobs(logits[:, :-1], ids[:, 1:], temperature=temperature)  # (B, L-1)
-    body, head = _backbone_and_head(model)
-    hidden = _hidden_states(body, ids, attn, prefix)[:, :-1]  # (B, L-1, H)
-    where = mask.bool()
-    picked = head(hidden[where])  # (n, V): only the positions that are scored
-    lp = token_logprobs(picked[None], ids[:, 1:][where][None], temperature=temperature)[0]  # (n,)
-    return torch.zeros(where.shape, dtype=lp.dtype, device=lp.device).masked_scatter(where, lp)  # (B, L-1)
-
-
-@dataclass
-class SharedPrefix:
-    """The backbone's output for token ids that start every sequence of a batch, run once (batch 1).
-
-    Why: an agent's sequences all start with the same instructions (about 230 tokens on the demo,
-    a fifth to a half of a sequence), and recomputing them per sequence, forward and backward,
-    is wasted work. :meth:`run` computes the prefix and hands out detached copies (leaves); the
-    micro-batches read them, expanded to their rows, and their backward passes accumulate the
-    gradient of the leaves; :meth:`backward` then sends that sum through the one prefix
-    computation into the LoRA weights: the same gradient as running the prefix in every row."""
-
-    ids: tuple[int, ...]
-    hidden: torch.Tensor  # (1, P, H) last hidden states
-    keys_values: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (1, kv_heads, P, head_dim)
-    _graph: list[torch.Tensor] | None = None  # the outputs of the computation, when gradient flows back
-
-    @classmethod
-    def run(cls, model: Any, ids: Sequence[int], device: Any) -> SharedPrefix:
-        """Run ``ids`` through ``model``'s backbone (under whatever adapter is active)."""
-        body, _ = _backbone_and_head(model)
-        out = body(input_ids=torch.tensor([list(ids)], device=device), use_cache=True)
-        hidden = out.last_hidden_state
-        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
-        if not torch.is_grad_enabled() or not hidden.requires_grad:
-            return cls(tuple(ids), hidden, kv)
-        graph = [hidden] + [t for pair in kv for t in pair]
-        leaves = [t.detach().requires_grad_() for t in graph]
-        return cls(tuple(ids), leaves[0], list(zip(leaves[1::2], leaves[2::2])), graph)
-
-    def backward(self) -> None:
-        """Send the gradient the micro-batches left on the leaves through the prefix computation."""
-        if self._graph is None:
-            return
-        leaves = [self.hidden] + [t for pair in self.keys_values for t in pair]
-        pairs = [(out, leaf.grad) for out, leaf in zip(self._graph, leaves) if leaf.grad is not None]
-        if pairs:
-            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-        self._graph = None  # once
-
-
-def _hidden_states(body: Any, ids: torch.Tensor, attn: torch.Tensor, prefix: SharedPrefix | None) -> torch.Tensor:
-    """The backbone's last hidden states (B, L, H); with ``prefix``, the rows' first ``len(prefix.ids)``
-    tokens are those ids (checked) and only the rest runs, on the prefix's keys/values."""
-    B, L = ids.shape
-    if prefix is None:
-        return body(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
-    P = len(prefix.ids)
-    if not 0 < P < L or not bool((ids[:, :P] == torch.tensor(prefix.ids, device=ids.device)).all()):
-        raise ValueError(f"every row must start with the shared prefix ({P} tokens) and go on after it (L={L})")
-    keys_values = [(k.expand(B, -1, -1, -1), v.expand(B, -1, -1, -1)) for k, v in prefix.keys_values]
-    rest = body(input_ids=ids[:, P:], attention_mask=attn, past_key_values=DynamicCache(ddp_cache_data=keys_values),
-                position_ids=torch.arange(P, L, device=ids.device)[None].expand(B, -1),
-                use_cache=True).last_hidden_state  # (B, L - P, H)
-    return torch.cat([prefix.hidden.expand(B, -1, -1), rest], dim=1)
-
-
-def shared_prefix_length(seqs: Sequence[PolicySequence], *, minimum: int = 16) -> int:
-    """Tokens at the start of every sequence in ``seqs`` (leaving each at least one token to run);
-    0 when fewer than ``minimum`` or a single sequence (not worth a separate pass)."""
-    if len(seqs) < 2:
-        return 0
-    n = runnable_prefix_length([s.ids for s in seqs])
-    return n if n >= minimum else 0
+# --------------------------------------------------------------------------- updates
 
 
 @dataclass
@@ -293,45 +169,95 @@ class _Prefixes:
                 self.policy.backward()
 
 
-def _micro_batch(model: Any, adapter: str, job: UpdateJob, chunk: list[int], part: _JobSlice, prefixes: _Prefixes,
-                 cfg: GRPOConfig, *, pad_id: int, device: Any, tally: RoleTally, first_part: bool,
-                 recompute_old: bool = False, pre_update: Mapping[int, torch.Tensor] | None = None) -> None:
-    """Forward ``chunk`` of ``job`` under the adapter, backward its loss weighted by its share of the
-    slice's aggregate (so micro-batching does not change the gradient), and add its stats to ``tally``.
+@dataclass
+class _UpdateSetting:
+    """What every micro-batch of one adapter's update shares."""
+
+    model: Any
+    adapter: str  # the adapter being trained
+    cfg: GRPOConfig
+    pad_id: int
+    device: Any
+    recompute_old: bool  # the trainer's pre-update log-probs are the ratio's denominator
+
+
+@dataclass
+class _Forwarded:
+    """One micro-batch after its forward pass under the adapter: (B, L) ids and attention, and for
+    the L-1 predicted positions the scored-token mask, the rollout engine's log-probs and the
+    policy's (with gradient); one advantage per row."""
+
+    ids: torch.Tensor
+    attn: torch.Tensor
+    mask: torch.Tensor
+    rollout_old: torch.Tensor
+    advantages: torch.Tensor
+    logprobs: torch.Tensor
+
+
+def _forward(s: _UpdateSetting, job: UpdateJob, chunk: Sequence[int], prefix: SharedPrefix | None) -> _Forwarded:
+    """The forward stage: ``chunk`` of ``job`` padded and run under the active adapter."""
+    ids, attn, mask, old = padded_batch([job.seqs[i] for i in chunk], s.pad_id, s.device)  # (B, L), (B, L), (B, L-1), (B, L-1)
+    adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=s.device)  # (B,)
+    lp = policy_token_logprobs(s.model, ids, attn, temperature=job.temperature, mask=mask, prefix=prefix)
+    return _Forwarded(ids, attn, mask, old, adv, lp)
+
+
+def _ratio_terms(s: _UpdateSetting, fw: _Forwarded, trainer_old: torch.Tensor | None, tally: RoleTally, *,
+                 first_part: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The ratio with its corrections: the old log-probs it divides by (the rollout engine's, or the
+    trainer's with ``recompute_old``) and, with ``cfg.tis_cap``, each token's truncated importance
+    weight min(pi_trainer / pi_rollout, cap). In the first minibatch (no optimizer step yet) it also
+    tallies the rollout engine's drift from the trainer and the share of ratios the clip sees."""
+    m = fw.mask.bool()  # (B, L-1)
+    if first_part:
+        tally.deltas.append((trainer_old - fw.rollout_old)[m].abs().cpu())
+    old = trainer_old if s.recompute_old else fw.rollout_old
+    weights = None
+    if s.cfg.tis_cap is not None:
+        weights = torch.exp(trainer_old - fw.rollout_old).clamp(max=s.cfg.tis_cap)  # (B, L-1)
+        tally.tis_weight += float(weights[m].sum())
+        tally.tis_tokens += int(m.sum())
+    if first_part:
+        ratio = torch.exp(fw.logprobs.detach() - old)[m]  # what the clip sees before any step
+        tally.outside += int(((ratio < 1 - s.cfg.clip_eps) | (ratio > 1 + s.cfg.eps_high)).sum())
+        tally.first_tokens += int(m.sum())
+    return old, weights
+
+
+def _reference_logprobs(s: _UpdateSetting, fw: _Forwarded, temperature: float,
+                        prefix: SharedPrefix | None) -> torch.Tensor | None:
+    """The reference policy's log-probs for the KL term (adapters disabled, no gradient); None without it."""
+    if s.cfg.kl_coef <= 0:
+        return None
+    with torch.no_grad(), adapter_context(s.model, None):
+        return policy_token_logprobs(s.model, fw.ids, fw.attn, temperature=temperature, mask=fw.mask, prefix=prefix)
+
+
+def _backward(s: _UpdateSetting, fw: _Forwarded, old: torch.Tensor, weights: torch.Tensor | None,
+              ref: torch.Tensor | None, share: float) -> dict[str, float]:
+    """The backward stage: the micro-batch's GRPO loss weighted by ``share`` (its part of the
+    slice's aggregate, so that micro-batching does not change the gradient); returns its stats."""
+    loss, stats = policy_loss(fw.logprobs, old, fw.advantages, fw.mask, s.cfg, ref_logprobs=ref, token_weights=weights)
+    (loss * share).backward()
+    return stats
+
+
+def _micro_batch(s: _UpdateSetting, job: UpdateJob, chunk: list[int], part: _JobSlice, prefixes: _Prefixes, *,
+                 tally: RoleTally, first_part: bool, pre_update: Mapping[int, torch.Tensor] | None = None) -> None:
+    """One micro-batch of ``job``: forward under the adapter, the ratio's terms, backward; its stats into ``tally``.
 
     The trainer's pre-update log-probs are this forward's own in the first minibatch (no optimizer
-    step has run yet), else ``pre_update[i]`` (:func:`_pre_update_logprobs`). ``recompute_old``
-    makes them the ratio's denominator (the first minibatch's ratio is then exactly 1); with
-    ``cfg.tis_cap`` each token's surrogate is weighted by min(pi_trainer / pi_rollout, cap)."""
+    step has run yet), else ``pre_update[i]`` (:func:`_pre_update_logprobs`)."""
     seqs = [job.seqs[i] for i in chunk]
-    ids, attn, mask, old = _padded(seqs, pad_id, device)  # (B, L), (B, L), (B, L-1), (B, L-1)
-    adv = torch.tensor([job.advantages[i] for i in chunk], dtype=torch.float32, device=device)  # (B,)
-    m = mask.bool()  # (B, L-1)
-    with adapter_context(model, adapter):
-        lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask, prefix=prefixes.policy)
-        rollout_old = old
-        trainer_old = lp.detach() if first_part else _rows_like(old, [pre_update[i] for i in chunk]) if pre_update else None
-        if first_part:
-            tally.deltas.append((trainer_old - rollout_old)[m].abs().cpu())  # the rollout engine's drift from the trainer
-        if recompute_old:
-            old = trainer_old
-        weights = None
-        if cfg.tis_cap is not None:
-            weights = torch.exp(trainer_old - rollout_old).clamp(max=cfg.tis_cap)  # (B, L-1) min(pi_trainer / pi_rollout, C)
-            tally.tis_weight += float(weights[m].sum())
-            tally.tis_tokens += int(m.sum())
-        if first_part:
-            ratio = torch.exp(lp.detach() - old)[m]  # what the clip sees before any step
-            tally.outside += int(((ratio < 1 - cfg.clip_eps) | (ratio > 1 + cfg.eps_high)).sum())
-            tally.first_tokens += int(m.sum())
-        ref = None
-        if cfg.kl_coef > 0:
-            with torch.no_grad(), adapter_context(model, None):
-                ref = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask,
-                                            prefix=prefixes.reference)
-        loss, stats = policy_loss(lp, old, adv, mask, cfg, ref_logprobs=ref, token_weights=weights)
-        (loss * (_denominator(seqs, cfg.aggregation) / part.denominator)).backward()
-    tally.add(stats, len(chunk), ids.numel(), ids.numel() - sum(part.lengths[i] for i in chunk))
+    with adapter_context(s.model, s.adapter):
+        fw = _forward(s, job, chunk, prefixes.policy)
+        trainer_old = fw.logprobs.detach() if first_part else \
+            _rows_like(fw.rollout_old, [pre_update[i] for i in chunk]) if pre_update else None
+        old, weights = _ratio_terms(s, fw, trainer_old, tally, first_part=first_part)
+        ref = _reference_logprobs(s, fw, job.temperature, prefixes.reference)
+        stats = _backward(s, fw, old, weights, ref, _denominator(seqs, s.cfg.aggregation) / part.denominator)
+    tally.add(stats, len(chunk), fw.ids.numel(), fw.ids.numel() - sum(part.lengths[i] for i in chunk))
 
 
 def _rows_like(template: torch.Tensor, rows: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -352,7 +278,7 @@ def _pre_update_logprobs(model: Any, adapter: str, job: UpdateJob, indices: Sequ
         for start in range(0, len(indices), micro_batch):
             chunk = list(indices[start:start + micro_batch])
             seqs = [job.seqs[i] for i in chunk]
-            ids, attn, mask, _ = _padded(seqs, pad_id, device)
+            ids, attn, mask, _ = padded_batch(seqs, pad_id, device)
             lp = policy_token_logprobs(model, ids, attn, temperature=job.temperature, mask=mask)  # (B, L-1)
             for row, i in enumerate(chunk):
                 out[i] = lp[row, :len(job.seqs[i].ids) - 1].cpu()
@@ -392,6 +318,7 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
     model, optimizer = policies.model, policies.optimizers[adapter]
     params = list(policies.params[adapter].values())
     device = next(model.parameters()).device
+    setting = _UpdateSetting(model, adapter, cfg, pad_id, device, recompute_old)
     tallies = {job.role: RoleTally() for job in jobs}
     norms = []
     pre_update: dict[str, dict[int, torch.Tensor]] = {}
@@ -410,17 +337,15 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
                     for chunk in grouped_micro_batches(piece.active, job.prompt_groups, micro_batch):
                         prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in chunk], device=device,
                                                  with_reference=cfg.kl_coef > 0) if sharing else _Prefixes()
-                        _micro_batch(model, adapter, job, chunk, piece, prefixes, cfg, pad_id=pad_id, device=device,
-                                     tally=tallies[job.role], first_part=part == 0, pre_update=pre_update.get(job.role),
-                                     recompute_old=recompute_old)
+                        _micro_batch(setting, job, chunk, piece, prefixes, tally=tallies[job.role], first_part=part == 0,
+                                     pre_update=pre_update.get(job.role))
                         prefixes.backward(model, adapter)
                     continue
                 prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in piece.active], device=device,
                                          with_reference=cfg.kl_coef > 0) if sharing else _Prefixes()
                 for chunk in micro_batches(piece.active, piece.lengths, micro_batch, by_length=length_grouped):
-                    _micro_batch(model, adapter, job, chunk, piece, prefixes, cfg, pad_id=pad_id, device=device,
-                                 tally=tallies[job.role], first_part=part == 0, pre_update=pre_update.get(job.role),
-                                 recompute_old=recompute_old)
+                    _micro_batch(setting, job, chunk, piece, prefixes, tally=tallies[job.role], first_part=part == 0,
+                                 pre_update=pre_update.get(job.role))
                 prefixes.backward(model, adapter)
             if dp.sum_grads(params):  # this rank's gradient, summed over ranks: the whole batch's
                 norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)))

@@ -31,8 +31,8 @@ stopped; ``experiment.relevance_ranker`` caches the result keyed by its settings
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +46,12 @@ from cosearch_lib.atomic_io import write_table
 from cosearch_lib.config import ProtocolConfig, RankerRewardConfig, RelevanceConfig, RolloutConfig, SamplingConfig
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.metrics import has_answer, hit_at_k
-from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.paths import project_relative
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages
-from cosearch_lib.rl.policy_update import UpdateJob, grpo_update, ranker_sequences
+from cosearch_lib.rl.policy_sequences import ranker_sequences
+from cosearch_lib.rl.policy_update import UpdateJob, grpo_update
 from cosearch_lib.rl.ranker_validation import GoldSubQuery, RankerValidationSet, summarize_items
 from cosearch_lib.rl.rewards import relevance_reward
 from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
@@ -142,8 +142,7 @@ class RelevanceInputs:
     val_queries: Sequence[GoldSubQuery]  # the held-out sub-queries of the Hit@k curve
     rollout: RolloutConfig  # N/K, the ranker's token budget and top_p, the rule set's ranker output protocol
     protocol: ProtocolConfig  # the ranker prompt and its passage cap
-    backend: Any = None  # generates the rankings; None: the policy model itself
-    generation_options: Mapping[str, Any] = field(default_factory=dict)  # TransformersBackend options when backend is None
+    backend: Any = None  # generates the rankings: the policy model's own (models.lora_policies.load_policy_model), vLLM, a test's scripted one
     max_grad_norm: float = 1.0
 
 
@@ -161,14 +160,16 @@ class RelevanceTrainer:
         self.max_grad_norm = inputs.max_grad_norm
         self.pad_id = inputs.tokenizer.pad_token_id if inputs.tokenizer.pad_token_id is not None \
             else inputs.tokenizer.eos_token_id
-        backend = inputs.backend if inputs.backend is not None else \
-            TransformersBackend(self.policies.model, inputs.tokenizer, **inputs.generation_options)
-        # A backend that reads adapters from disk (vLLM) samples with saved copies: registered now,
-        # again after every update and after a resume (as the joint trainer does).
+        backend = inputs.backend
+        if backend is None:
+            raise ValueError("RelevanceInputs.backend is None: build the generation engine first "
+                             "(models.lora_policies.load_policy_model returns the policy model's)")
+        # A backend that reads adapters from disk (vLLM) samples with saved copies: registered before
+        # it first generates, again after every update and after a resume (as the joint trainer does).
         self.backend, self.live_dir = backend, self.out_dir / LIVE_ADAPTERS_DIR
         self.live_adapters = callable(getattr(backend, "add_adapter", None))
+        self._live_step: int | None = None  # the step whose ranker weights the backend serves (None: none yet)
         self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.live_adapters)
-        self._sync()
         chat = ChatTokens(inputs.tokenizer)
         sampling = SamplingConfig(temperature=cfg.temperature, top_p=inputs.rollout.top_p,
                                   max_new_tokens=inputs.rollout.ranker_max_new_tokens, stop=("</rerank>",), seed=seed)
@@ -190,9 +191,12 @@ class RelevanceTrainer:
         self.records: list[dict] = []
         self.val_records: list[dict] = []
 
-    def _sync(self) -> None:
-        if self.live_adapters:
+    def _serve_current_adapter(self) -> None:
+        """A generation engine that reads adapters from disk gets the ranker adapter as it is now,
+        unless it already serves this step's."""
+        if self.live_adapters and self._live_step != self.step:
             sync_adapters(self.policies, self.backend, self.live_dir, [self.adapter])
+            self._live_step = self.step
 
     # -- one step
 
@@ -201,10 +205,10 @@ class RelevanceTrainer:
                                                  stream="relevance-order")]
 
     def train_step(self) -> dict:
-        """One GRPO step on ``prompts_per_step`` prompts x G samples; returns (and keeps) its record."""
+        """One GRPO step on ``prompts_per_step`` prompts x G samples; keeps and returns its record
+        (:meth:`run` adds the validation when it is due)."""
         cfg, step = self.cfg, self.step
-        if step == 0 and not any(r["step"] == -1 for r in self.records):
-            self.records.append({"step": -1, **self.validate(step=-1)})
+        self._serve_current_adapter()
         clock = StageClock()
         with clock("rollout"):
             items = self.step_items(step)
@@ -224,15 +228,23 @@ class RelevanceTrainer:
                                            prompt_groups=groups.tolist())], cfg.grpo,
                                 micro_batch=cfg.micro_batch, max_grad_norm=self.max_grad_norm, pad_id=self.pad_id,
                                 recompute_old=self.recompute_old)
-            self._sync()
+            if self.live_adapters:  # the engine gets the updated weights
+                sync_adapters(self.policies, self.backend, self.live_dir, [self.adapter])
+                self._live_step = step + 1
         self.step += 1
         record = {"step": step, **self._step_stats(samples, rewards), **stats}
-        if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.steps:
-            with clock("validate"):
-                record.update(self.validate(step=step))
         record.update(clock.columns(), step_s=clock.total(*RELEVANCE_STAGES))
         self.records.append(record)
         return record
+
+    def _after_step(self, record: dict) -> None:
+        """After each step of :meth:`run`: the validation when due (every ``eval_every`` steps and after
+        the last; timed as ``validate_s``) into the step's record."""
+        if (self.cfg.eval_every and self.step % self.cfg.eval_every == 0) or self.step == self.cfg.steps:
+            clock = StageClock()
+            with clock("validate"):
+                validation = self.validate(step=record["step"])
+            record.update(validation, **clock.columns())
 
     def _step_stats(self, samples: Sequence[SampledRanking], rewards: Sequence[float]) -> dict[str, float]:
         """The step's sampled rankings in numbers (columns of RELEVANCE_STEP_GLOSSARY)."""
@@ -250,6 +262,7 @@ class RelevanceTrainer:
     def validate(self, step: int) -> dict[str, float]:
         """The greedy ranking's ``val_ranker_*`` columns on the held-out sub-queries; the per-item rows
         go to :attr:`val_records` under ``step`` (-1: before the first update)."""
+        self._serve_current_adapter()
         rows = self.validation.score_items(self.val_ranker)
         self.val_records.extend({"step": step, "method": RELEVANCE_METHOD, "kind": "ranker", **row} for row in rows)
         return summarize_items(rows)
@@ -262,8 +275,10 @@ class RelevanceTrainer:
         under way, checkpoints and raises ``StopRequested``, as the joint trainer's ``run`` does
         (``rl.step_loop.run_steps``)."""
         until = self.cfg.steps if steps is None else steps
+        if self.step == 0 and not any(r["step"] == -1 for r in self.records):  # the start of the Hit@k curve
+            self.records.append({"step": -1, **self.validate(step=-1)})
         run_steps(self, until, checkpoint_every=self.cfg.checkpoint_every, desc="relevance-train ranker",
-                  progress=self.progress, postfix=lambda r: {"reward": f"{r['reward']:.3f}", "hit1": f"{r['hit@1']:.2f}"})
+                  progress=self.progress, after_step=self._after_step, postfix=lambda r: {"reward": f"{r['reward']:.3f}", "hit1": f"{r['hit@1']:.2f}"})
         return self.frame()
 
     def frame(self) -> pd.DataFrame:
@@ -297,7 +312,7 @@ class RelevanceTrainer:
         self.policies.load_state_dict(state["policies"])
         self.step, self.records, self.val_records = state["step"], state["records"], state["val_records"]
         restore_rng_states(state["rng"])
-        self._sync()  # the engine must serve the restored weights
+        self._live_step = None  # the engine must serve the restored weights (at its next use)
         return self.step
 
     def save_ranker(self, root: str | Path) -> Path:

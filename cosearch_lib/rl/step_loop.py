@@ -1,7 +1,7 @@
 """The run loop both trainers share: steps until a target, checkpoints, and stop signals.
 
 ``run_steps`` calls ``trainer.train_step()`` until ``trainer.step`` reaches the target, with a
-progress bar; it checkpoints (``trainer.save_checkpoint()``) every ``checkpoint_every`` steps and
+progress bar, hands each step's record to the run (its validation when due, the live tracker); it checkpoints (``trainer.save_checkpoint()``) every ``checkpoint_every`` steps and
 after the last. SIGUSR1 or SIGTERM (a cluster's time-limit warning or preemption,
 ``cosearch_lib.stop_signals``) does not kill the run: the step under way finishes, a checkpoint is
 written whatever ``checkpoint_every`` says, and ``StopRequested`` is raised; the trainer's
@@ -20,10 +20,13 @@ from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 
 def run_steps(trainer: Any, until: int, *, checkpoint_every: int, desc: str, progress: bool = True,
+              after_step: Callable[[dict], None] = lambda record: None,
               postfix: Callable[[dict], dict[str, str]] = lambda record: {},
               stopping: Callable[[str | None], bool] = lambda received: received is not None) -> None:
     """Train ``trainer`` (``step``, ``train_step()``, ``save_checkpoint()``) until ``until`` steps are
-    done (see the module doc). ``postfix``: the progress bar's figures from a step's record.
+    done (see the module doc). ``after_step``: what the run does with a step's record before it is
+    checkpointed (the validation when due, the live tracker). ``postfix``: the progress bar's figures
+    from a step's record.
     ``stopping``: whether to stop after this step, given the signal this process received (None if
     none); a data-parallel trainer asks every rank, so that they stop together."""
     bar = tqdm(total=until, initial=trainer.step, desc=desc, unit="step", disable=not progress)
@@ -31,6 +34,7 @@ def run_steps(trainer: Any, until: int, *, checkpoint_every: int, desc: str, pro
         with StopRequest() as stop:
             while trainer.step < until:
                 record = trainer.train_step()
+                after_step(record)
                 bar.update(1)
                 bar.set_postfix(**postfix(record))
                 halt = stopping(stop.received)

@@ -19,7 +19,7 @@ def mean_or_nan(values: Sequence[float | None]) -> float:
 
 def step_record(step: int, method: str, rewards: StepRewards, groups: StepGroups,
                 update_stats: Mapping[str, Mapping[str, float]]) -> dict:
-    """The record of step ``step`` (0-based) without its timings: rewards, Hit@5, ranker rewards
+    """The record of step ``step`` (0-based) without its timings: rewards, Hit@K, ranker rewards
     before and after the grouping filters, grouping statistics and each adapter's update stats."""
     trajs, calls, ranked = rewards.trajectories, rewards.calls, rewards.ranker
     grouping = groups.grouping
@@ -33,7 +33,7 @@ def step_record(step: int, method: str, rewards: StepRewards, groups: StepGroups
         "searches_per_traj": float(np.mean([t.n_searches for t in trajs])),
         "n_ranker_calls": len(calls),
         "ranker_valid_rate": mean_or_nan([float(c.valid) for c in calls]),
-        "hit@5": mean_or_nan([c.hit_at.get(5, 0.0) for c in calls]),
+        "hit@K": mean_or_nan([c.shown_hit for c in calls]),
         "i_ans_rate": mean_or_nan([float(c.i_ans) for c in calls]),
         "r_rel_pre": mean_or_nan([r.r_rel for r in ranked]),
         "r_rel_post": mean_or_nan([ranked[i].r_rel for i in in_groups]),
@@ -52,5 +52,5 @@ def call_rows(step: int, rewards: StepRewards, groups: StepGroups) -> list[dict]
     """One row per ranker call of the step: its sub-query, reward terms, group and advantage."""
     return [{"step": step, "question_id": c.question_id, "traj_id": c.traj_id, "turn": c.turn, "sub_query": c.sub_query,
              "i_ans": c.i_ans, "valid": c.valid, "r_rel": r.r_rel, "r_main": r.r_main, "reward": r.reward,
-             "kept": r.kept, "reason": r.reason, "group": g, "advantage": a, "hit@5": c.hit_at.get(5, 0.0)}
+             "kept": r.kept, "reason": r.reason, "group": g, "advantage": a, "hit@K": c.shown_hit}
             for c, r, g, a in zip(rewards.calls, rewards.ranker, groups.call_groups, groups.ranker_advantages)]

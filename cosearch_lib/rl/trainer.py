@@ -14,10 +14,13 @@ and recorded as ``<stage>_s``):
 4. **update**: one GRPO update of each trained adapter (clipped surrogate + k3 KL to the base model,
    ``rl.policy_update.grpo_update``), or of the cross-encoder ranker;
 5. **sync**: a generation engine that reads adapters from disk (vLLM) gets the updated ones;
-6. **log**: the step record (``rl.step_records``; columns in ``run_schema.STEP_GLOSSARY``), the
-   validation when due (stage **validate**), the live tracker;
-7. **checkpoint** (:meth:`JointTrainer.run`, after the step): adapters, optimizer and RNG states,
-   records, written whole or not at all.
+6. **log**: the step record (``rl.step_records``; columns in ``run_schema.STEP_GLOSSARY``).
+
+:meth:`JointTrainer.run` then adds, after each step, the validation when due (stage **validate**)
+and hands the record to the live tracker, and checkpoints (adapters, optimizer and RNG states,
+records, written whole or not at all). The rollout stage returns a
+:class:`~cosearch_lib.rl.step_batch.StepBatch` that knows which rows this rank rolled out, so
+the update stage reads as one job per trained role.
 
 Data parallel (``dp``, :mod:`cosearch_lib.rl.data_parallel`): each rank rolls out its share of the
 step's questions; the rollouts are exchanged, so stages 2-3 and the record are the whole step's on
@@ -45,7 +48,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +64,15 @@ from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.eval.tables import summary_table
-from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import cross_encoder_update, load_scorer_state, make_optimizer, scorer_state
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
 from cosearch_lib.rl.judge import judge_calls
-from cosearch_lib.rl.policy_update import UpdateJob, agent_sequences, grpo_update, ranker_sequences
+from cosearch_lib.rl.policy_update import UpdateJob, grpo_update
 from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries, summarize_items
 from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
+from cosearch_lib.rl.step_batch import TRAINED_ROLES, StepBatch, role_job
 from cosearch_lib.rl.step_loop import run_steps
 from cosearch_lib.rl.step_records import call_rows, step_record
 from cosearch_lib.rl.step_scoring import StepGroups, StepRewards, group_rollouts, reward_rollouts
@@ -104,8 +107,7 @@ class TrainerInputs:
     protocol: ProtocolConfig  # prompts and passage caps
     val_questions: Sequence[QAExample] = ()  # the validation questions (empty: no validation)
     validation: HarnessConfig | None = None  # the greedy evaluation validation runs (None: from ``rollout``)
-    backend: Any = None  # generates the rollouts (vLLM, a test's scripted backend); None: the policy model itself
-    generation_options: Mapping[str, Any] = field(default_factory=dict)  # TransformersBackend options when backend is None
+    backend: Any = None  # generates the rollouts: the policy model's own (models.lora_policies.load_policy_model), vLLM, a test's scripted one
     cross_encoder: Any = None  # the scoring ranker of training.ranker_kind 'cross_encoder' or 'llm_judge'
     chat: ChatTokens | None = None  # chat-token assembly (None: from the tokenizer)
 
@@ -125,10 +127,12 @@ class JointTrainer:
         self.rollout_cfg, self.protocol = rollout, inputs.protocol
         self.out_dir = Path(out_dir)
         self.chat = inputs.chat or ChatTokens(inputs.tokenizer)
-        # Rollouts run on the given backend (vLLM on GPU, a scripted backend in tests), else on the
-        # policy model itself; the updates always run on the policy model.
-        self.backend = inputs.backend if inputs.backend is not None else \
-            TransformersBackend(self.policies.model, inputs.tokenizer, **inputs.generation_options)
+        # Rollouts run on the given engine (the policy model's own, vLLM, a test's scripted backend);
+        # the updates always run on the policy model.
+        if inputs.backend is None:
+            raise ValueError("TrainerInputs.backend is None: build the generation engine first "
+                             "(models.lora_policies.load_policy_model returns the policy model's)")
+        self.backend = inputs.backend
         self.pad_id = inputs.tokenizer.pad_token_id if inputs.tokenizer.pad_token_id is not None else inputs.tokenizer.eos_token_id
         # A scoring ranker (training.ranker_kind cross_encoder or llm_judge) lives beside the LoRA
         # policies, with its own optimizer when the method trains its ranker; it fills the
@@ -157,15 +161,14 @@ class JointTrainer:
         self.engine = RolloutEngine(self.backend, self.chat, self.retriever, self.ranker, rollout, self.protocol,
                                     agent_adapter=self.policies.adapter("agent"))
         # A backend that reads adapters from disk (vLLM: it has add_adapter) samples with saved copies:
-        # every role adapter is saved and registered now, and the updated ones again after each step.
+        # every role adapter is saved and registered before the engine first generates
+        # (:meth:`_serve_current_adapters`), and the updated ones again after each step.
         # Every rank starts from rank 0's adapters (a fresh LoRA's random init included), before any
         # engine gets them.
         dp.broadcast_params(p for adapter in self.policies.params.values() for p in adapter.values())
         self.live_dir = self.out_dir / LIVE_ADAPTERS_DIR / (f"rank{dp.rank}" if dp.distributed else "")
         self.live_adapters = callable(getattr(self.backend, "add_adapter", None))
-        if self.live_adapters:
-            sync_adapters(self.policies, self.backend, self.live_dir)
-        self._live_step = self.step  # the step whose adapter weights the backend serves
+        self._live_step: int | None = None  # the step whose adapter weights the backend serves (None: none yet)
         # The ratio's old log-probs: a disk-reading engine is not the trainer's model (vLLM samples
         # in bf16 with its own kernels), so by default the update recomputes them (GRPOConfig.old_logprobs).
         self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.live_adapters)
@@ -192,76 +195,64 @@ class JointTrainer:
                                                         self.seed)]
 
     def train_step(self) -> dict:
-        """One GRPO step of the method, stage by stage; returns (and keeps) its record."""
+        """One GRPO step of the method, stages rollout to sync; keeps and returns its record (:meth:`run`
+        adds the validation when it is due, and hands the record to the live tracker)."""
         cfg, step = self.cfg, self.step
-        if step == 0 and cfg.validate_at_start and self.val_questions and not self._validated_at_start():
-            self._keep({"step": -1, "method": cfg.method, **self.validate(step=-1)})
+        self._serve_current_adapters()
         clock = StageClock()
         with clock("rollout"):
-            trajs, owned = self._rollouts(step)
+            batch = self._rollouts(step)
         with clock("reward"):
-            rewards = reward_rollouts(trajs, cfg, judge=self._judge)
+            rewards = reward_rollouts(batch.trajectories, cfg, judge=self._judge)
         with clock("group"):
             groups = group_rollouts(rewards, cfg, self.rollout_cfg.rules)
         with clock("update"):
-            update_stats = self._update(rewards, groups, clock, owned)
+            update_stats = self._update(batch, rewards, groups, clock)
         with clock("sync"):
             self._sync(update_stats)
         record = step_record(step, cfg.method, rewards, groups, update_stats)
         self.call_records.extend(call_rows(step, rewards, groups))
-        self.step += 1
-        validation = {}
-        if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps) and self.val_questions:
-            with clock("validate"):
-                validation = self.validate(step=step)
         timings = clock.columns()
         if not self.live_adapters:
             timings.pop("sync_s")  # nothing to sync: no column
-        record.update(timings, step_s=clock.total(*STEP_STAGES), **validation)
-        self._keep(record)
+        record.update(timings, step_s=clock.total(*STEP_STAGES))
+        self.records.append(record)
+        self.step += 1
         return record
 
-    def _rollouts(self, step: int) -> tuple[list, set[int]]:
-        """The step's G trajectories per question, question by question (this rank rolls out its share
-        of the questions; the ranks' shares are then exchanged), and the positions of this rank's own
-        among them (by position: when the epoch wraps, a step can hold one question twice)."""
+    def _rollouts(self, step: int) -> StepBatch:
+        """The rollout stage: G trajectories per question of the step. This rank rolls out its share
+        of the questions; the ranks' shares are then exchanged, so the batch is the whole step's."""
         questions, g = self.step_questions(step), self.cfg.group_size
         mine = self.engine.run(self.dp.shard(questions), n_samples=g, seed=self.seed, step=step, progress=self.progress,
                                desc=f"{self.cfg.method}: rollout step {step + 1}/{self.cfg.steps}")
         per_question = [mine[i:i + g] for i in range(0, len(mine), g)]
         trajs = [t for group in self.dp.gather_shards(per_question) for t in group]
-        return trajs, {q * g + s for q in self.dp.owned(len(questions)) for s in range(g)}
+        return StepBatch.of(trajs, self.dp.owned(len(questions)), g)
 
     def _judge(self, calls: list) -> None:
         """The LLM-as-judge ablation's labels of the shown passages: the base model (adapters off) judges."""
         judge_calls(calls, self.backend, self.chat, adapter=None, seed=self.seed)
 
-    def _update(self, rewards: StepRewards, groups: StepGroups, clock: StageClock,
-                owned: set[int]) -> dict[str, dict[str, float]]:
-        """The update stage: each trained adapter's GRPO update on the jobs of the roles it plays
-        (the cross-encoder's own update when it is the trained ranker); {adapter: stats}. A job holds
-        the sequences of this rank's trajectories (``owned``: their positions; all of them in one
-        process) and their calls, with their positions in the step's batch."""
+    def _update(self, batch: StepBatch, rewards: StepRewards, groups: StepGroups,
+                clock: StageClock) -> dict[str, dict[str, float]]:
+        """The update stage: one job per trained role (:func:`~cosearch_lib.rl.step_batch.role_job`, on
+        this rank's rows), each adapter's GRPO update on the jobs of the roles it plays, or the
+        cross-encoder's own update when it is the trained ranker; {adapter: stats}."""
         cfg, ro = self.cfg, self.rollout_cfg
-        ranker_t = ro.temperature if ro.ranker_temperature is None else ro.ranker_temperature
+        temperatures = {"agent": ro.temperature,
+                        "ranker": ro.temperature if ro.ranker_temperature is None else ro.ranker_temperature}
         jobs: dict[str, list[UpdateJob]] = {}
-        if self.policies.is_trained("agent"):
-            mine = sorted(owned)
-            jobs.setdefault(self.policies.adapter("agent"), []).append(
-                UpdateJob("agent", agent_sequences([rewards.trajectories[i] for i in mine]),
-                          [groups.agent_advantages[i] for i in mine], ro.temperature, positions=mine))
-        if self.policies.is_trained("ranker") and rewards.calls:
-            call_traj = [i for i, t in enumerate(rewards.trajectories) for _ in t.ranker_calls]  # rewards.calls' order
-            mine = [c for c, i in enumerate(call_traj) if i in owned]
-            jobs.setdefault(self.policies.adapter("ranker"), []).append(
-                UpdateJob("ranker", ranker_sequences([rewards.calls[i] for i in mine]),
-                          [groups.ranker_advantages[i] for i in mine], ranker_t, positions=mine))
+        for role in TRAINED_ROLES:
+            if self.policies.is_trained(role) and (role == "agent" or rewards.calls):
+                jobs.setdefault(self.policies.adapter(role), []).append(
+                    role_job(role, batch, rewards, groups, temperatures[role]))
         stats: dict[str, dict[str, float]] = {}
         if self.cross_encoder_trained and rewards.calls:
             with clock("cross_encoder_update"):
                 stats["cross_encoder"] = cross_encoder_update(
                     self.cross_encoder, self.cross_encoder_optimizer, rewards.calls, groups.ranker_advantages, cfg.grpo,
-                    temperature=ranker_t, max_grad_norm=cfg.max_grad_norm)
+                    temperature=temperatures["ranker"], max_grad_norm=cfg.max_grad_norm)
         for adapter, adapter_jobs in jobs.items():
             with clock(f"{adapter}_update"):
                 stats[adapter] = grpo_update(self.policies, adapter, adapter_jobs, cfg.grpo, micro_batch=cfg.micro_batch,
@@ -278,10 +269,16 @@ class JointTrainer:
             sync_adapters(self.policies, self.backend, self.live_dir, [a for a in updated if a != "cross_encoder"])
             self._live_step = self.step + 1
 
-    def _keep(self, record: dict) -> None:
-        """Append ``record`` to the step records and hand it to the live tracker (made at the first record)."""
+    def _serve_current_adapters(self) -> None:
+        """A generation engine that reads adapters from disk gets every adapter as it is now, unless it
+        already serves this step's (the first generation; after a restore from a checkpoint)."""
+        if self.live_adapters and self._live_step != self.step:
+            sync_adapters(self.policies, self.backend, self.live_dir)
+            self._live_step = self.step
+
+    def _log(self, record: dict) -> None:
+        """Hand ``record`` to the live tracker (made at the first record, ``cfg.log_to``)."""
         cfg = self.cfg
-        self.records.append(record)
         if not self.dp.is_main:
             return  # the same record is on every rank; rank 0 logs it
         if self.tracker is None and cfg.log_to:
@@ -294,6 +291,24 @@ class JointTrainer:
     def _validated_at_start(self) -> bool:
         return any(r.get("step") == -1 for r in self.records)
 
+    def _validate_at_start(self) -> None:
+        """The start row (``step = -1``): the validation before the first update, once, when asked."""
+        if self.step == 0 and self.cfg.validate_at_start and self.val_questions and not self._validated_at_start():
+            record = {"step": -1, "method": self.cfg.method, **self.validate(step=-1)}
+            self.records.append(record)
+            self._log(record)
+
+    def _after_step(self, record: dict) -> None:
+        """After each step of :meth:`run`: the validation when due (every ``eval_every`` steps and after
+        the last; timed as ``validate_s``) into the step's record, then the record to the tracker."""
+        cfg = self.cfg
+        if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps) and self.val_questions:
+            clock = StageClock()
+            with clock("validate"):
+                validation = self.validate(step=record["step"])
+            record.update(clock.columns(), **validation)
+        self._log(record)
+
     # -- validation
 
     def validate(self, step: int | None = None) -> dict[str, float]:
@@ -305,6 +320,7 @@ class JointTrainer:
         With ``step`` (the step record the columns join; -1 before the first update) the per-item
         scores are also kept in :attr:`val_records` (``validation.csv``, ``run_schema.VALIDATION_COLUMNS``):
         what the paired intervals of notebook 03 resample."""
+        self._serve_current_adapters()
         agent = self._agent_records()
         ranker_rows = self.ranker_validation.score_items(self.val_ranker)
         if step is not None:
@@ -336,12 +352,11 @@ class JointTrainer:
         ``checkpoint_every`` says) and :class:`~cosearch_lib.stop_signals.StopRequested` is raised;
         the run resumes from that checkpoint (``resume=True``)."""
         until = self.cfg.steps if steps is None else steps
-        if self.live_adapters and self._live_step != self.step:  # weights restored from a checkpoint since
-            sync_adapters(self.policies, self.backend, self.live_dir)
-            self._live_step = self.step
         try:
+            self._validate_at_start()
             run_steps(self, until, checkpoint_every=self.cfg.checkpoint_every, desc=f"train {self.cfg.method}",
-                      progress=self.progress, postfix=lambda r: {"reward": f"{r['agent_reward']:.3f}", "hit5": f"{r['hit@5']:.2f}"},
+                      progress=self.progress, after_step=self._after_step,
+                      postfix=lambda r: {"reward": f"{r['agent_reward']:.3f}", "hitK": f"{r['hit@K']:.2f}"},
                       # a signal reaches the ranks at different moments: they stop together, after the step
                       # that any of them received it in
                       stopping=lambda received: self.dp.sum(float(received is not None)) > 0)
@@ -411,9 +426,7 @@ class JointTrainer:
         self.step, self.records, self.call_records = state["step"], state["records"], state["call_records"]
         self.val_records = state.get("val_records", [])  # checkpoints older than validation.csv have none
         restore_rng_states(state["rng"])
-        if self.live_adapters:  # the generation engine must serve the restored weights
-            sync_adapters(self.policies, self.backend, self.live_dir)
-            self._live_step = self.step
+        self._live_step = None  # the generation engine must serve the restored weights (at its next use)
         return self.step
 
 

@@ -211,7 +211,7 @@ def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
 
 #: Fig. 2 panels: (record column, axis label). Validation has its own figure, with intervals
 #: (:func:`plot_validation_curves`); a panel given for ``val_f1`` is drawn only at the steps that have it.
-TRAINING_PANELS = (("agent_reward", "agent reward (Eq. 4)"), ("hit@5", "ranker Hit@5 (shown passages)"),
+TRAINING_PANELS = (("agent_reward", "agent reward (Eq. 4)"), ("hit@K", "ranker Hit@K (the K passages shown)"),
                    ("searches_per_traj", "searches per trajectory"))
 
 
@@ -245,7 +245,7 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
 
 
 #: Fig. 2's panels after (a) the validation F1: per-step columns of the step records.
-FIG2_STEP_PANELS = (("hit@5", "(b) ranker Hit@5 per step (shown passages)"),
+FIG2_STEP_PANELS = (("hit@K", "(b) ranker Hit@K per step (the K passages shown)"),
                     ("searches_per_traj", "(c) searches per trajectory"))
 
 
