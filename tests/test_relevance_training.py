@@ -240,3 +240,28 @@ def test_a_stop_signal_ends_the_step_checkpoints_and_resumes_like_the_joint_trai
     assert again.load_checkpoint() == 1
     again.run()
     assert again.step == 3
+
+
+@pytest.mark.parametrize("kind", ["llm", "llm_judge", "cross_encoder"])
+def test_the_fixed_ranker_counts_as_cached_only_when_its_kinds_folder_is_whole(monkeypatch, tmp_path, kind):
+    """`cosearch run` builds no retriever for a cached Fixed Ranker (``fixed_ranker_cached``); a
+    folder without its marker file (a training killed before the end) is not cached."""
+    from dataclasses import replace
+
+    from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
+    from cosearch_lib.models.llm_judge import JUDGE_MARKER
+
+    monkeypatch.setenv("COSEARCH_CACHE", str(tmp_path))
+    cfg = load_profile("ci")
+    cfg = replace(cfg, training=replace(cfg.training, ranker_kind=kind), relevance=replace(cfg.relevance, enabled=True))
+    folder, marker = {"llm": (experiment.relevance_dir(cfg) / "ranker", "adapter_config.json"),
+                      "llm_judge": (experiment.llm_judge_dir(cfg), JUDGE_MARKER),
+                      "cross_encoder": (experiment.cross_encoder_dir(cfg), CROSS_ENCODER_MARKER)}[kind]
+    assert folder.is_relative_to(tmp_path)
+    folder.mkdir(parents=True)
+    assert not experiment.fixed_ranker_cached(cfg)
+    (folder / marker).write_text("{}")
+    assert experiment.fixed_ranker_cached(cfg)
+    if kind == "llm":  # no relevance training: the warm-started ranker is the Fixed Ranker, nothing to train
+        (folder / marker).unlink()
+        assert experiment.fixed_ranker_cached(replace(cfg, relevance=replace(cfg.relevance, enabled=False)))

@@ -191,6 +191,13 @@ def method_starts(cfg: ProfileConfig, retriever: SearchBackend | None, method: s
     return starts
 
 
+def cross_encoder_dir(cfg: ProfileConfig, settings: CrossEncoderConfig | None = None) -> Path:
+    """Where the cross-encoder ranker of ``settings`` (default the profile's) is cached, beside the warm start."""
+    ce = settings or cfg.training.cross_encoder
+    key = hashlib.sha1(json.dumps(dataclasses.asdict(ce), sort_keys=True).encode()).hexdigest()[:12]
+    return warmstart_dir(cfg) / f"cross_encoder-{key}"
+
+
 def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, settings: CrossEncoderConfig | None = None, *,
                         progress: bool = True) -> Path:
     """The folder of the cross-encoder ranker GRPO starts from (``training.ranker_kind: cross_encoder``):
@@ -198,8 +205,7 @@ def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, set
     start enabled) trained listwise on the first ``warmstart.n_ranker`` gold hops of the warm start's
     split (``rl.cross_encoder_policy``). Built on first use, then cached beside the profile's warm start."""
     ce = settings or cfg.training.cross_encoder
-    key = hashlib.sha1(json.dumps(dataclasses.asdict(ce), sort_keys=True).encode()).hexdigest()[:12]
-    folder = warmstart_dir(cfg) / f"cross_encoder-{key}"
+    folder = cross_encoder_dir(cfg, ce)
     if (folder / CROSS_ENCODER_MARKER).exists():
         return folder
     scorer = CrossEncoderScorer.from_encoder(ce.model, max_length=ce.max_length)
@@ -266,6 +272,18 @@ def fixed_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, progres
     if cfg.training.ranker_kind in SCORING_RANKER_KINDS:
         return scoring_ranker_start(cfg, retriever, progress=progress)
     return relevance_ranker(cfg, retriever, progress=progress)
+
+
+def fixed_ranker_cached(cfg: ProfileConfig) -> bool:
+    """Whether :func:`fixed_ranker` can load the profile's Fixed Ranker without training it (and
+    so without a retriever): its folder of ``training.ranker_kind`` is in the cache, or there is
+    none to train (``relevance.enabled`` false for the generative ranker)."""
+    kind = cfg.training.ranker_kind
+    if kind == "llm_judge":
+        return is_llm_judge_folder(llm_judge_dir(cfg))
+    if kind == "cross_encoder":
+        return (cross_encoder_dir(cfg) / CROSS_ENCODER_MARKER).exists()
+    return not cfg.relevance.enabled or (relevance_dir(cfg) / "ranker" / "adapter_config.json").exists()
 
 
 def policy_starts(cfg: ProfileConfig, retriever: SearchBackend | None, *, progress: bool = True) -> dict[str, Path]:

@@ -32,8 +32,7 @@ import yaml
 
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import SCORING_RANKER_KINDS, ConfigError, ProfileConfig, load_profile, papermill_parameters
-from cosearch_lib.experiment import build_retriever, fixed_ranker, llm_judge_dir, relevance_dir, warm_start, warmstart_dir
-from cosearch_lib.models.llm_judge import is_llm_judge_folder
+from cosearch_lib.experiment import build_retriever, fixed_ranker, fixed_ranker_cached, warm_start, warmstart_dir
 from cosearch_lib.models.registry import check_model_name
 from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
@@ -263,20 +262,13 @@ def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = No
     return record
 
 
-def _fixed_ranker_cached(cfg: ProfileConfig) -> bool:
-    kind = cfg.training.ranker_kind
-    if kind == "llm_judge":
-        return is_llm_judge_folder(llm_judge_dir(cfg))
-    return kind == "llm" and (relevance_dir(cfg) / "ranker" / "adapter_config.json").exists()
-
-
 def run_relevance_training(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = None,
                            progress: bool = True) -> dict[str, Any]:
     """Train (or load from the cache) the profile's relevance-trained Fixed Ranker
     (``experiment.fixed_ranker``: the generative ranker's relevance GRPO, or the listwise training of
     a scoring ranker kind); write ``relevance.run.json``."""
     t0 = time.perf_counter()
-    cached = _fixed_ranker_cached(cfg)
+    cached = fixed_ranker_cached(cfg)
     retriever = None if cached else build_retriever(cfg, progress=progress)
     folder = fixed_ranker(cfg, retriever, progress=progress)
     gc.collect()
