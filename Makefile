@@ -49,7 +49,7 @@ demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with
 test: $(STAMP)  ## run the test suite (all but the vllm and scale tests: make test-vllm, make test-scale)
 	$(BIN)/python -m pytest -q
 
-test-scale: $(STAMP)  ## the end-to-end runs of the real ci model: 2 gloo ranks (torchrun) against 1 process, and SIGUSR1 to a running `cosearch run`
+test-scale: $(STAMP)  ## the end-to-end runs of the real ci model (2 gloo ranks against 1 process, SIGUSR1 to a running `cosearch run`) and the real judge's GRPO learning test
 	$(BIN)/python -m pytest -q -m scale
 
 test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) tests
