@@ -307,8 +307,7 @@ def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_
     ro = cfg.rollout
     vllm_options = seen.pop("vllm_options")
     assert seen == {"name": cfg.models.agent, "adapters": {"agent": None, "ranker": None}, "backend": "unsloth",
-                    "seed": cfg.seed, "max_seq_length": ro.max_context_tokens + ro.agent_max_new_tokens,
-                    "generation_options": cfg.models.transformers_options()}
+                    "seed": cfg.seed, "max_seq_length": ro.max_context_tokens + ro.agent_max_new_tokens}
     assert vllm_options["max_model_len"] == seen["max_seq_length"] and vllm_options["max_lora_rank"] == 8
     other = RegisteringBackend(tok)  # a backend the caller passes wins
     assert build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run2", progress=False,

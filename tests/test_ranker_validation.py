@@ -158,3 +158,52 @@ def test_validate_without_a_step_keeps_no_items(tok, tmp_path):
     assert t.val_records == []
     t.validate(step=-1)
     assert len(t.val_records) == 3 + 5
+
+
+def test_a_stop_signal_during_the_start_validation_finishes_the_first_step_and_checkpoints(tok, tmp_path):
+    """The validation before the first update runs under the run's stop-signal guard, as a step does:
+    SIGUSR1 there does not kill the process; step 0 finishes, a checkpoint is written, the run stops."""
+    import os
+    import signal
+
+    from cosearch_lib.run_schema import latest_checkpoint
+    from cosearch_lib.stop_signals import StopRequested
+
+    t = trainer(tok, tiny_model(tok), tmp_path, method="search_r1", steps=3, validate_at_start=True,
+                val_questions=VAL_QUESTIONS)
+    validate = t.validate
+
+    def validate_then_signal(step=None):
+        out = validate(step=step)
+        if step == -1:
+            os.kill(os.getpid(), signal.SIGUSR1)  # as SLURM warns of its time limit
+        return out
+
+    t.validate = validate_then_signal
+    with pytest.raises(StopRequested, match="after step 1"):
+        t.run()
+    assert [r["step"] for r in t.records] == [-1, 0] and latest_checkpoint(tmp_path).name == "step_000001"
+
+
+def test_records_of_a_checkpoint_written_before_the_hit_at_k_rename_resume_under_todays_names(tok, tmp_path, monkeypatch):
+    """A checkpoint whose records still say ``hit@5`` (before the step column was named for K)
+    resumes with ``hit@K`` only: steps.csv then has one column for it, not two."""
+    import cosearch_lib.rl.trainer as trainer_mod
+
+    t = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", steps=2)
+    t.run(steps=1)
+    real_load = trainer_mod.load_state
+
+    def old_names(path):
+        state = real_load(path)
+        rename = lambda r: {("hit@5" if k == "hit@K" else k): v for k, v in r.items()}  # noqa: E731
+        return {**state, "records": [rename(r) for r in state["records"]],
+                "call_records": [rename(r) for r in state["call_records"]]}
+
+    monkeypatch.setattr(trainer_mod, "load_state", old_names)
+    again = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", steps=2)
+    assert again.load_checkpoint() == 1
+    again.run()
+    frame, calls = again.frame(), again.calls_frame()
+    assert "hit@5" not in frame and frame["hit@K"].notna().all() and len(frame) == 2
+    assert "hit@5" not in calls and calls["hit@K"].notna().all()

@@ -1,8 +1,9 @@
 """Building running objects from a profile: the retriever (``build_retriever``), the generation
-backends (``build_backends``, ``vllm_options``) and the evaluation harness's settings and context
-(``harness_config``, ``harness_context``). Nothing here trains or caches a policy (``cached_starts``)
-or runs a method (``method_runs``); every layer below takes explicit settings objects and never reads
-a profile itself."""
+backends (``build_backends``, ``vllm_options``; ``policy_engine``, what samples the policies a
+trainer updates) and the evaluation harness's settings and context (``harness_config``,
+``harness_context``). Nothing here trains or caches a policy (``cached_starts``) or runs a method
+(``method_runs``); every layer below takes explicit settings objects and never reads a profile
+itself."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from cosearch_lib.config import ProfileConfig, load_profile
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext
 from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.contract import GenerationBackend
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.lora_policies import vllm_max_lora_rank
 from cosearch_lib.retrieval.artifacts import prepare_corpus, prepare_index
 from cosearch_lib.retrieval.encoder import TextEncoder
@@ -67,6 +69,13 @@ def build_backends(cfg: ProfileConfig, *, progress: bool = False) -> tuple[Gener
     agent = make_backend(m.backend, m.agent, **kwargs)
     ranker = agent if m.ranker == m.agent else make_backend(m.backend, m.ranker, **kwargs)
     return agent, ranker
+
+
+def policy_engine(cfg: ProfileConfig, model: Any, tokenizer: Any, engine: GenerationBackend | None) -> GenerationBackend:
+    """The engine that samples the policies a trainer updates: ``engine`` when the training backend
+    brings its own (vLLM, Unsloth: ``models.lora_policies.load_policy_model`` returns it), else the
+    policy model itself (a ``TransformersBackend`` with the profile's ``models`` options)."""
+    return engine if engine is not None else TransformersBackend(model, tokenizer, **cfg.models.transformers_options())
 
 
 def harness_context(cfg: ProfileConfig, retriever: SearchBackend, *, backends: tuple[Any, Any] | None = None,

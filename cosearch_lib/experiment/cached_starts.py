@@ -22,7 +22,7 @@ from cosearch_lib.config import SCORING_RANKER_KINDS, CrossEncoderConfig, Profil
 from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import load_qa
 from cosearch_lib.eval.harness import register_adapter, select_examples
-from cosearch_lib.experiment.building import build_backends, vllm_options
+from cosearch_lib.experiment.building import build_backends, policy_engine, vllm_options
 from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
 from cosearch_lib.models.generation.contract import GenerationBackend
@@ -123,14 +123,13 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
     ro = cfg.rollout
     model, tokenizer, backend = load_policy_model(cfg.models.ranker, {"ranker": start}, cfg.lora, backend=cfg.models.backend,
                                                   seed=cfg.seed, max_seq_length=ro.max_context_tokens + ro.ranker_max_new_tokens,
-                                                  vllm_options=vllm_options(cfg),
-                                                  generation_options=cfg.models.transformers_options())
+                                                  vllm_options=vllm_options(cfg))
     policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": rc.lr})
     qa = corpus_paths(cfg).qa
     if rc.split not in qa:
         raise ValueError(f"profile {cfg.profile!r} has no {rc.split!r} split for the relevance training; have {sorted(qa)}")
     inputs = RelevanceInputs(policies, tokenizer, retriever, gold_sub_queries(load_qa(qa[rc.split])), relevance_held_out(cfg),
-                             ro, cfg.protocol, backend=backend,
+                             ro, cfg.protocol, backend=policy_engine(cfg, model, tokenizer, backend),
                              max_grad_norm=cfg.training.max_grad_norm)
     trainer = RelevanceTrainer(rc, inputs, out_dir=root / "run", seed=cfg.seed, progress=progress)
     if force:

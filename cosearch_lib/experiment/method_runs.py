@@ -19,7 +19,7 @@ from cosearch_lib.config.methods import method_spec
 from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
-from cosearch_lib.experiment.building import build_retriever, harness_config, vllm_options
+from cosearch_lib.experiment.building import build_retriever, harness_config, policy_engine, vllm_options
 from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.scoring_rankers import load_scoring_ranker
@@ -64,8 +64,7 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     max_len = ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens)
     model, tokenizer, policy_backend = load_policy_model(
         cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed, max_seq_length=max_len,
-        vllm_options=vllm_options(cfg), generation_options=cfg.models.transformers_options())
-    backend = backend if backend is not None else policy_backend  # the policy model's own engine, vLLM's, Unsloth's
+        vllm_options=vllm_options(cfg))
     policies = PolicySet(model, roles, tcfg.trainable(),
                          {"agent": tcfg.agent_lr, "ranker": tcfg.ranker_lr, "shared": tcfg.agent_lr})
     qa = corpus_paths(cfg).qa
@@ -80,6 +79,7 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     dp.barrier()
     scorer = load_scoring_ranker(scoring_ranker_start(cfg, retriever, progress=progress)) \
         if tcfg.uses_scoring_ranker else None
+    backend = backend if backend is not None else policy_engine(cfg, model, tokenizer, policy_backend)
     inputs = TrainerInputs(policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
                            val_questions=val, backend=backend, cross_encoder=scorer,
                            validation=harness_config(cfg, split=tcfg.val_split, n_per_dataset=tcfg.val_per_dataset,

@@ -24,7 +24,6 @@ from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dic
 from safetensors.torch import load_file
 
 from cosearch_lib.config import TRAIN_BACKENDS, LoraSettings
-from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.generation.vllm_backend import GPU_EXTRA_HINT, VLLMBackend, resolved_model_path
 from cosearch_lib.models.registry import align_chat_tokens, load_causal_lm, quiet_loading
 
@@ -199,16 +198,14 @@ def sync_adapters(policies: PolicySet, backend: Any, folder: str | Path,
 def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], lora: LoraSettings, *,
                       backend: str = "transformers", seed: int = 0, max_seq_length: int = 4096,
                       gpu_memory_utilization: float = 0.5, load_in_4bit: bool = False,
-                      vllm_options: dict[str, Any] | None = None,
-                      generation_options: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
-    """The trainable policy model: ``(peft model, tokenizer, generation backend)``.
+                      vllm_options: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+    """The trainable policy model: ``(peft model, tokenizer, generation backend or None)``.
 
     ``adapters`` maps adapter names ("agent", "ranker" or "shared") to a saved adapter folder (a
     warm start) or None (fresh from ``lora``), as in :func:`lora_model`.
 
-    * ``backend="transformers"``: :func:`models.registry.load_causal_lm` + :func:`lora_model`; the policy
-      model samples itself (a :class:`~cosearch_lib.models.generation.transformers_backend.TransformersBackend`
-      over it, built with ``generation_options``).
+    * ``backend="transformers"``: :func:`models.registry.load_causal_lm` + :func:`lora_model`; no generation
+      backend (the trainer samples with the policy model itself).
     * ``backend="unsloth"`` (GPU): ``FastLanguageModel.from_pretrained(fast_inference=True)`` loads the
       base and starts vLLM on the same weights (``max_lora_rank``: :func:`vllm_max_lora_rank`, vLLM taking
       ``gpu_memory_utilization`` of the GPU, a 16-bit base unless ``load_in_4bit``); the adapters are
@@ -225,12 +222,12 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
         raise ValueError(f"unknown training backend {backend!r}; expected one of {TRAIN_BACKENDS}")
     if backend in ("transformers", "vllm"):
         base, tokenizer = load_causal_lm(model_name)
-        model = lora_model(base, adapters, lora)
+        generation = None
         if backend == "vllm":
             options = {"max_lora_rank": vllm_max_lora_rank(lora.r), "max_model_len": max_seq_length,
                        **(vllm_options or {})}
-            return model, tokenizer, VLLMBackend.shared(model_name, **options)
-        return model, tokenizer, TransformersBackend(model, tokenizer, **(generation_options or {}))
+            generation = VLLMBackend.shared(model_name, **options)
+        return lora_model(base, adapters, lora), tokenizer, generation
 
     if UNSLOTH_DEFAULT_ADAPTER in adapters:
         raise ValueError(f"adapter name {UNSLOTH_DEFAULT_ADAPTER!r} is reserved on the unsloth backend")

@@ -142,7 +142,7 @@ class RelevanceInputs:
     val_queries: Sequence[GoldSubQuery]  # the held-out sub-queries of the Hit@k curve
     rollout: RolloutConfig  # N/K, the ranker's token budget and top_p, the rule set's ranker output protocol
     protocol: ProtocolConfig  # the ranker prompt and its passage cap
-    backend: Any = None  # generates the rankings: the policy model's own (models.lora_policies.load_policy_model), vLLM, a test's scripted one
+    backend: Any = None  # generates the rankings (required): the policy model's own (experiment.building.policy_engine), vLLM, a test's scripted one
     max_grad_norm: float = 1.0
 
 
@@ -163,7 +163,7 @@ class RelevanceTrainer:
         backend = inputs.backend
         if backend is None:
             raise ValueError("RelevanceInputs.backend is None: build the generation engine first "
-                             "(models.lora_policies.load_policy_model returns the policy model's)")
+                             "(experiment.building.policy_engine builds the policy model's own)")
         # A backend that reads adapters from disk (vLLM) samples with saved copies: registered before
         # it first generates, again after every update and after a resume (as the joint trainer does).
         self.backend, self.live_dir = backend, self.out_dir / LIVE_ADAPTERS_DIR
@@ -237,6 +237,11 @@ class RelevanceTrainer:
         self.records.append(record)
         return record
 
+    def _validate_at_start(self) -> None:
+        """The start of the Hit@k curve (``step = -1``): the validation before the first update, once."""
+        if self.step == 0 and not any(r["step"] == -1 for r in self.records):
+            self.records.append({"step": -1, **self.validate(step=-1)})
+
     def _after_step(self, record: dict) -> None:
         """After each step of :meth:`run`: the validation when due (every ``eval_every`` steps and after
         the last; timed as ``validate_s``) into the step's record."""
@@ -275,10 +280,8 @@ class RelevanceTrainer:
         under way, checkpoints and raises ``StopRequested``, as the joint trainer's ``run`` does
         (``rl.step_loop.run_steps``)."""
         until = self.cfg.steps if steps is None else steps
-        if self.step == 0 and not any(r["step"] == -1 for r in self.records):  # the start of the Hit@k curve
-            self.records.append({"step": -1, **self.validate(step=-1)})
         run_steps(self, until, checkpoint_every=self.cfg.checkpoint_every, desc="relevance-train ranker",
-                  progress=self.progress, after_step=self._after_step, postfix=lambda r: {"reward": f"{r['reward']:.3f}", "hit1": f"{r['hit@1']:.2f}"})
+                  progress=self.progress, before_steps=self._validate_at_start, after_step=self._after_step, postfix=lambda r: {"reward": f"{r['reward']:.3f}", "hit1": f"{r['hit@1']:.2f}"})
         return self.frame()
 
     def frame(self) -> pd.DataFrame:

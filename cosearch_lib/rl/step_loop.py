@@ -20,18 +20,23 @@ from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 
 def run_steps(trainer: Any, until: int, *, checkpoint_every: int, desc: str, progress: bool = True,
+              before_steps: Callable[[], None] = lambda: None,
               after_step: Callable[[dict], None] = lambda record: None,
               postfix: Callable[[dict], dict[str, str]] = lambda record: {},
               stopping: Callable[[str | None], bool] = lambda received: received is not None) -> None:
     """Train ``trainer`` (``step``, ``train_step()``, ``save_checkpoint()``) until ``until`` steps are
-    done (see the module doc). ``after_step``: what the run does with a step's record before it is
-    checkpointed (the validation when due, the live tracker). ``postfix``: the progress bar's figures
+    done (see the module doc). ``before_steps``: what runs before the first step when there is one to
+    run (the validation at the start), under the same stop-signal guard as a step. ``after_step``:
+    what the run does with a step's record before it is checkpointed (the validation when due, the
+    live tracker). ``postfix``: the progress bar's figures
     from a step's record.
     ``stopping``: whether to stop after this step, given the signal this process received (None if
     none); a data-parallel trainer asks every rank, so that they stop together."""
     bar = tqdm(total=until, initial=trainer.step, desc=desc, unit="step", disable=not progress)
     try:
         with StopRequest() as stop:
+            if trainer.step < until:
+                before_steps()
             while trainer.step < until:
                 record = trainer.train_step()
                 after_step(record)

@@ -86,6 +86,7 @@ from cosearch_lib.run_schema import (
     VALIDATION_COLUMNS,
     VALIDATION_FILE,
     checkpoint_name,
+    current_step_columns,
     latest_checkpoint,
 )
 from cosearch_lib.seeding import step_order
@@ -107,7 +108,7 @@ class TrainerInputs:
     protocol: ProtocolConfig  # prompts and passage caps
     val_questions: Sequence[QAExample] = ()  # the validation questions (empty: no validation)
     validation: HarnessConfig | None = None  # the greedy evaluation validation runs (None: from ``rollout``)
-    backend: Any = None  # generates the rollouts: the policy model's own (models.lora_policies.load_policy_model), vLLM, a test's scripted one
+    backend: Any = None  # generates the rollouts (required): the policy model's own (experiment.building.policy_engine), vLLM, a test's scripted one
     cross_encoder: Any = None  # the scoring ranker of training.ranker_kind 'cross_encoder' or 'llm_judge'
     chat: ChatTokens | None = None  # chat-token assembly (None: from the tokenizer)
 
@@ -131,7 +132,7 @@ class JointTrainer:
         # the updates always run on the policy model.
         if inputs.backend is None:
             raise ValueError("TrainerInputs.backend is None: build the generation engine first "
-                             "(models.lora_policies.load_policy_model returns the policy model's)")
+                             "(experiment.building.policy_engine builds the policy model's own)")
         self.backend = inputs.backend
         self.pad_id = inputs.tokenizer.pad_token_id if inputs.tokenizer.pad_token_id is not None else inputs.tokenizer.eos_token_id
         # A scoring ranker (training.ranker_kind cross_encoder or llm_judge) lives beside the LoRA
@@ -353,9 +354,8 @@ class JointTrainer:
         the run resumes from that checkpoint (``resume=True``)."""
         until = self.cfg.steps if steps is None else steps
         try:
-            self._validate_at_start()
             run_steps(self, until, checkpoint_every=self.cfg.checkpoint_every, desc=f"train {self.cfg.method}",
-                      progress=self.progress, after_step=self._after_step,
+                      progress=self.progress, before_steps=self._validate_at_start, after_step=self._after_step,
                       postfix=lambda r: {"reward": f"{r['agent_reward']:.3f}", "hitK": f"{r['hit@K']:.2f}"},
                       # a signal reaches the ranks at different moments: they stop together, after the step
                       # that any of them received it in
@@ -423,7 +423,9 @@ class JointTrainer:
                 load_scorer_state(self.cross_encoder, self.cross_encoder_optimizer, state["cross_encoder"])
             else:
                 self.cross_encoder.load_state_dict(state["cross_encoder"]["model"])
-        self.step, self.records, self.call_records = state["step"], state["records"], state["call_records"]
+        self.step = state["step"]  # records of older checkpoints under today's column names (hit@5 -> hit@K)
+        self.records = [current_step_columns(r) for r in state["records"]]
+        self.call_records = [current_step_columns(r) for r in state["call_records"]]
         self.val_records = state.get("val_records", [])  # checkpoints older than validation.csv have none
         restore_rng_states(state["rng"])
         self._live_step = None  # the generation engine must serve the restored weights (at its next use)
