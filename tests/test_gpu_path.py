@@ -283,7 +283,7 @@ def test_transformers_path_registers_nothing(tok, tmp_path):
     t = _trainer(tok, lora_model(tiny_model(tok), {"agent": None, "ranker": None}, LORA), tmp_path / "run",
                  ScriptedBackend(tok, script))
     rec = t.train_step()
-    assert not t.live_adapters and "sync_s" not in rec and not (tmp_path / "run" / "live_adapters").exists()
+    assert not t.served.enabled and "sync_s" not in rec and not (tmp_path / "run" / "live_adapters").exists()
 
 
 def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_path, monkeypatch):

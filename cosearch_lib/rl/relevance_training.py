@@ -46,7 +46,7 @@ from cosearch_lib.atomic_io import write_table
 from cosearch_lib.config import ProtocolConfig, RankerRewardConfig, RelevanceConfig, RolloutConfig, SamplingConfig
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.metrics import has_answer, hit_at_k
-from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
+from cosearch_lib.models.lora_policies import PolicySet, ServedAdapters
 from cosearch_lib.paths import project_relative
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages
@@ -166,10 +166,9 @@ class RelevanceTrainer:
                              "(experiment.building.policy_engine builds the policy model's own)")
         # A backend that reads adapters from disk (vLLM) samples with saved copies: registered before
         # it first generates, again after every update and after a resume (as the joint trainer does).
-        self.backend, self.live_dir = backend, self.out_dir / LIVE_ADAPTERS_DIR
-        self.live_adapters = callable(getattr(backend, "add_adapter", None))
-        self._live_step: int | None = None  # the step whose ranker weights the backend serves (None: none yet)
-        self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.live_adapters)
+        self.backend = backend
+        self.served = ServedAdapters(self.policies, backend, self.out_dir / LIVE_ADAPTERS_DIR, [self.adapter])
+        self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.served.enabled)
         chat = ChatTokens(inputs.tokenizer)
         sampling = SamplingConfig(temperature=cfg.temperature, top_p=inputs.rollout.top_p,
                                   max_new_tokens=inputs.rollout.ranker_max_new_tokens, stop=("</rerank>",), seed=seed)
@@ -191,13 +190,6 @@ class RelevanceTrainer:
         self.records: list[dict] = []
         self.val_records: list[dict] = []
 
-    def _serve_current_adapter(self) -> None:
-        """A generation engine that reads adapters from disk gets the ranker adapter as it is now,
-        unless it already serves this step's."""
-        if self.live_adapters and self._live_step != self.step:
-            sync_adapters(self.policies, self.backend, self.live_dir, [self.adapter])
-            self._live_step = self.step
-
     # -- one step
 
     def step_items(self, step: int) -> list[RankingItem]:
@@ -208,7 +200,7 @@ class RelevanceTrainer:
         """One GRPO step on ``prompts_per_step`` prompts x G samples; keeps and returns its record
         (:meth:`run` adds the validation when it is due)."""
         cfg, step = self.cfg, self.step
-        self._serve_current_adapter()
+        self.served.serve(self.step)
         clock = StageClock()
         with clock("rollout"):
             items = self.step_items(step)
@@ -228,9 +220,7 @@ class RelevanceTrainer:
                                            prompt_groups=groups.tolist())], cfg.grpo,
                                 micro_batch=cfg.micro_batch, max_grad_norm=self.max_grad_norm, pad_id=self.pad_id,
                                 recompute_old=self.recompute_old)
-            if self.live_adapters:  # the engine gets the updated weights
-                sync_adapters(self.policies, self.backend, self.live_dir, [self.adapter])
-                self._live_step = step + 1
+            self.served.push(step + 1)  # the engine gets the updated weights
         self.step += 1
         record = {"step": step, **self._step_stats(samples, rewards), **stats}
         record.update(clock.columns(), step_s=clock.total(*RELEVANCE_STAGES))
@@ -267,7 +257,7 @@ class RelevanceTrainer:
     def validate(self, step: int) -> dict[str, float]:
         """The greedy ranking's ``val_ranker_*`` columns on the held-out sub-queries; the per-item rows
         go to :attr:`val_records` under ``step`` (-1: before the first update)."""
-        self._serve_current_adapter()
+        self.served.serve(self.step)
         rows = self.validation.score_items(self.val_ranker)
         self.val_records.extend({"step": step, "method": RELEVANCE_METHOD, "kind": "ranker", **row} for row in rows)
         return summarize_items(rows)
@@ -315,7 +305,7 @@ class RelevanceTrainer:
         self.policies.load_state_dict(state["policies"])
         self.step, self.records, self.val_records = state["step"], state["records"], state["val_records"]
         restore_rng_states(state["rng"])
-        self._live_step = None  # the engine must serve the restored weights (at its next use)
+        self.served.forget()  # the engine serves the restored weights from its next use
         return self.step
 
     def save_ranker(self, root: str | Path) -> Path:

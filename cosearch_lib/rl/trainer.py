@@ -64,7 +64,7 @@ from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.eval.tables import summary_table
-from cosearch_lib.models.lora_policies import PolicySet, sync_adapters
+from cosearch_lib.models.lora_policies import PolicySet, ServedAdapters
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import cross_encoder_update, load_scorer_state, make_optimizer, scorer_state
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
@@ -163,16 +163,15 @@ class JointTrainer:
                                     agent_adapter=self.policies.adapter("agent"))
         # A backend that reads adapters from disk (vLLM: it has add_adapter) samples with saved copies:
         # every role adapter is saved and registered before the engine first generates
-        # (:meth:`_serve_current_adapters`), and the updated ones again after each step.
+        # (``self.served``, :class:`~cosearch_lib.models.lora_policies.ServedAdapters`), and the updated ones again after each step.
         # Every rank starts from rank 0's adapters (a fresh LoRA's random init included), before any
         # engine gets them.
         dp.broadcast_params(p for adapter in self.policies.params.values() for p in adapter.values())
-        self.live_dir = self.out_dir / LIVE_ADAPTERS_DIR / (f"rank{dp.rank}" if dp.distributed else "")
-        self.live_adapters = callable(getattr(self.backend, "add_adapter", None))
-        self._live_step: int | None = None  # the step whose adapter weights the backend serves (None: none yet)
+        self.served = ServedAdapters(self.policies, self.backend,
+                                     self.out_dir / LIVE_ADAPTERS_DIR / (f"rank{dp.rank}" if dp.distributed else ""))
         # The ratio's old log-probs: a disk-reading engine is not the trainer's model (vLLM samples
         # in bf16 with its own kernels), so by default the update recomputes them (GRPOConfig.old_logprobs).
-        self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.live_adapters)
+        self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.served.enabled)
         # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
         self.tracker = tracker
 
@@ -199,7 +198,7 @@ class JointTrainer:
         """One GRPO step of the method, stages rollout to sync; keeps and returns its record (:meth:`run`
         adds the validation when it is due, and hands the record to the live tracker)."""
         cfg, step = self.cfg, self.step
-        self._serve_current_adapters()
+        self.served.serve(self.step)
         clock = StageClock()
         with clock("rollout"):
             batch = self._rollouts(step)
@@ -214,7 +213,7 @@ class JointTrainer:
         record = step_record(step, cfg.method, rewards, groups, update_stats)
         self.call_records.extend(call_rows(step, rewards, groups))
         timings = clock.columns()
-        if not self.live_adapters:
+        if not self.served.enabled:
             timings.pop("sync_s")  # nothing to sync: no column
         record.update(timings, step_s=clock.total(*STEP_STAGES))
         self.records.append(record)
@@ -266,16 +265,7 @@ class JointTrainer:
 
     def _sync(self, updated: Mapping[str, Any]) -> None:
         """The sync stage: the updated adapters' new weights, to a generation engine that reads them from disk."""
-        if self.live_adapters:
-            sync_adapters(self.policies, self.backend, self.live_dir, [a for a in updated if a != "cross_encoder"])
-            self._live_step = self.step + 1
-
-    def _serve_current_adapters(self) -> None:
-        """A generation engine that reads adapters from disk gets every adapter as it is now, unless it
-        already serves this step's (the first generation; after a restore from a checkpoint)."""
-        if self.live_adapters and self._live_step != self.step:
-            sync_adapters(self.policies, self.backend, self.live_dir)
-            self._live_step = self.step
+        self.served.push(self.step + 1, [a for a in updated if a != "cross_encoder"])
 
     def _log(self, record: dict) -> None:
         """Hand ``record`` to the live tracker (made at the first record, ``cfg.log_to``)."""
@@ -289,12 +279,10 @@ class JointTrainer:
         if self.tracker is not None:
             self.tracker.log(record)
 
-    def _validated_at_start(self) -> bool:
-        return any(r.get("step") == -1 for r in self.records)
-
     def _validate_at_start(self) -> None:
         """The start row (``step = -1``): the validation before the first update, once, when asked."""
-        if self.step == 0 and self.cfg.validate_at_start and self.val_questions and not self._validated_at_start():
+        if self.step == 0 and self.cfg.validate_at_start and self.val_questions \
+                and not any(r.get("step") == -1 for r in self.records):
             record = {"step": -1, "method": self.cfg.method, **self.validate(step=-1)}
             self.records.append(record)
             self._log(record)
@@ -321,7 +309,7 @@ class JointTrainer:
         With ``step`` (the step record the columns join; -1 before the first update) the per-item
         scores are also kept in :attr:`val_records` (``validation.csv``, ``run_schema.VALIDATION_COLUMNS``):
         what the paired intervals of notebook 03 resample."""
-        self._serve_current_adapters()
+        self.served.serve(self.step)
         agent = self._agent_records()
         ranker_rows = self.ranker_validation.score_items(self.val_ranker)
         if step is not None:
@@ -428,7 +416,7 @@ class JointTrainer:
         self.call_records = [current_step_columns(r) for r in state["call_records"]]
         self.val_records = state.get("val_records", [])  # checkpoints older than validation.csv have none
         restore_rng_states(state["rng"])
-        self._live_step = None  # the generation engine must serve the restored weights (at its next use)
+        self.served.forget()  # the generation engine serves the restored weights from its next use
         return self.step
 
 
