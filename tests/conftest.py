@@ -1,10 +1,67 @@
-"""Fixtures shared across test modules."""
+"""Fixtures shared across test modules, and how the suite runs on several pytest-xdist workers
+(`make test` runs two): each worker's torch gets its share of the cores, the longest test starts
+first, and the `ci` world, index, warm start and Fixed Ranker are built once, under a lock, by
+whichever worker needs them first."""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import pytest
 
 pytest_plugins = ["tests.timeout_report"]  # a timeout fails one test, never the session
+
+#: Started first: the longest test (on a fresh clone it also builds the ci starts) ...
+FIRST = ("test_03_joint_grpo_training_runs_on_ci_profile",)
+#: ... and last: the other test that needs the ci starts, so that a second worker does not wait for them.
+LAST = ("test_02_oracle_gap_study_runs_on_ci_profile",)
+
+
+def pytest_configure(config):
+    """On an xdist worker, torch and the kernels and ranks it starts get cores / workers threads
+    each: two 2-thread workers on 2 cores would each wait on the other's threads."""
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers:
+        threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads))
+
+
+def pytest_collection_modifyitems(config, items):
+    """FIRST at the front, LAST at the end, the rest in file order (xdist's worksteal hands the two
+    halves of this order to two workers)."""
+    items.sort(key=lambda item: -1 if item.name in FIRST else (1 if item.name in LAST else 0))
+
+
+@pytest.fixture(scope="session")
+def ci_index():
+    """The ``ci`` world and index, built once under a lock (``atomic_io.build_lock``): another
+    worker building them at the same time waits, then loads them. Cached under data/."""
+    from cosearch_lib.atomic_io import build_lock
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.experiment import build_retriever
+    from cosearch_lib.paths import cache_dir
+
+    cfg = load_profile("ci")
+    with build_lock(cache_dir() / "ci-tests"):
+        return cfg, build_retriever(cfg, progress=False)
+
+
+@pytest.fixture(scope="session")
+def ci_starts(ci_index):
+    """The ``ci`` warm start and Fixed Ranker, built once per machine before a notebook needs them,
+    so that a fresh clone's build counts against no cell's timeout (a busy machine once took notebook
+    02's warm-start cell past it) and two workers never train them side by side."""
+    from cosearch_lib.atomic_io import build_lock
+    from cosearch_lib.experiment import fixed_ranker, warm_start
+    from cosearch_lib.paths import cache_dir
+
+    cfg, retriever = ci_index
+    with build_lock(cache_dir() / "ci-tests"):
+        fixed_ranker(cfg, retriever, progress=False)
+        return warm_start(cfg, retriever, progress=False)
 
 
 @pytest.fixture(scope="session")

@@ -317,3 +317,47 @@ def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_
     starting = build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run3", progress=False, backend=other,
                              validate_at_start=True)
     assert starting.val_questions and {q.split for q in starting.val_questions} == {"dev"}
+
+
+def test_served_adapters_register_each_step_once_again_after_an_update_and_after_a_restore(tmp_path):
+    """ServedAdapters (the trainers' one record of what a disk-reading engine serves): the first
+    ``serve`` saves and registers every adapter that plays a role, a second ``serve`` of the same step
+    writes nothing, ``push`` after an update always registers (here only the trained adapter), and
+    after ``forget`` (a checkpoint restored) the next ``serve`` registers again. An engine without
+    ``add_adapter`` is never written to."""
+    from cosearch_lib.models.lora_policies import ServedAdapters
+
+    class Policies:
+        def __init__(self):
+            self.roles, self.saved = {"agent": "agent", "ranker": "ranker"}, []
+
+        def save_adapters(self, folder, names):
+            self.saved.append(list(names))
+            return {name: Path(folder) / name for name in names}
+
+    class Engine:
+        def __init__(self):
+            self.registered = []
+
+        def add_adapter(self, name, path):
+            self.registered.append((name, Path(path).name))
+
+    policies, engine = Policies(), Engine()
+    served = ServedAdapters(policies, engine, tmp_path / "live")
+    assert served.enabled and served.step is None
+    served.serve(0)
+    served.serve(0)
+    assert engine.registered == [("agent", "agent"), ("ranker", "ranker")] and served.step == 0
+    served.push(1, ["ranker"])
+    assert engine.registered[2:] == [("ranker", "ranker")] and served.step == 1
+    served.serve(1)
+    assert len(engine.registered) == 3  # step 1's weights are served already
+    served.forget()
+    served.serve(1)
+    assert len(engine.registered) == 5 and policies.saved == [["agent", "ranker"], ["ranker"], ["agent", "ranker"]]
+
+    untouched = Policies()
+    quiet = ServedAdapters(untouched, object(), tmp_path / "never")
+    quiet.serve(0)
+    quiet.push(1)
+    assert not quiet.enabled and quiet.step is None and untouched.saved == []

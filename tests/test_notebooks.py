@@ -13,21 +13,9 @@ from cosearch_lib.records.papermill_runner import list_notebooks, run_notebook
 #: A cell slower than this fails its notebook's test by name (CellTimeout: notebook, cell, seconds),
 #: before pytest's own guard below. ~7x the slowest ci cell alone (notebook 03's training, ~2 min); a
 #: busy machine (a laptop run beside the suite) took 02's and 03's past 480 s. The world, index and
-#: warm start are built before the notebooks run (``ci_starts``), outside any cell.
+#: warm start are built before the notebooks run (conftest's ``ci_index`` and ``ci_starts``), outside any cell.
 CELL_TIMEOUT_S = 900
 pytestmark = pytest.mark.timeout(1800)  # the last guard: a whole notebook on a busy machine
-
-
-@pytest.fixture(scope="session")
-def ci_starts():
-    """The ``ci`` world, index and warm start, built once per session before a notebook needs them, so
-    that a fresh clone's build counts against no cell's timeout (a busy machine once took notebook 02's
-    warm-start cell past it). They are cached under data/, where the notebooks find them."""
-    from cosearch_lib.config import load_profile
-    from cosearch_lib.experiment import build_retriever, warm_start
-
-    cfg = load_profile("ci")
-    return warm_start(cfg, build_retriever(cfg, progress=False), progress=False)
 
 
 @pytest.fixture
@@ -39,7 +27,7 @@ def isolated_outputs(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_01_retriever_setup_runs_on_ci_profile(isolated_outputs):
+def test_01_retriever_setup_runs_on_ci_profile(ci_index, isolated_outputs):
     nb_path = next(p for p in list_notebooks() if p.name.startswith("01_"))
     executed = run_notebook(nb_path, "ci", cell_timeout=CELL_TIMEOUT_S, progress=False)
     nb = nbformat.read(executed, as_version=4)

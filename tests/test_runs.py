@@ -11,7 +11,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from cosearch_lib.atomic_io import atomic_dir, atomic_path, current_umask, write_json, write_table
+from cosearch_lib.atomic_io import atomic_dir, atomic_path, build_lock, current_umask, write_json, write_table
 from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.paths import describe_saved, project_root
 from cosearch_lib.records.docs import copy_run_records
@@ -273,6 +273,34 @@ def test_the_kernel_of_a_headless_run_gets_text_progress_and_the_environment_is_
     papermill_runner.run_notebook(list_notebooks()[0], "ci", out_dir=tmp_path, progress=False)
     assert seen == {"PAPERMILL_EXECUTION": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
     assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "0" and "PAPERMILL_EXECUTION" not in os.environ
+
+
+def test_build_lock_makes_a_second_process_wait_until_the_first_has_built(tmp_path):
+    """Two processes building the same cache (test workers, data-parallel ranks on a fresh clone):
+    the second takes the lock only after the first released it, and then finds the build."""
+    import subprocess
+    import sys
+    import time
+
+    target = tmp_path / "cache" / "model"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from cosearch_lib.atomic_io import build_lock\n"
+        f"target = Path({str(target)!r})\n"
+        "with build_lock(target):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(1.5)\n"
+        "    target.mkdir()\n"
+        "    (target / 'done').write_text('built')\n")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    started = time.monotonic()
+    with build_lock(target):
+        waited = time.monotonic() - started
+        assert (target / "done").read_text() == "built"  # the first build is complete when we get the lock
+    assert holder.wait(timeout=30) == 0 and waited > 0.5
+    with build_lock(target):  # released on exit: taken again at once
+        pass
 
 
 def test_atomic_dir_replaces_a_folder_only_when_the_new_one_is_complete(tmp_path):

@@ -34,7 +34,7 @@ from huggingface_hub import snapshot_download
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from cosearch_lib.atomic_io import apply_umask
+from cosearch_lib.atomic_io import apply_umask, build_lock
 from cosearch_lib.config import ConfigError
 from cosearch_lib.paths import cache_dir
 
@@ -245,7 +245,8 @@ def convert_bundled_gguf(name: str) -> Path:
     """Dequantise a bundled GGUF once and cache it as a safetensors folder; return that folder.
 
     Written to a temp folder beside the cache and renamed into place, so an interrupted
-    conversion never leaves a half-written model behind.
+    conversion never leaves a half-written model behind; converted under a lock
+    (``atomic_io.build_lock``), so two processes on a fresh clone convert it once.
     """
 
     key = bundled_name(name)
@@ -254,6 +255,13 @@ def convert_bundled_gguf(name: str) -> Path:
     resolved = resolve_model(key)
     if resolved.gguf_file is None:  # already converted
         return resolved.path
+    with build_lock(_converted_dir(key)):  # another process converting it: wait, then find it done
+        resolved = resolve_model(key)
+        return resolved.path if resolved.gguf_file is None else _convert_gguf(key, resolved)
+
+
+def _convert_gguf(key: str, resolved: ResolvedModel) -> Path:
+    """Convert the GGUF ``resolved`` points at into the cache folder of ``key`` (the caller holds its lock)."""
     tokenizer = AutoTokenizer.from_pretrained(resolved.path, gguf_file=resolved.gguf_file)
     with quiet_loading():
         model = AutoModelForCausalLM.from_pretrained(resolved.path, gguf_file=resolved.gguf_file, dtype=torch.float32)
