@@ -197,3 +197,18 @@ def test_cosearch_trains_the_cross_encoder_with_grpo_and_resumes_it_from_a_check
 def test_replace_keeps_train_config_valid():  # dataclasses.replace re-runs the checks
     with pytest.raises(ValueError, match="shared backbone"):
         replace(TrainConfig(ranker_kind="cross_encoder"), shared_backbone=True)
+
+
+def test_a_saved_scoring_ranker_given_as_the_fixed_ranker_ranks_greedily_in_agent_fixed_ranker(bert_tok, tmp_path):
+    """Notebook 02's agent_fixed_ranker is the Fixed Ranker notebook 03 trains against: with a scoring
+    ranker kind (the LLM judge) policy_adapters gives that ranker's folder, and the harness loads it
+    as a greedy scoring policy rather than prompting the generative ranker."""
+    from cosearch_lib.eval.harness import HarnessConfig, _agent_ranker_factory
+
+    tiny_scorer(bert_tok).save(tmp_path / "judge", notes={"warm_start": {"trained": False}})
+    ranker = _agent_ranker_factory("agent_fixed_ranker")(None, HarnessConfig(fixed_ranker_adapter=str(tmp_path / "judge")), [])
+    assert isinstance(ranker, CrossEncoderPolicyRanker) and ranker.temperature == 0.0
+    with torch.no_grad():
+        expected = torch.argsort(tiny_scorer(bert_tok).scores("harbour", ["a mill", "a harbour town", "a field"]), descending=True)
+        got = torch.argsort(ranker.scorer.scores("harbour", ["a mill", "a harbour town", "a field"]), descending=True)
+    assert got.tolist() == expected.tolist()

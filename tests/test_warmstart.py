@@ -189,6 +189,10 @@ def test_policy_adapters_resolve_base_warm_start_and_an_agent_folder(tmp_path, m
     own = tmp_path / "mine"
     own.mkdir()
     assert warmstart.policy_adapters("cfg", None, "warmstart", agent_adapter=own)["agent_adapter"] == str(own)
+    # a scoring ranker kind (the LLM judge): its start is the Fixed Ranker, not the warm-started generative ranker
+    monkeypatch.setattr(method_runs, "method_starts", lambda cfg, retriever, method, progress=True: {
+        "agent": tmp_path / "w" / "agent", "ranker": tmp_path / "w" / "ranker", "cross_encoder": tmp_path / "judge"})
+    assert warmstart.policy_adapters("cfg", None, "warmstart")["fixed_ranker_adapter"] == str(tmp_path / "judge")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         warmstart.policy_adapters("cfg", None, "base", agent_adapter=tmp_path / "missing")
     with pytest.raises(ValueError, match="unknown policy source"):

@@ -6,7 +6,8 @@ Methods (string ids; the ``method`` column of every record):
 * ``cot``: reason, then answer, one generation ("CoT").
 * ``rag``: one retrieval with the question, its top-K passages in the prompt, then answer ("RAG").
 * ``agent_retrieval``: the ReAct agent reading the retriever's top-K ("Retrieval Only", Search-R1 style).
-* ``agent_fixed_ranker``: the agent + a frozen generative LLM ranker (the base model, or a given adapter).
+* ``agent_fixed_ranker``: the agent + a frozen ranker: the generative LLM ranker (the base model, or a given
+  adapter), or a saved scoring ranker (the LLM judge, a cross-encoder) when given its folder.
 * ``agent_trained_ranker``: the agent + the LLM ranker with a trained adapter (CoSearch); skipped without one.
 * ``agent_oracle``: the agent + oracle ranking, paper Eq. 7 (the oracle-gap study; reads the golds).
 * ``agent_cross_encoder``: the agent + a pointwise cross-encoder (ablation); skipped without a model.
@@ -111,7 +112,7 @@ class HarnessConfig:
     temperature: float = 0.0  # sampling temperature of every policy (0 = greedy, the evaluation default)
     top_p: float = 1.0  # nucleus sampling of every policy (1 = off)
     agent_adapter: str | None = None  # agent LoRA of agent_* methods: loaded name or checkpoint folder; None = base
-    fixed_ranker_adapter: str | None = None  # ranker LoRA of agent_fixed_ranker; None = the base model, prompted
+    fixed_ranker_adapter: str | None = None  # agent_fixed_ranker's ranker: a LoRA (name or folder) or a scoring ranker's folder; None = the base model, prompted
     trained_ranker_adapter: str | None = None  # ranker LoRA of agent_trained_ranker (name or folder); None = skip it
     cross_encoder_model: str | None = None  # cross-encoder (HF model name, or a folder saved by models.cross_encoder) when HarnessContext.cross_encoder is None; None = skip
     search: SearchBudget = field(default_factory=SearchBudget)  # N, K and the search cap (the profile's ``search``, by reference)
@@ -384,22 +385,32 @@ def _trained_ranker(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[
     return make_ranker("llm", _ranker_context(ctx, cfg, examples, cfg.trained_ranker_adapter))
 
 
+def _saved_scoring_ranker(folder: str, seed: int) -> Ranker:
+    """A trained scoring ranker (cross-encoder, LLM judge) saved in ``folder``, ranking greedily (its top-K)."""
+    return make_ranker("cross_encoder_policy", scorer=load_scoring_ranker(folder), temperature=0.0, seed=seed)
+
+
+def _fixed_ranker(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[QAExample]) -> Ranker:
+    if cfg.fixed_ranker_adapter is not None and is_scoring_ranker_folder(cfg.fixed_ranker_adapter):
+        return _saved_scoring_ranker(cfg.fixed_ranker_adapter, cfg.seed)  # the Fixed Ranker of a scoring ranker kind
+    return make_ranker("llm", _ranker_context(ctx, cfg, examples, cfg.fixed_ranker_adapter))
+
+
 def _cross_encoder(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[QAExample]) -> Ranker:
     if ctx.cross_encoder is not None:
         return ctx.cross_encoder
     if cfg.cross_encoder_model is None:
         raise _Skip("no cross-encoder configured (HarnessContext.cross_encoder and HarnessConfig.cross_encoder_model "
                     "are both None); give one, e.g. cross-encoder/ms-marco-MiniLM-L-6-v2")
-    if is_scoring_ranker_folder(cfg.cross_encoder_model):  # a trained scoring ranker (cross-encoder, LLM judge): greedy top-K
-        return make_ranker("cross_encoder_policy", scorer=load_scoring_ranker(cfg.cross_encoder_model), temperature=0.0,
-                           seed=cfg.seed)
+    if is_scoring_ranker_folder(cfg.cross_encoder_model):
+        return _saved_scoring_ranker(cfg.cross_encoder_model, cfg.seed)
     return make_ranker("cross_encoder", model_name=cfg.cross_encoder_model)
 
 
 #: The agent methods that are not a rule mode's ``agent_<mode>``: which ranker each one builds from
 #: (harness context, settings, the questions to run).
 _AGENT_RANKERS = {
-    "agent_fixed_ranker": lambda ctx, cfg, examples: make_ranker("llm", _ranker_context(ctx, cfg, examples, cfg.fixed_ranker_adapter)),
+    "agent_fixed_ranker": _fixed_ranker,
     "agent_trained_ranker": _trained_ranker,
     "agent_cross_encoder": _cross_encoder,
 }

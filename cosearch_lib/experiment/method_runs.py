@@ -133,16 +133,19 @@ POLICY_SOURCES = ("base", "warmstart")
 def policy_adapters(cfg: ProfileConfig, retriever: SearchBackend, source: str, *, agent_adapter: str | Path | None = None,
                     progress: bool = True) -> dict[str, str | None]:
     """HarnessConfig adapter fields for a policy source: ``"base"`` (the models as shipped, no adapters)
-    or ``"warmstart"`` (the profile's warm-started agent and the paper's Fixed Ranker: the
-    relevance-trained ranker with ``relevance.enabled``, else the warm-started one; trained on first
-    use, then cached). ``agent_adapter`` (a folder) replaces the agent whatever the source."""
+    or ``"warmstart"`` (the profile's warm-started agent and the paper's Fixed Ranker, the one notebook
+    03 trains against: with a scoring ``training.ranker_kind`` (the LLM judge) that ranker's folder,
+    else the relevance-trained generative ranker with ``relevance.enabled``, else the warm-started
+    one; trained on first use, then cached). ``agent_adapter`` (a folder) replaces the agent whatever
+    the source."""
     if source not in POLICY_SOURCES:
         raise ValueError(f"unknown policy source {source!r}; expected one of {POLICY_SOURCES}")
     fields: dict[str, str | None] = {"agent_adapter": None, "fixed_ranker_adapter": None}
 
     if source == "warmstart":  # a profile without a warm start gets the base models
         warm = method_starts(cfg, retriever, "fixed_ranker", progress=progress)
-        fields = {"agent_adapter": path_text(warm.get("agent")), "fixed_ranker_adapter": path_text(warm.get("ranker"))}
+        fixed = warm.get("cross_encoder", warm.get("ranker"))  # a scoring ranker kind's start is its Fixed Ranker
+        fields = {"agent_adapter": path_text(warm.get("agent")), "fixed_ranker_adapter": path_text(fixed)}
     if agent_adapter:
         if not Path(agent_adapter).is_dir():
             raise FileNotFoundError(f"agent adapter folder {agent_adapter} does not exist")
