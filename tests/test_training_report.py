@@ -136,3 +136,20 @@ def test_a_disabled_warm_start_trains_nothing_and_yields_base_policies():
         policy_adapters(cfg, None, "warmstart")
     cfg.relevance.enabled = False
     assert policy_adapters(cfg, None, "warmstart") == {"agent_adapter": None, "fixed_ranker_adapter": None}
+
+
+def test_with_a_scoring_ranker_kind_the_warm_start_trains_the_agent_only(tmp_path, monkeypatch):
+    """Under ``training.ranker_kind: llm_judge`` no method reads a generative ranker adapter, so the
+    warm start neither trains one nor needs a retriever once the agent's adapter is cached."""
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.experiment import warm_roles, warm_start, warmstart_dir
+
+    monkeypatch.setenv("COSEARCH_CACHE", str(tmp_path))
+    judged, generative = load_profile("laptop"), load_profile("ci")
+    assert warm_roles(judged) == ("agent",) and warm_roles(generative) == ("agent", "ranker")
+    for cfg in (judged, generative):
+        (warmstart_dir(cfg) / "agent").mkdir(parents=True)
+        (warmstart_dir(cfg) / "agent" / "adapter_config.json").write_text("{}")
+    assert warm_start(judged, retriever=None) == {"agent": warmstart_dir(judged) / "agent"}
+    with pytest.raises(ValueError, match=r"must train \['ranker'\] and needs a retriever"):
+        warm_start(generative, retriever=None)

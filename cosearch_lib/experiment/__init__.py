@@ -35,6 +35,7 @@ from cosearch_lib.experiment.cached_starts import (
     relevance_held_out,
     relevance_ranker,
     scoring_ranker_start,
+    warm_roles,
     warm_start,
     warmstart_dir,
 )
@@ -58,4 +59,4 @@ __all__ = ["BEFORE_AFTER_LABELS", "FIXED_RANKER_METHODS", "HOP_ORACLE_LABEL", "L
            "harness_context", "held_out_ranker_rows", "llm_judge_dir", "llm_judge_start", "method_starts",
            "policy_adapters", "policy_starts", "relevance_dir", "relevance_held_out", "relevance_ranker",
            "resolve_profile", "scoring_ranker_start", "train_methods", "trained_eval_settings", "vllm_options",
-           "warm_start", "warmstart_dir"]
+           "warm_roles", "warm_start", "warmstart_dir"]

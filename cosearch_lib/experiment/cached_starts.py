@@ -49,13 +49,22 @@ def warmstart_dir(cfg: ProfileConfig) -> Path:
     return cache_dir() / "warmstart" / f"v{WARMSTART_VERSION}-{key}"
 
 
-def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Sequence[str] = POLICY_ROLES, force: bool = False,
-               progress: bool = True) -> dict[str, Path]:
-    """The profile's warm-started adapters, {role: folder}: trained on first use, then loaded from
-    :func:`warmstart_dir`; {} when ``cfg.warmstart.enabled`` is false. The agent adapter is trained on the agent model, the ranker adapter on the
-    ranker model (``cfg.models``); the gold data is built once for both roles. ``retriever`` may be
-    None when every adapter is cached (nothing to train)."""
+def warm_roles(cfg: ProfileConfig) -> tuple[str, ...]:
+    """The roles :func:`warm_start` trains by default: both, or only the agent when a scoring ranker
+    (``training.ranker_kind``: the LLM judge, the cross-encoder) ranks in place of a generative ranker
+    adapter, which no method would then read."""
+    return ("agent",) if cfg.training.ranker_kind in SCORING_RANKER_KINDS else POLICY_ROLES
 
+
+def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Sequence[str] | None = None, force: bool = False,
+               progress: bool = True) -> dict[str, Path]:
+    """The profile's warm-started adapters, {role: folder}, for ``roles`` (None: :func:`warm_roles`):
+    trained on first use, then loaded from :func:`warmstart_dir`; {} when ``cfg.warmstart.enabled``
+    is false. The agent adapter is trained on the agent model, the ranker adapter on the ranker
+    model (``cfg.models``); the gold data is built once for both roles. ``retriever`` may be None
+    when every adapter is cached (nothing to train)."""
+
+    roles = warm_roles(cfg) if roles is None else roles
     for role in roles:
         if role not in POLICY_ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {POLICY_ROLES}")

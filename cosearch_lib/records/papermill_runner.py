@@ -32,7 +32,7 @@ import yaml
 
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import SCORING_RANKER_KINDS, ConfigError, ProfileConfig, load_profile, papermill_parameters
-from cosearch_lib.experiment import build_retriever, fixed_ranker, fixed_ranker_cached, warm_start, warmstart_dir
+from cosearch_lib.experiment import build_retriever, fixed_ranker, fixed_ranker_cached, warm_roles, warm_start, warmstart_dir
 from cosearch_lib.models.registry import check_model_name
 from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
@@ -247,7 +247,7 @@ def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = No
     """Train (or load from the cache) the profile's warm-start adapters; write ``warmstart.run.json``."""
     check_profile_models(cfg)
     t0 = time.perf_counter()
-    cached = all((warmstart_dir(cfg) / role / "adapter_config.json").exists() for role in ("agent", "ranker"))
+    cached = all((warmstart_dir(cfg) / role / "adapter_config.json").exists() for role in warm_roles(cfg))
     retriever = None if cached else build_retriever(cfg, progress=progress)  # only training reads the retriever
     folders = warm_start(cfg, retriever, progress=progress) if cfg.warmstart.enabled else {}
     gc.collect()  # the models trained here are not needed by the notebooks' kernels
