@@ -1,7 +1,7 @@
 """Fixtures shared across test modules, and how the suite runs on several pytest-xdist workers
-(`make test` runs two): each worker's torch gets its share of the cores, the longest test starts
-first, and the `ci` world, index, warm start and Fixed Ranker are built once, under a lock, by
-whichever worker needs them first."""
+(`make test` runs two): each worker's torch gets its share of the cores, the test that builds the
+`ci` starts begins first, and the `ci` world, index, warm start and Fixed Ranker are built once,
+under a lock, by whichever worker needs them first."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import pytest
 
 pytest_plugins = ["tests.timeout_report"]  # a timeout fails one test, never the session
 
-#: Started first: the longest test (on a fresh clone it also builds the ci starts) ...
-FIRST = ("test_03_joint_grpo_training_runs_on_ci_profile",)
-#: ... and last: the other test that needs the ci starts, so that a second worker does not wait for them.
-LAST = ("test_02_oracle_gap_study_runs_on_ci_profile",)
+#: Started first: the test that needs the ci starts (on a fresh clone it builds them: a few minutes),
+#: so that they are built while the other worker runs the rest of the suite.
+FIRST = ("test_02_oracle_gap_study_runs_on_ci_profile",)
 
 
 def pytest_configure(config):
@@ -30,9 +29,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """FIRST at the front, LAST at the end, the rest in file order (xdist's worksteal hands the two
-    halves of this order to two workers)."""
-    items.sort(key=lambda item: -1 if item.name in FIRST else (1 if item.name in LAST else 0))
+    """FIRST at the front, the rest in file order (xdist's worksteal hands the two halves of this
+    order to two workers, and a worker that is done takes from the other's)."""
+    items.sort(key=lambda item: 0 if item.name in FIRST else 1)
 
 
 @pytest.fixture(scope="session")
