@@ -52,7 +52,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)  ## run the test suite (all but the vllm and scale tests: make test-vllm, make test-scale)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-test-scale: $(STAMP)  ## the end-to-end runs of the real ci model (2 gloo ranks against 1 process, SIGUSR1 to a running `cosearch run`) and the real judge's GRPO learning test
+test-scale: $(STAMP)  ## the end-to-end runs of the real ci model (2 gloo ranks against 1 process; notebook 03 on ci beside a `cosearch run` stopped by SIGUSR1 and resumed) and the real judge's GRPO learning test
 	$(BIN)/python -m pytest -q -m scale
 
 test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) tests
