@@ -30,10 +30,11 @@ READINGS = {
         "=": "the test questions cannot tell whether promoting answer-bearing passages helps this agent",
         "never": "how large the gap is for a 7B agent on real corpora (the paper: Table 1)"},
     "Fixed Ranker - Retrieval Only": {
-        ">": "a relevance-trained ranker between retriever and agent helps the agent",
-        "<": "the relevance-trained ranker hurts the agent: it ranks worse than the retriever's order",
+        ">": "the agent trained and evaluated with the relevance-trained ranker answers better than Retrieval Only's",
+        "<": "the agent trained and evaluated with the relevance-trained ranker answers worse than Retrieval Only's",
         "=": "no effect of the relevance-trained ranker on the agent's answers is shown at this sample size",
-        "never": "whether a better ranker would help; see the ranker-quality table for how well it ranks"},
+        "never": "whether the ranking or the agent's own training made the difference (benchmarks/ranker_swap.py holds "
+                 "one of them fixed); the ranker-quality table says how well the ranker ranks"},
     "CoSearch - Fixed Ranker": {
         ">": "training the ranker jointly on the agent's reward beats a frozen relevance-trained ranker: the paper's finding",
         "<": "joint training did worse than the frozen ranker at this budget",
@@ -41,7 +42,7 @@ READINGS = {
         "never": "what more steps, a larger G or a 7B ranker would give (the paper: 100+ steps of 512 x 8)"},
     "CoSearch - Retrieval Only": {
         ">": "CoSearch's agent with its ranker beats the same agent trained without one",
-        "<": "the trained ranker costs the agent F1 against no ranker",
+        "<": "CoSearch's agent with its trained ranker answers worse than Retrieval Only's",
         "=": "CoSearch and Retrieval Only are not told apart",
         "never": "which part of the difference comes from the ranker and which from the agent's own training"},
 }
