@@ -300,7 +300,7 @@ def test_cosearch_run_runs_the_profiles_reduced_grid_right_before_the_notebooks_
     grids.run_workbook(str(profile), parameters={"n_per_dataset": 3}, runner=runner, progress=False)
     assert calls[0] == ("small", ["01", "02", "03"], {"n_per_dataset": 3})  # the -p value, where declared
     assert [c[0] for c in calls[1:3]] == ["small/table3/no-r-main", "small/table3/full"]  # the profile's order
-    assert calls[1][1] == ["03"] and calls[1][2] == {"methods": "cosearch", "steps": 1}
+    assert calls[1][1] == ["03"] and calls[1][2] == {"methods": "cosearch", "evaluate_ceiling": False, "steps": 1}
     assert calls[3] == ("small", ["04", "05"], {})  # 04 and 05 declare no n_per_dataset
     calls.clear()
     grids.run_workbook(str(profile), ["04"], runner=runner, progress=False)  # finished cells are skipped
