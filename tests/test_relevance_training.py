@@ -187,6 +187,19 @@ def test_relevance_settings_are_checked_and_key_the_cache():
     assert experiment.relevance_dir(cfg).parent.name == "relevance"
 
 
+def test_the_engine_keys_the_relevance_training_but_not_the_warm_start():
+    """The warm start never generates (gold data, teacher-forced SFT): ci_vllm reuses ci's. The
+    generative ranker's relevance GRPO samples on the engine: its own folder. A profile on the default
+    engine keeps the key of the plain fingerprint, so no cached warm start is orphaned."""
+    ci, on_vllm = load_profile("ci"), load_profile("ci_vllm")
+    assert on_vllm.models.backend == "vllm" and ci.models.backend == "transformers"
+    assert experiment.warmstart_dir(on_vllm) == experiment.warmstart_dir(ci)
+    assert experiment.relevance_dir(on_vllm) != experiment.relevance_dir(ci)
+    sections = ("world", "data", "retrieval", "search", "protocol", "models", "warmstart", "lora", "seed")
+    assert experiment.warmstart_dir(ci).name.endswith(ci.fingerprint(*sections))
+    assert on_vllm.fingerprint(*sections) != ci.fingerprint(*sections)  # the plain fingerprint does see the engine
+
+
 @pytest.mark.parametrize(("method", "cosearch_start", "ranker"), [
     ("fixed_ranker", "warmstart", "relevance"), ("cosearch", "warmstart", "warm"), ("cosearch", "relevance", "relevance"),
     ("search_r1", "relevance", "warm")])

@@ -18,7 +18,7 @@ from typing import Any
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import CrossEncoderPolicyRanker, LLMRanker, RetrievalOnlyRanker
 from cosearch_lib.atomic_io import write_json
-from cosearch_lib.config import SCORING_RANKER_KINDS, CrossEncoderConfig, ProfileConfig
+from cosearch_lib.config import SCORING_RANKER_KINDS, CrossEncoderConfig, ModelsConfig, ProfileConfig
 from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import load_qa
 from cosearch_lib.eval.harness import register_adapter, select_examples
@@ -43,10 +43,28 @@ from cosearch_lib.seeding import seed_everything
 
 
 def warmstart_dir(cfg: ProfileConfig) -> Path:
-    """Where the profile's warm-start adapters are cached (a hash of everything that shapes them)."""
+    """Where the profile's warm-start adapters are cached (a hash of everything that shapes them).
+    The generation engine (``models.backend``, ``models.vllm``) is not part of it: the gold data and
+    the supervised training never generate, so ``ci_vllm`` shares ``ci``'s warm start."""
 
-    key = cfg.fingerprint("world", "data", "retrieval", "search", "protocol", "models", "warmstart", "lora", "seed")
+    key = _without_engine(cfg).fingerprint("world", "data", "retrieval", "search", "protocol", "models", "warmstart", "lora", "seed")
     return cache_dir() / "warmstart" / f"v{WARMSTART_VERSION}-{key}"
+
+
+def _without_engine(cfg: ProfileConfig) -> ProfileConfig:
+    """``cfg`` with the generation engine's settings at their defaults (the same hash as before for a
+    profile that sets none)."""
+    default = ModelsConfig()
+    return replace(cfg, models=replace(cfg.models, backend=default.backend, vllm=default.vllm))
+
+
+def _engine_shaping(cfg: ProfileConfig) -> dict[str, Any]:
+    """The generation engine, for the key of a start that samples on it (the generative ranker's
+    relevance GRPO); {} on the default engine, so that its keys stay as they were."""
+    default = ModelsConfig()
+    if (cfg.models.backend, cfg.models.vllm) == (default.backend, default.vllm):
+        return {}
+    return {"engine": [cfg.models.backend, dataclasses.asdict(cfg.models.vllm)]}
 
 
 def warm_roles(cfg: ProfileConfig) -> tuple[str, ...]:
@@ -104,11 +122,12 @@ FIXED_RANKER_METHODS = ("fixed_ranker",)
 
 def relevance_dir(cfg: ProfileConfig) -> Path:
     """Where the profile's relevance-trained ranker (the Fixed Ranker) and its run are cached: a hash of
-    the warm start's key, the ``relevance`` section and the ranker's generation settings."""
+    the warm start's key, the ``relevance`` section, the ranker's generation settings and the
+    generation engine its GRPO samples on (when not the default)."""
     ro = cfg.rollout
     shaping = {"warmstart": warmstart_dir(cfg).name, "relevance": cfg.fingerprint("relevance"),
                "ranker": [ro.ranker_max_new_tokens, ro.top_p, ro.rules.ranker_output],
-               "max_grad_norm": cfg.training.max_grad_norm}
+               "max_grad_norm": cfg.training.max_grad_norm, **_engine_shaping(cfg)}
     key = hashlib.sha1(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
     return cache_dir() / "relevance" / f"v{RELEVANCE_VERSION}-{key}"
 
