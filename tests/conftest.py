@@ -49,10 +49,24 @@ def ci_index():
 
 
 @pytest.fixture(scope="session")
+def ci_agent_start(ci_index):
+    """The ``ci`` warm-started agent, built once per machine before a notebook needs it, so that a
+    fresh clone's build counts against no cell's timeout (a busy machine once took notebook 02's
+    warm-start cell past it) and two workers never train it side by side. Notebook 02's test reads
+    nothing else: its methods leave out the Fixed Ranker (~2 min of ``make test`` less)."""
+    from cosearch_lib.atomic_io import build_lock
+    from cosearch_lib.experiment import warm_start
+    from cosearch_lib.paths import cache_dir
+
+    cfg, retriever = ci_index
+    with build_lock(cache_dir() / "ci-tests"):
+        return warm_start(cfg, retriever, roles=("agent",), progress=False)
+
+
+@pytest.fixture(scope="session")
 def ci_starts(ci_index):
-    """The ``ci`` warm start and Fixed Ranker, built once per machine before a notebook needs them,
-    so that a fresh clone's build counts against no cell's timeout (a busy machine once took notebook
-    02's warm-start cell past it) and two workers never train them side by side."""
+    """The ``ci`` warm start of both roles and the Fixed Ranker (notebook 03's starts), built once
+    under the same lock, before the runs that read them start side by side."""
     from cosearch_lib.atomic_io import build_lock
     from cosearch_lib.experiment import fixed_ranker, warm_start
     from cosearch_lib.paths import cache_dir

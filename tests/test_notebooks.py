@@ -48,7 +48,7 @@ def test_01_retriever_setup_runs_on_ci_profile(ci_index, isolated_outputs):
 
 
 @pytest.mark.slow
-def test_02_oracle_gap_study_runs_on_ci_profile(ci_starts, isolated_outputs):
+def test_02_oracle_gap_study_runs_on_ci_profile(ci_agent_start, isolated_outputs):
     from cosearch_lib.eval.tables import load_records
 
     nb_path = next(p for p in list_notebooks() if p.name.startswith("02_"))

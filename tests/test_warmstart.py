@@ -193,6 +193,14 @@ def test_policy_adapters_resolve_base_warm_start_and_an_agent_folder(tmp_path, m
     monkeypatch.setattr(method_runs, "method_starts", lambda cfg, retriever, method, progress=True: {
         "agent": tmp_path / "w" / "agent", "ranker": tmp_path / "w" / "ranker", "cross_encoder": tmp_path / "judge"})
     assert warmstart.policy_adapters("cfg", None, "warmstart")["fixed_ranker_adapter"] == str(tmp_path / "judge")
+    # no method reads the Fixed Ranker: only the agent's warm start, never the Fixed Ranker's start
+    warmed = []
+    monkeypatch.setattr(method_runs, "method_starts", lambda *a, **k: pytest.fail("the Fixed Ranker was built"))
+    monkeypatch.setattr(method_runs, "warm_start", lambda cfg, retriever, roles=None, progress=True: warmed.append(roles)
+                        or {"agent": tmp_path / "w" / "agent"})
+    assert warmstart.policy_adapters("cfg", None, "warmstart", fixed_ranker=False) == {
+        "agent_adapter": str(tmp_path / "w" / "agent"), "fixed_ranker_adapter": None}
+    assert warmed == [("agent",)]
     with pytest.raises(FileNotFoundError, match="does not exist"):
         warmstart.policy_adapters("cfg", None, "base", agent_adapter=tmp_path / "missing")
     with pytest.raises(ValueError, match="unknown policy source"):

@@ -20,7 +20,7 @@ from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.experiment.building import build_retriever, harness_config, policy_engine, vllm_options
-from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start
+from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start, warm_start
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.scoring_rankers import load_scoring_ranker
 from cosearch_lib.paths import path_text, project_relative, run_dir
@@ -131,18 +131,21 @@ POLICY_SOURCES = ("base", "warmstart")
 
 
 def policy_adapters(cfg: ProfileConfig, retriever: SearchBackend, source: str, *, agent_adapter: str | Path | None = None,
-                    progress: bool = True) -> dict[str, str | None]:
+                    fixed_ranker: bool = True, progress: bool = True) -> dict[str, str | None]:
     """HarnessConfig adapter fields for a policy source: ``"base"`` (the models as shipped, no adapters)
     or ``"warmstart"`` (the profile's warm-started agent and the paper's Fixed Ranker, the one notebook
     03 trains against: with a scoring ``training.ranker_kind`` (the LLM judge) that ranker's folder,
     else the relevance-trained generative ranker with ``relevance.enabled``, else the warm-started
     one; trained on first use, then cached). ``agent_adapter`` (a folder) replaces the agent whatever
-    the source."""
+    the source. ``fixed_ranker=False`` (no method reads it): only the warm-started agent, so that its
+    ranker's warm start and relevance training are not trained for nothing."""
     if source not in POLICY_SOURCES:
         raise ValueError(f"unknown policy source {source!r}; expected one of {POLICY_SOURCES}")
     fields: dict[str, str | None] = {"agent_adapter": None, "fixed_ranker_adapter": None}
 
-    if source == "warmstart":  # a profile without a warm start gets the base models
+    if source == "warmstart" and not fixed_ranker:
+        fields["agent_adapter"] = path_text(warm_start(cfg, retriever, roles=("agent",), progress=progress).get("agent"))
+    elif source == "warmstart":  # a profile without a warm start gets the base models
         warm = method_starts(cfg, retriever, "fixed_ranker", progress=progress)
         fixed = warm.get("cross_encoder", warm.get("ranker"))  # a scoring ranker kind's start is its Fixed Ranker
         fields = {"agent_adapter": path_text(warm.get("agent")), "fixed_ranker_adapter": path_text(fixed)}
