@@ -51,18 +51,23 @@ def warmstart_dir(cfg: ProfileConfig) -> Path:
     return cache_dir() / "warmstart" / f"v{WARMSTART_VERSION}-{key}"
 
 
+def _default_engine() -> tuple[str, Any]:
+    """The generation engine's default settings: ``models.backend`` and ``models.vllm``."""
+    default = ModelsConfig()
+    return default.backend, default.vllm
+
+
 def _without_engine(cfg: ProfileConfig) -> ProfileConfig:
     """``cfg`` with the generation engine's settings at their defaults (the same hash as before for a
     profile that sets none)."""
-    default = ModelsConfig()
-    return replace(cfg, models=replace(cfg.models, backend=default.backend, vllm=default.vllm))
+    backend, vllm = _default_engine()
+    return replace(cfg, models=replace(cfg.models, backend=backend, vllm=vllm))
 
 
 def _engine_shaping(cfg: ProfileConfig) -> dict[str, Any]:
     """The generation engine, for the key of a start that samples on it (the generative ranker's
     relevance GRPO); {} on the default engine, so that its keys stay as they were."""
-    default = ModelsConfig()
-    if (cfg.models.backend, cfg.models.vllm) == (default.backend, default.vllm):
+    if (cfg.models.backend, cfg.models.vllm) == _default_engine():
         return {}
     return {"engine": [cfg.models.backend, dataclasses.asdict(cfg.models.vllm)]}
 
