@@ -277,19 +277,28 @@ def _adapters(run: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.timeout(1800)  # two trainings of the real model, side by side
 def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     """`torchrun --nproc-per-node 2 -m cosearch_lib.cli train` against `cosearch train`: the real
-    SmolLM2 policies of the ci profile, CoSearch (agent and ranker trained), 2 steps of 2 questions x
-    G=4 (ci's 1 question per step would leave a rank idle), micro-batches of 4 and the validation
-    after the last step, ci's learning rate (1e-5). Same step records, and adapters to 1e-5 (measured
-    3.2e-6; they moved 2.0e-5). At a learning rate of 1e-3 the records were still equal but single
-    adapter entries differed by more than 1e-5: Adam divides by the gradient's running scale, so an
-    entry whose gradient is ~0 turns float noise into a step of up to the learning rate."""
+    SmolLM2 policies of the ci profile, CoSearch (agent and ranker trained), one step of 2 questions
+    x G=4 (ci's 1 question per step would leave a rank idle), micro-batches of 4 and the validation
+    after it, ci's learning rate (1e-5). Same step records and validation, and the same update: most
+    adapter entries moved, and the two updates differ by under 1% of their norm (at 2 steps: 5.3e-4
+    agent, 7.7e-4 ranker; entries to 3.2e-6 after moves of 2.0e-5). One step, not more: what
+    further steps add (optimizer state, sampling from updated weights, the epoch wrapping) the
+    scripted trainer's 3-step comparisons above check on every `make test`; this test is the real
+    model, the CLI under torchrun and the validation under data parallelism, and each step here
+    costs ~4 min of `make test-scale`. Adam's first step moves an entry by at most the learning
+    rate, so the per-entry tolerance (1e-5) says little here; the relative agreement is the check.
+    At a learning rate of 1e-3 (2 steps) the records were still equal but single adapter entries
+    differed by more than 1e-5: Adam divides by the gradient's running scale, so an entry whose
+    gradient is ~0 turns float noise into a step of up to the learning rate."""
     import yaml
 
     from cosearch_lib.config import load_profile
     from cosearch_lib.experiment import build_retriever, warm_start, warmstart_dir
 
     profile = tmp_path / "ci_two_questions.yaml"
-    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "ci", "training": {"questions_per_step": 2}}))
+    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "ci",
+                                       "training": {"questions_per_step": 2, "steps": 1, "eval_every": 1,
+                                                    "micro_batch": 4}}))  # padded, composed differently on each rank
 
     def train(runs: Path, *launcher: str) -> subprocess.Popen:
         env = {**os.environ, "COSEARCH_RUNS": str(runs), "OMP_NUM_THREADS": "1"}
@@ -321,14 +330,14 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
 
     assert json.loads((two / "train.run.json").read_text())["world_size"] == 2
     a, b = (pd.read_csv(run / "training" / "cosearch" / "steps.csv") for run in (one, two))
-    assert len(a) == 2 and a["val_f1"].notna().any()
+    assert len(a) == 1 and a["val_f1"].notna().all()
     assert_same_records(a.to_dict("records"), b.to_dict("records"))
-    assert (a["agent_n_forwarded"] > 0).all() or (a["ranker_n_forwarded"] > 0).all()  # some update in each step
+    assert (a["agent_n_forwarded"] > 0).all() and (a["ranker_n_forwarded"] > 0).all()  # both roles updated
     wa, wb = _adapters(one / "training" / "cosearch"), _adapters(two / "training" / "cosearch")
     assert {k.split("/")[0] for k in wa} == {"agent", "ranker"}
     assert_same_adapters_close(wa, wb)
     start = warmstart_dir(load_profile(profile))
     for role, (moved, difference, largest) in update_agreement({r: start / r for r in ("agent", "ranker")}, wa, wb).items():
-        # both adapters trained (by 2e-5 at ci's learning rate), beyond the tolerance, and the two runs
-        # made the same update
-        assert largest > ADAPTER_ATOL and same_update(moved, difference), (role, moved, difference, largest)
+        # both adapters trained (Adam's first step: up to ci's learning rate, 1e-5, per entry) and the
+        # two runs made the same update
+        assert largest > ADAPTER_ATOL / 2 and same_update(moved, difference), (role, moved, difference, largest)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -76,21 +78,19 @@ def test_02_oracle_gap_study_runs_on_ci_profile(ci_agent_start, isolated_outputs
 @pytest.mark.timeout(2400)  # two runs side by side at one thread each, then the resumed one
 def test_03_runs_on_ci_and_a_run_stopped_by_sigusr1_resumes_to_its_training_records(ci_starts, tmp_path):
     """Notebook 03 end to end on `ci` through the path a cluster takes (`cosearch run` in a subprocess):
-    3 GRPO steps of CoSearch, the validation after the last, the evaluation before and after, the
+    2 GRPO steps of CoSearch, the validation after the last, the evaluation before and after, the
     Fixed Ranker's quality, the hop oracle, every figure. Beside it the same command, sent SIGUSR1
-    after its first checkpoint, passes the signal to papermill's kernel, whose trainer finishes the
-    step, checkpoints and stops; the command exits 75; the same command with resume=true continues to
-    the uninterrupted run's training records and weights, bit for bit. One test, not two: both need
-    the same uninterrupted run, the longest part of the suite (`make test-scale` runs it)."""
+    while its first step runs (once the kernel's trainer has armed its stop handler), passes the
+    signal to papermill's kernel, whose trainer finishes the step, checkpoints and stops; the command
+    exits 75; the same command with resume=true continues to the uninterrupted run's training
+    records and weights, bit for bit. One test, not two: both need the same uninterrupted run, the
+    longest part of the suite (`make test-scale` runs it)."""
     import os
-    import signal
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
     import pandas as pd
-    import yaml
 
     from cosearch_lib.config import load_profile
     from cosearch_lib.eval.tables import load_records
@@ -101,16 +101,14 @@ def test_03_runs_on_ci_and_a_run_stopped_by_sigusr1_resumes_to_its_training_reco
     from cosearch_lib.run_schema import STEP_GLOSSARY, describe_step_metric
     from cosearch_lib.stop_signals import EXIT_STOPPED
 
-    profile = tmp_path / "ci_three_steps.yaml"  # ci's world, caches and settings; the validation after step 3
-    profile.write_text(yaml.safe_dump({"extends": "ci", "profile": "ci", "training": {"eval_every": 3}}))
     logs: dict[subprocess.Popen, Path] = {}
 
     def cosearch(name: str, *params: str) -> subprocess.Popen:
         # one thread per run: the uninterrupted run goes beside the stopped one, and its numbers must not depend on that
         env = {**os.environ, "COSEARCH_RUNS": str(tmp_path / name), "COSEARCH_FIGURES": str(tmp_path / f"figures-{name}"),
                "OMP_NUM_THREADS": "1"}
-        args = [sys.executable, "-m", "cosearch_lib.cli", "run", "--profile", str(profile), "--notebooks", "03", "--quiet",
-                "-p", "steps=3", *[x for p in params for x in ("-p", p)]]
+        args = [sys.executable, "-m", "cosearch_lib.cli", "run", "--profile", "ci", "--notebooks", "03", "--quiet",
+                *[x for p in params for x in ("-p", p)]]
         log = tmp_path / f"run-{len(logs)}.log"
         with log.open("w") as out:  # a file, not a pipe: no run blocks on a full pipe while another is awaited
             proc = subprocess.Popen(args, cwd=project_root(), env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -121,15 +119,16 @@ def test_03_runs_on_ci_and_a_run_stopped_by_sigusr1_resumes_to_its_training_reco
     stopped = cosearch("stopped", "evaluate_policies=false")
     first = tmp_path / "stopped" / "ci" / "training" / "cosearch" / "checkpoints" / "step_000001"
     deadline = time.monotonic() + 900
-    while not first.exists() and stopped.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert first.exists(), logs[stopped].read_text()[-3000:]
+    while not _stop_handler_armed(stopped) and stopped.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the trainer catches stop signals from its first step on: the loading and the starts before it take ~1 min
+    assert _stop_handler_armed(stopped), logs[stopped].read_text()[-3000:]
+    assert not first.parent.exists()  # no step has finished yet
     stopped.send_signal(signal.SIGUSR1)  # to the command, not to the kernel: it must pass it on
     assert stopped.wait(timeout=900) == EXIT_STOPPED
     out = logs[stopped].read_text()
     assert "stopped on SIGUSR1" in out and "resume=true" in out
-    assert [p.name for p in first.parent.iterdir()] in (["step_000001"], ["step_000002"])  # the step under way finished
-    assert len(pd.read_csv(first.parent.parent / "steps.csv")) < 3  # and training stopped there
+    assert [p.name for p in first.parent.iterdir()] == ["step_000001"]  # the step under way finished
+    assert len(pd.read_csv(first.parent.parent / "steps.csv")) == 1  # and training stopped there
     resumed = cosearch("stopped", "evaluate_policies=false", "resume=true")
     assert resumed.wait(timeout=1500) == 0, logs[resumed].read_text()[-3000:]
     assert full.wait(timeout=1500) == 0, logs[full].read_text()[-3000:]
@@ -140,21 +139,21 @@ def test_03_runs_on_ci_and_a_run_stopped_by_sigusr1_resumes_to_its_training_reco
     nb = nbformat.read(runs / "03_joint_grpo_training.ipynb", as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     steps = pd.read_csv(runs / "training" / "cosearch" / "steps.csv")
-    assert steps["step"].tolist() == [0, 1, 2] and (steps["n_trajectories"] == 4).all()  # 1 question x G=4
+    assert steps["step"].tolist() == [0, 1] and (steps["n_trajectories"] == 4).all()  # 1 question x G=4
     assert steps["agent_reward"].between(-0.2, 1).all()  # Eq. 4: -alpha for a broken protocol, else F1
     searched = steps["n_ranker_calls"] > 0  # hit@K exists exactly when the agent searched
     assert steps.loc[searched, "hit@K"].between(0, 1).all() and steps.loc[~searched, "hit@K"].isna().all()
-    assert steps["val_f1"].isna().tolist() == [True, True, False]  # eval_every=3: after the last step only
+    assert steps["val_f1"].isna().tolist() == [True, False]  # ci's eval_every=2: after the last step only
     assert all(describe_step_metric(c) for c in steps.columns) and STEP_GLOSSARY
     ckpts = sorted((runs / "training" / "cosearch" / "checkpoints").iterdir())
-    assert [c.name for c in ckpts] == ["step_000003"]  # keep_checkpoints=1
+    assert [c.name for c in ckpts] == ["step_000002"]  # keep_checkpoints=1
     assert {p.name for p in (ckpts[0] / "adapters").iterdir()} == {"agent", "ranker"}
     # ci trains for real: the warm start moved both adapters off the base model (lora_B != 0), both
     # roles had non-zero advantages in some step, GRPO moved both adapters off the warm start, and the
     # resumed run ends on the uninterrupted run's weights
     assert (steps["agent_n_forwarded"] > 0).any() and (steps["ranker_n_forwarded"] > 0).any(), steps.to_string()
     warm = warmstart_dir(load_profile("ci"))
-    resumed_last = tmp_path / "stopped" / "ci" / "training" / "cosearch" / "checkpoints" / "step_000003" / "adapters"
+    resumed_last = tmp_path / "stopped" / "ci" / "training" / "cosearch" / "checkpoints" / "step_000002" / "adapters"
     for adapter in ("agent", "ranker"):
         assert lora_b_max_abs(warm / adapter) > 0, adapter
         assert adapter_change(warm / adapter, ckpts[0] / "adapters" / adapter)["changed"] > 0, adapter
@@ -165,13 +164,33 @@ def test_03_runs_on_ci_and_a_run_stopped_by_sigusr1_resumes_to_its_training_reco
     assert records.groupby("method", sort=False).size().to_dict() == {"cosearch: warm start": 7, "cosearch: after GRPO": 7}
     assert set(records["eval_method"]) == {"agent_trained_ranker"}
     metrics = json.loads((runs / "03_joint_grpo_training.metrics.json").read_text())
-    assert metrics["steps"] == 3 and set(metrics["warmstart"]) == {"agent", "ranker"}
+    assert metrics["steps"] == 2 and set(metrics["warmstart"]) == {"agent", "ranker"}
     assert set(metrics["eval_f1"]) == {"cosearch: warm start", "cosearch: after GRPO"}
     validation = pd.read_csv(runs / "training" / "cosearch" / "validation.csv")
-    assert set(validation["step"]) == {2} and set(validation["kind"]) == {"agent", "ranker"}
+    assert set(validation["step"]) == {1} and set(validation["kind"]) == {"agent", "ranker"}
     assert (validation["kind"] == "agent").sum() == 7  # val_per_dataset=1: one dev question per family
     # one validation, no start: nothing to pair, and the results say so rather than inventing an interval
     assert metrics["validation_comparisons"] == {"agent": [], "ranker": []}
+
+
+def _stop_handler_armed(proc) -> bool:
+    """Whether a process under ``proc`` (papermill's kernel) catches SIGUSR1: the trainer's stop
+    handler (stop_signals.StopRequest) is armed from its first step on, and nothing else in the
+    kernel catches it. Linux: the SigCgt mask of /proc/<pid>/status."""
+    import psutil
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return False
+    for child in children:
+        try:
+            caught = next(line for line in Path(f"/proc/{child.pid}/status").read_text().splitlines() if line.startswith("SigCgt"))
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            continue
+        if int(caught.split()[1], 16) >> (signal.SIGUSR1 - 1) & 1:
+            return True
+    return False
 
 
 @pytest.mark.slow
