@@ -69,6 +69,20 @@ def test_validation_hit_at_k_of_each_method_equals_the_hand_count(tok, tmp_path,
     assert result["val_f1"] == pytest.approx(1.0)  # the scripted agent answers right at sample 0
 
 
+def test_the_shares_of_two_ranks_score_the_rows_of_one_process(tok, tmp_path):
+    """Data parallel validation: rank r scores every 2nd sub-query from r (``DataParallel.owned``);
+    put back in order (``unshard``), the shares are the rows one process scores."""
+    from cosearch_lib.rl.data_parallel import DataParallel
+
+    t = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", val_questions=VAL_QUESTIONS)
+    whole = t.ranker_validation.score_items(t.val_ranker)
+    n = len(t.ranker_validation.sub_queries)
+    assert n >= 3 and len(whole) == n
+    shares = [t.ranker_validation.score_items(t.val_ranker, list(range(rank, n, 2))) for rank in (0, 1)]
+    assert [len(s) for s in shares] == [(n + 1) // 2, n // 2]
+    assert DataParallel(rank=0, world_size=2).unshard(shares) == whole
+    assert t.ranker_validation.score_items(t.val_ranker, []) == []
+
 def test_greedy_validation_ranks_at_temperature_zero_and_repeats_exactly(tok, tmp_path):
     t = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", val_questions=VAL_QUESTIONS)
     retriever, backend = t.retriever, t.backend

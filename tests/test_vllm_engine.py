@@ -254,9 +254,10 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
     monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
     runs = tmp_path / "runs" / "ci_vllm"
     # notebook 02 without direct and cot (one generation each, the engine path rag takes); notebook 03
-    # without the hop oracle (ci's notebook-03 test runs it)
+    # without the hop oracle (ci's notebook-03 test runs it) and without evaluating the warm start again
+    # (notebook 02's agent_fixed_ranker served its adapters on the engine); ci_vllm validates no step
     baselines = "rag,agent_retrieval,agent_fixed_ranker,agent_oracle"
-    for prefix, params in (("02_", {"methods": baselines}), ("03_", {"evaluate_ceiling": False})):
+    for prefix, params in (("02_", {"methods": baselines}), ("03_", {"evaluate_ceiling": False, "evaluate_before": False})):
         nb = next(p for p in list_notebooks() if p.name.startswith(prefix))
         run_notebook(nb, "ci_vllm", parameters=params, progress=False, cell_timeout=900)
     records = load_records(runs / "02_eval_records.parquet")
@@ -277,4 +278,5 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
         assert adapter_change(warm / adapter, last / adapter)["changed"] > 0, adapter
     evaluated = load_records(runs / "03_eval_records.parquet")
     assert list(evaluated.columns) == [*RECORD_COLUMNS, "eval_method"]  # as on the transformers backend
-    assert set(evaluated["method"]) == {"cosearch: warm start", "cosearch: after GRPO"}
+    assert set(evaluated["method"]) == {"cosearch: after GRPO"}
+    assert "val_f1" not in steps or steps["val_f1"].isna().all()  # eval_every: 0

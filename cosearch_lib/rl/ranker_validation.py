@@ -90,19 +90,23 @@ class RankerValidationSet:
             self._candidates = [list(c) for c in found]
         return self._candidates
 
-    def score_items(self, ranker: Ranker) -> list[dict[str, Any]]:
+    def score_items(self, ranker: Ranker, positions: Sequence[int] | None = None) -> list[dict[str, Any]]:
         """One row per held-out sub-query: ``question_id`` (:attr:`GoldSubQuery.item_id`),
         ``dataset``, ``hit@<k>`` of the passages ``ranker`` shows, and ``valid`` (the ranking followed
         the protocol; rule rankers: always). Pass a greedy ranker: a sampled one would make the curve
-        noisy. These rows are what paired intervals between methods and steps resample."""
-        if not self.sub_queries:
+        noisy. These rows are what paired intervals between methods and steps resample.
+        ``positions``: only those sub-queries, in that order (a data-parallel rank's share); None: all."""
+        chosen = range(len(self.sub_queries)) if positions is None else positions
+        if not chosen:
             return []
-        requests = [RankRequest(q0=s.question, sub_query=s.sub_query, candidates=c, k=self.topk, golds=list(s.answers),
-                                row_key=("validation", s.question_id, 0, s.hop))
-                    for s, c in zip(self.sub_queries, self.candidates())]
+        everything = self.candidates()
+        subs = [self.sub_queries[i] for i in chosen]
+        requests = [RankRequest(q0=s.question, sub_query=s.sub_query, candidates=everything[i], k=self.topk,
+                                golds=list(s.answers), row_key=("validation", s.question_id, 0, s.hop))
+                    for i, s in zip(chosen, subs)]
         rankings = ranker.rank(requests)
         rows = []
-        for s, request, ranking in zip(self.sub_queries, requests, rankings):
+        for s, request, ranking in zip(subs, requests, rankings):
             labels = [int(has_answer(p.contents, list(s.answers))) for p in request.candidates]
             shown = [labels[i] for i in ranking.order]
             rows.append({"question_id": s.item_id, "dataset": s.dataset,

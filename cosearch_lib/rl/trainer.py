@@ -311,7 +311,9 @@ class JointTrainer:
         what the paired intervals of notebook 03 resample."""
         self.served.serve(self.step)
         agent = self._agent_records()
-        ranker_rows = self.ranker_validation.score_items(self.val_ranker)
+        # data parallel: each rank scores every world_size-th sub-query, and every rank gets all rows, in order
+        owned = self.dp.owned(len(self.ranker_validation.sub_queries))
+        ranker_rows = self.dp.gather_shards(self.ranker_validation.score_items(self.val_ranker, owned))
         if step is not None:
             base = {"step": step, "method": self.cfg.method}
             self.val_records.extend({**base, "kind": "agent", "question_id": r.question_id, "dataset": r.dataset,
@@ -322,14 +324,21 @@ class JointTrainer:
 
     def _agent_records(self) -> pd.DataFrame:
         """The harness records (one per validation question) of the agent loop, greedy, with the
-        method's ranking and the policies as loaded (adapters by name; the live cross-encoder)."""
+        method's ranking and the policies as loaded (adapters by name; the live cross-encoder).
+        Under data parallelism the ranks split the questions (validation costs 1/world_size of one
+        process's time, not all of it on every rank)."""
         live = {role: name for role in ("agent", "ranker") if (name := self.policies.adapter(role))}
         if self.cross_encoder is not None:
             live["cross_encoder"] = None  # the live scorer, handed to the harness in its context below
         ecfg = replace(self.validation, **policy_eval_settings(self.spec, live))
         ctx = HarnessContext(agent_backend=self.backend, chat=self.chat, retriever=self.retriever, protocol=self.protocol,
                              cross_encoder=self.val_ranker if self.cross_encoder is not None else None)
-        return evaluate(ecfg.methods[0], self.val_questions, ctx, ecfg, progress=False)
+        if not self.dp.distributed:
+            return evaluate(ecfg.methods[0], self.val_questions, ctx, ecfg, progress=False)
+        # data parallel: each rank answers every world_size-th question, and every rank gets all records, in order
+        mine = self.dp.shard(self.val_questions)
+        local = evaluate(ecfg.methods[0], mine, ctx, ecfg, progress=False).to_dict("records") if mine else []
+        return pd.DataFrame(self.dp.gather_shards(local))
 
     # -- running, checkpoints
 
