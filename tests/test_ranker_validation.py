@@ -83,6 +83,7 @@ def test_the_shares_of_two_ranks_score_the_rows_of_one_process(tok, tmp_path):
     assert DataParallel(rank=0, world_size=2).unshard(shares) == whole
     assert t.ranker_validation.score_items(t.val_ranker, []) == []
 
+
 def test_greedy_validation_ranks_at_temperature_zero_and_repeats_exactly(tok, tmp_path):
     t = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", val_questions=VAL_QUESTIONS)
     retriever, backend = t.retriever, t.backend

@@ -335,10 +335,13 @@ class JointTrainer:
                              cross_encoder=self.val_ranker if self.cross_encoder is not None else None)
         if not self.dp.distributed:
             return evaluate(ecfg.methods[0], self.val_questions, ctx, ecfg, progress=False)
-        # data parallel: each rank answers every world_size-th question, and every rank gets all records, in order
-        mine = self.dp.shard(self.val_questions)
-        local = evaluate(ecfg.methods[0], mine, ctx, ecfg, progress=False).to_dict("records") if mine else []
-        return pd.DataFrame(self.dp.gather_shards(local))
+        # data parallel: the questions one process would answer, every world_size-th of them per rank
+        # (not selected again), and every rank gets all records (one list per question), in order
+        mine = self.dp.shard(select_examples(self.val_questions, ecfg.n_per_dataset))
+        rows = evaluate(ecfg.methods[0], mine, ctx, replace(ecfg, n_per_dataset=None), progress=False).to_dict("records") \
+            if mine else []
+        per_question = [[r for r in rows if r["question_id"] == q.id] for q in mine]
+        return pd.DataFrame([r for records in self.dp.gather_shards(per_question) for r in records])
 
     # -- running, checkpoints
 
