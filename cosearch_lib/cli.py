@@ -7,7 +7,7 @@
     cosearch build-world --profile demo                 generate the embedded world
     cosearch build-index --profile demo                 world/corpus -> store -> FAISS index
     cosearch serve-retriever --profile demo [--port N]  Search-R1-compatible HTTP retrieval server
-    cosearch download {cosearch-data,wiki18-corpus,wiki18-index} --dest DIR
+    cosearch download {cosearch-data,wiki18-corpus,wiki18-index,models,all} --profile P  (or --dest DIR)
     cosearch models                                     the model registry and what is installed
     cosearch profiles                                   the available profiles
     cosearch compare-runs BEFORE AFTER                  are two runs' record tables identical?
@@ -156,12 +156,26 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_download(args: argparse.Namespace) -> int:
     from cosearch_lib.data import downloads as data
 
-    fn = {
-        "cosearch-data": data.download_cosearch_data,
-        "wiki18-corpus": data.download_wiki18_corpus,
-        "wiki18-index": data.download_wiki18_e5_index,
-    }[args.what]
-    print(fn(args.dest))
+    if (args.dest is None) == (args.profile is None):
+        raise ValueError("cosearch download: give --profile P (write where P reads each file) or --dest DIR")
+    if args.what in ("models", "all") and args.profile is None:
+        raise ValueError(f"cosearch download {args.what}: needs --profile (the models are the profile's)")
+    if args.profile is None:
+        fn = {"cosearch-data": data.download_cosearch_data, "wiki18-corpus": data.download_wiki18_corpus,
+              "wiki18-index": data.download_wiki18_e5_index}[args.what]
+        print(fn(args.dest))
+        return 0
+    cfg = load_profile(args.profile)
+    what = ["cosearch-data", "wiki18-corpus", "wiki18-index", "models"] if args.what == "all" else [args.what]
+    for item in what:
+        if item == "models":
+            from cosearch_lib.models.registry import prefetch_models
+            from cosearch_lib.records.papermill_runner import profile_model_names
+
+            for row in prefetch_models(profile_model_names(cfg)):
+                print(f"{row['key']}: {row['model']} ({row['source']}) -> {row['path']}")
+        elif item in data.profile_targets(cfg.data) or args.what != "all":
+            print(f"{item}: {data.download_for_profile(cfg.data, item)}")
     return 0
 
 
@@ -253,9 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoder", help="encoder model name or path (e.g. intfloat/e5-base-v2)")
     p.set_defaults(fn=_cmd_serve)
 
-    p = sub.add_parser("download", help="download public artefacts (needs the Hugging Face hub)")
-    p.add_argument("what", choices=["cosearch-data", "wiki18-corpus", "wiki18-index"])
-    p.add_argument("--dest", help="destination folder (default: data/...)")
+    p = sub.add_parser("download", help="download public artefacts where a profile reads them (needs the Hugging Face "
+                                        "hub or HF_ENDPOINT); `models`: the profile's models into the HF cache for offline nodes")
+    p.add_argument("what", choices=["cosearch-data", "wiki18-corpus", "wiki18-index", "models", "all"])
+    p.add_argument("--profile", help="write each file where this profile's data section reads it (data.root, data.*_path)")
+    p.add_argument("--dest", help="or: this folder (cosearch-data: DIR/co-search-train, DIR/co-search-eval)")
     p.set_defaults(fn=_cmd_download)
 
     sub.add_parser("models", help="list bundled models and where their files are").set_defaults(fn=_cmd_models)

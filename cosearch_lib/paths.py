@@ -50,6 +50,15 @@ def notebooks_dir() -> Path:
     return project_root() / "notebooks"
 
 
+def profile_data_path(root: str, path: str) -> Path:
+    """A path of a profile's ``data`` section: absolute as given, relative against ``root``
+    (``data.root``), which is itself relative to the project root, never to the cwd."""
+    base = Path(root).expanduser()
+    base = base if base.is_absolute() else project_root() / base
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else base / p
+
+
 def path_text(path: object) -> str | None:
     """``str(path)``, or None for None (config fields that hold an optional folder)."""
     return None if path is None else str(path)

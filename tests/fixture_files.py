@@ -73,6 +73,42 @@ def cosearch_rows(n: int = 3, *, target: str = "list", split: str = "test") -> l
     return rows
 
 
+#: Public sample files (FlashRAG, MIT): tests/fixtures/flashrag/SOURCE.md names their origin.
+FLASHRAG_DIR = Path(__file__).parent / "fixtures" / "flashrag"
+FLASHRAG_CORPUS = FLASHRAG_DIR / "wiki18_sample.jsonl.gz"  # 300 wiki-18 rows
+FLASHRAG_NQ_TEST = FLASHRAG_DIR / "nq" / "test.jsonl"  # 17 NQ test questions
+
+
+def read_flashrag_rows(path: Path = FLASHRAG_NQ_TEST) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def search_r1_rows_from_flashrag(rows: list[dict], data_source: str, split: str) -> list[dict]:
+    """FlashRAG QA rows -> the rows Search-R1's ``scripts/data_process/nq_search.py`` writes: the
+    question stripped and ended with "?", one user message as ``prompt``, ``ability``,
+    ``reward_model.ground_truth.target`` = the gold list, ``extra_info`` = {split, index}; the
+    FlashRAG columns (id, question, golden_answers) stay, as its ``datasets.map`` keeps them."""
+    out = []
+    for index, row in enumerate(rows):
+        question = row["question"].strip()
+        question = question if question.endswith("?") else question + "?"
+        out.append({**row, "question": question, "data_source": data_source,
+                    "prompt": [{"role": "user", "content": f"Answer the question, searching when you need to. Question: {question}\n"}],
+                    "ability": "fact-reasoning",
+                    "reward_model": {"style": "rule", "ground_truth": {"target": list(row["golden_answers"])}},
+                    "extra_info": {"split": split, "index": index}})
+    return out
+
+
+def cosearch_rows_from_search_r1(rows: list[dict]) -> list[dict]:
+    """Search-R1 rows -> rows with only the columns the authors' CoSearch release reads: ``prompt``,
+    ``data_source``, ``reward_model.ground_truth.target``, ``extra_info.question`` and
+    ``extra_info.index`` (no top-level id, question or golden_answers)."""
+    return [{"data_source": r["data_source"], "prompt": r["prompt"], "ability": r["ability"],
+             "reward_model": r["reward_model"],
+             "extra_info": {**r["extra_info"], "question": r["question"]}} for r in rows]
+
+
 def flatten_row(row: dict, prefix: str = "") -> dict:
     """Nested dict -> dotted keys, as some parquet exports write structs."""
     flat: dict = {}

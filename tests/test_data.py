@@ -1,4 +1,4 @@
-"""QA loaders, corpus streaming, download helpers (hub monkeypatched) and merge_parts."""
+"""QA loaders, corpus streaming, download helpers (hub monkeypatched; the real client against a hub stand-in: test_paper_path.py) and merge_parts."""
 
 from __future__ import annotations
 
@@ -312,8 +312,8 @@ def test_download_cosearch_data(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
     files = data.download_cosearch_data(tmp_path, which=("train", "eval"))
     assert seen == [("hzeng/co-search-train", "dataset"), ("hzeng/co-search-eval", "dataset")]
-    assert files["eval"] == [tmp_path / "eval" / "data" / "test-00000-of-00001.parquet"]
-    assert len(load_qa(tmp_path / "train")) == 3
+    assert files["eval"] == [tmp_path / "co-search-eval" / "data" / "test-00000-of-00001.parquet"]
+    assert len(load_qa(tmp_path / "co-search-train")) == 3
     with pytest.raises(ValueError, match="which"):
         data.download_cosearch_data(tmp_path, which=("dev",))
 

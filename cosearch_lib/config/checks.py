@@ -24,6 +24,8 @@ SHARED = {"shared": True}
 SHARES = {"shares": True}
 #: Marks a field that changes only how fast results come, not which: left out of cache fingerprints.
 SPEED_ONLY = {"speed_only": True}
+#: Marks a field that says where files are, not what they hold (data.root): left out of cache fingerprints too.
+LOCATION_ONLY = {"location_only": True}
 
 
 def invalid(key: str, value: Any, allowed: str) -> ConfigError:

@@ -30,10 +30,11 @@ from cosearch_lib.paths import params_dir
 
 
 def _fingerprinted(obj: Any) -> Any:
-    """``dataclasses.asdict`` without the fields marked :data:`~cosearch_lib.config.checks.SPEED_ONLY` (the same JSON otherwise)."""
+    """``dataclasses.asdict`` without the fields marked :data:`~cosearch_lib.config.checks.SPEED_ONLY` or
+    :data:`~cosearch_lib.config.checks.LOCATION_ONLY` (the same JSON otherwise)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _fingerprinted(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if not f.metadata.get("speed_only")}
+                if not (f.metadata.get("speed_only") or f.metadata.get("location_only"))}
     if isinstance(obj, (list, tuple)):
         return [_fingerprinted(x) for x in obj]
     if isinstance(obj, dict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cosearch_lib.config.checks import ConfigError, Fields
+from cosearch_lib.config.checks import LOCATION_ONLY, ConfigError, Fields
 
 
 def _default_mix() -> dict[str, float]:
@@ -73,6 +73,19 @@ class WorldConfig:
 
 @dataclass
 class DataConfig:
+    """Real files for cluster runs. Relative paths resolve against ``root`` (itself relative to the
+    project root), so a profile's whole data layout moves with one key: ``paper`` reads
+    ``data/wiki18/...`` and ``data/cosearch/...``, its CPU miniature the same layout under
+    ``data/paper_mini/``. ``cosearch download ... --profile P`` writes each file where P reads it."""
+
+    root: str = field(default=".", metadata=LOCATION_ONLY)  # folder the relative paths below resolve against (relative: to the project root)
     corpus_path: str | None = None  # wiki-18-format corpus (.jsonl/.jsonl.gz); None = the embedded world
     index_path: str | None = None  # prebuilt FAISS index for that corpus (e.g. wiki-18 e5_Flat.index); None = build and cache
-    qa_paths: dict[str, str] = field(default_factory=dict)  # split -> QA file (Search-R1/CoSearch parquet, FlashRAG jsonl); empty = the world's splits
+    qa_paths: dict[str, str] = field(default_factory=dict)  # split -> QA file or folder (Search-R1/CoSearch parquet, FlashRAG jsonl); empty = the world's splits
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.root, str) or not self.root:
+            raise ConfigError(f"data.root: expected a folder path (a non-empty string), got {self.root!r}")
+        if not isinstance(self.qa_paths, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in self.qa_paths.items()):
+            raise ConfigError(f"data.qa_paths: expected a mapping of split -> path, got {self.qa_paths!r}")

@@ -11,17 +11,17 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from cosearch_lib.atomic_io import apply_umask
-from cosearch_lib.paths import data_dir
+from cosearch_lib.config import ConfigError, DataConfig
+from cosearch_lib.data.qa_formats import QA_SUFFIXES
+from cosearch_lib.paths import data_dir, profile_data_path
 from cosearch_lib.progress import tqdm
 
-if TYPE_CHECKING:
-    pass
-
-
 COSEARCH_REPOS = {"train": "hzeng/co-search-train", "eval": "hzeng/co-search-eval"}
+#: The profile split each CoSearch file serves (``data.qa_paths``): the eval file is the test split.
+COSEARCH_SPLITS = {"train": "train", "eval": "test"}
 WIKI18_CORPUS_REPO = "PeterJinGo/wiki-18-corpus"
 WIKI18_CORPUS_FILE = "wiki-18.jsonl.gz"
 WIKI18_INDEX_REPO = "PeterJinGo/wiki-18-e5-index"
@@ -33,16 +33,24 @@ class HubUnavailableError(RuntimeError):
     """A Hugging Face download failed (offline machine, missing file, no access)."""
 
 
+def cosearch_folder(which: str) -> str:
+    """``"train"`` -> ``"co-search-train"``: the folder a CoSearch file lands in is its hub repo's name,
+    the layout ``paper.yaml``'s ``data.qa_paths`` read."""
+    return COSEARCH_REPOS[which].split("/")[1]
+
+
 # ----------------------------------------------------------------------------- downloads
 
 
 def download_cosearch_data(
-    dest: str | os.PathLike | None = None, which: Iterable[str] = ("train", "eval")
+    dest: str | os.PathLike | None = None, which: Iterable[str] = ("train", "eval"),
+    *, folders: dict[str, str | os.PathLike] | None = None,
 ) -> dict[str, list[Path]]:
-    """Fetch ``hzeng/co-search-{train,eval}`` into ``dest/<which>``; returns their parquet files.
+    """Fetch ``hzeng/co-search-{train,eval}`` into ``dest/co-search-{train,eval}``; returns their parquet files.
 
-    Default ``dest`` is ``data_dir()/"cosearch"``. Only needed on a machine with internet access
-    (the cluster); development machines use the embedded world.
+    Default ``dest`` is ``data_dir()/"cosearch"``; ``folders`` ({"train": dir, "eval": dir}) names
+    each file's folder instead (``cosearch download --profile``: where the profile reads it). Only
+    needed on a machine with internet access (the cluster); development machines use the embedded world.
     """
     dest = Path(dest) if dest is not None else data_dir() / "cosearch"
     out: dict[str, list[Path]] = {}
@@ -50,11 +58,12 @@ def download_cosearch_data(
         if name not in COSEARCH_REPOS:
             raise ValueError(f"which must name some of {sorted(COSEARCH_REPOS)}, got {name!r}")
         repo = COSEARCH_REPOS[name]
+        folder = Path(folders[name]) if folders and name in folders else dest / cosearch_folder(name)
         hub = _hub()
         local = _hub_call(
             repo, "all parquet files",
-            lambda hub=hub, repo=repo, name=name: hub.snapshot_download(
-                repo_id=repo, repo_type="dataset", local_dir=str(dest / name),
+            lambda hub=hub, repo=repo, folder=folder: hub.snapshot_download(
+                repo_id=repo, repo_type="dataset", local_dir=str(folder),
                 allow_patterns=["*.parquet", "*.md"],
             ),
         )
@@ -71,6 +80,20 @@ def download_wiki18_corpus(dest: str | os.PathLike | None = None) -> Path:
     return _hub_file(WIKI18_CORPUS_REPO, WIKI18_CORPUS_FILE, dest)
 
 
+def download_wiki18_e5_index_to(target: str | os.PathLike, *, keep_parts: bool = False) -> Path:
+    """:func:`download_wiki18_e5_index` merged into the file ``target`` (any name; the parts are
+    fetched beside it)."""
+    target = Path(target)
+    if target.is_file():
+        return target
+    parts = [_hub_file(WIKI18_INDEX_REPO, name, target.parent) for name in WIKI18_INDEX_PARTS]
+    merged = merge_parts(parts, target)
+    if not keep_parts:
+        for p in parts:
+            p.unlink(missing_ok=True)
+    return merged
+
+
 def download_wiki18_e5_index(
     dest: str | os.PathLike | None = None, *, keep_parts: bool = False
 ) -> Path:
@@ -83,15 +106,7 @@ def download_wiki18_e5_index(
     (delete it to fetch again).
     """
     dest = Path(dest) if dest is not None else data_dir() / "wiki18"
-    target = dest / WIKI18_INDEX_FILE
-    if target.is_file():
-        return target
-    parts = [_hub_file(WIKI18_INDEX_REPO, name, dest) for name in WIKI18_INDEX_PARTS]
-    merged = merge_parts(parts, target)
-    if not keep_parts:
-        for p in parts:
-            p.unlink(missing_ok=True)
-    return merged
+    return download_wiki18_e5_index_to(dest / WIKI18_INDEX_FILE, keep_parts=keep_parts)
 
 
 def merge_parts(
@@ -178,3 +193,52 @@ def _hub_call(repo: str, what: str, call) -> str:
             f"`huggingface-cli download {repo} --repo-type dataset --local-dir <dir>`, "
             f"or set HF_ENDPOINT to a reachable mirror, then point the profile at the files."
         ) from e
+
+
+# ----------------------------------------------------------------------------- where a profile reads them
+
+
+def profile_targets(data_cfg: DataConfig) -> dict[str, Any]:
+    """Where a profile reads each artefact (``data`` section, ``data.root`` resolved): the CoSearch
+    folders ``{"train": dir, "eval": dir}``, the corpus file and the index file. ``cosearch download
+    WHAT --profile P`` writes there, so the files land where the profile looks for them. A setting
+    that cannot hold a download (a QA *file* where the hub gives a folder) is a ConfigError naming it."""
+    targets: dict[str, Any] = {}
+    qa = {}
+    for which, split in COSEARCH_SPLITS.items():
+        value = data_cfg.qa_paths.get(split)
+        if value is None:
+            continue
+        path = profile_data_path(data_cfg.root, value)
+        if any(path.name.lower().endswith(s) for s in QA_SUFFIXES):
+            raise ConfigError(f"data.qa_paths.{split}: {value!r} names a file, but {COSEARCH_REPOS[which]} downloads "
+                              f"as a folder of parquet files; name a folder, e.g. cosearch/{cosearch_folder(which)}")
+        qa[which] = path
+    if qa:
+        targets["cosearch-data"] = qa
+    if data_cfg.corpus_path:
+        targets["wiki18-corpus"] = profile_data_path(data_cfg.root, data_cfg.corpus_path)
+    if data_cfg.index_path:
+        targets["wiki18-index"] = profile_data_path(data_cfg.root, data_cfg.index_path)
+    return targets
+
+
+def download_for_profile(data_cfg: DataConfig, what: str) -> Any:
+    """Fetch ``what`` (``cosearch-data``, ``wiki18-corpus`` or ``wiki18-index``) to where the profile reads it."""
+    targets = profile_targets(data_cfg)
+    if what not in targets:
+        key = {"cosearch-data": "data.qa_paths.train / data.qa_paths.test", "wiki18-corpus": "data.corpus_path",
+               "wiki18-index": "data.index_path"}.get(what)
+        if key is None:
+            raise ValueError(f"unknown download {what!r}; expected one of cosearch-data, wiki18-corpus, wiki18-index")
+        raise ConfigError(f"the profile sets no {key}, so it reads no {what}; set it (papermill_runs/params/paper.yaml shows how)")
+    if what == "cosearch-data":
+        folders = targets[what]
+        return download_cosearch_data(which=tuple(folders), folders=folders)
+    if what == "wiki18-corpus":
+        target = targets[what]
+        got = download_wiki18_corpus(target.parent)
+        if got != target:  # the profile names the file otherwise: same bytes, its name
+            os.replace(got, target)
+        return target
+    return download_wiki18_e5_index_to(targets[what])

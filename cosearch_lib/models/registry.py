@@ -351,3 +351,27 @@ def describe_models() -> list[dict]:
             where, installed = str(err), False
         rows.append({"name": key, "kind": spec.kind, "package": spec.package, "installed": installed, "path": where})
     return rows
+
+
+def prefetch_models(names: dict[str, str]) -> list[dict]:
+    """Put every hub model of ``names`` (profile key -> model name) into the local Hugging Face cache
+    (``$HF_HOME``), so that compute nodes without internet load them with ``HF_HUB_OFFLINE=1``.
+
+    Run it on a login node with the same ``HF_HOME`` the jobs read (``cosearch download models
+    --profile P``). Bundled names and local folders need nothing and are reported as such. Returns
+    one row per key: key, model, source ("bundled", "local" or "hub") and the local folder."""
+    rows = []
+    for key, name in names.items():
+        source = check_model_name(key, name)  # a typo fails here, before any download
+        if source == "hub":
+            try:
+                path = Path(snapshot_download(name))
+            except Exception as err:  # offline, gated, unknown: the same advice
+                raise ModelNotFoundError(
+                    f"{key}: could not download {name!r} into the Hugging Face cache ({type(err).__name__}: "
+                    f"{str(err).splitlines()[0] if str(err) else ''}); this needs the hub (or HF_ENDPOINT at a "
+                    f"mirror): run it on a login node with internet") from err
+        else:
+            path = resolve_model(name, allow_download=False).path
+        rows.append({"key": key, "model": name, "source": source, "path": str(path)})
+    return rows

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cosearch_lib.config import ProfileConfig
-from cosearch_lib.paths import data_dir, project_root
+from cosearch_lib.paths import data_dir, profile_data_path
 from cosearch_lib.retrieval.corpus_store import CorpusStore
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.faiss_index import build_index_from_corpus, load_index, save_index
@@ -46,10 +46,9 @@ def _hash(obj) -> str:
     return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _user_path(p: str) -> Path:
-    """Profile paths may be relative: they resolve against the project root, not the cwd."""
-    path = Path(p).expanduser()
-    return path if path.is_absolute() else project_root() / path
+def user_path(cfg: ProfileConfig, p: str) -> Path:
+    """A path of the profile's ``data`` section: absolute as given, relative against ``data.root``."""
+    return profile_data_path(cfg.data.root, p)
 
 
 def corpus_paths(cfg: ProfileConfig) -> CorpusPaths:
@@ -62,11 +61,11 @@ def corpus_paths(cfg: ProfileConfig) -> CorpusPaths:
         corpus = root / "corpus.jsonl"
         qa = {split: root / f"{split}.parquet" for split in ("train", "dev", "test")}
     else:
-        corpus = _user_path(cfg.data.corpus_path)
+        corpus = user_path(cfg, cfg.data.corpus_path)
         root = data_dir() / "corpora" / f"{_slug(corpus.name)}-{_hash(str(corpus.resolve()))}"
         qa = {}
-    qa.update({split: _user_path(p) for split, p in cfg.data.qa_paths.items()})
-    index = _user_path(cfg.data.index_path) if cfg.data.index_path else root / "index" / index_name
+    qa.update({split: user_path(cfg, p) for split, p in cfg.data.qa_paths.items()})
+    index = user_path(cfg, cfg.data.index_path) if cfg.data.index_path else root / "index" / index_name
     return CorpusPaths(root=root, corpus=corpus, store=root / "store", index=index, qa=qa)
 
 

@@ -1,0 +1,210 @@
+"""The paper profile's path as a cluster user follows it (issue 47): downloads against a local
+stand-in for the Hugging Face hub (the real ``huggingface_hub`` client runs), files in the formats
+the paper's data ships in (public samples: tests/fixtures/flashrag/SOURCE.md), and the profile's
+data layout."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cosearch_lib.config import ConfigError, load_profile
+from cosearch_lib.data.corpus_stream import iter_corpus
+from cosearch_lib.data.passage import split_contents
+from cosearch_lib.data.qa_formats import load_qa
+from cosearch_lib.paths import project_root
+from cosearch_lib.retrieval.artifacts import corpus_paths
+from cosearch_lib.retrieval.corpus_store import CorpusStore
+
+from tests.fixture_files import (
+    FLASHRAG_CORPUS,
+    FLASHRAG_NQ_TEST,
+    cosearch_rows_from_search_r1,
+    read_flashrag_rows,
+    search_r1_rows_from_flashrag,
+)
+from tests.hub_standin import HubStandin
+
+# ----------------------------------------------------------------------------- public samples
+
+
+def test_flashrag_wiki18_sample_streams_and_builds_a_store(tmp_path: Path) -> None:
+    """The wiki-18 format as FlashRAG ships it (gzip, quoted title line, escaped quotes inside)."""
+    rows = list(iter_corpus(FLASHRAG_CORPUS))
+    assert len(rows) == 300 and [pid for pid, _ in rows[:3]] == ["0", "1", "2"]
+    title, text = split_contents(rows[0][1])
+    assert title == "Evan Morris" and text.startswith("Evan Morris Evan L. Morris (January 26, 1977")
+    # a title with a combining character and text with doubled quotes survive as written
+    titles = {split_contents(c)[0] for _, c in rows}
+    assert "La Can\u0303ada Flintridge, California" in titles
+    assert any('""New York""' in c for _, c in rows)
+    store = CorpusStore.build(FLASHRAG_CORPUS, tmp_path / "store", progress=False)
+    assert len(store) == 300
+    assert store.get("7").title == "E.T. the Extra-Terrestrial (video game)"
+
+
+def test_flashrag_nq_test_file_loads() -> None:
+    """FlashRAG's own NQ test rows: no data_source column (the folder names it), golds with
+    non-breaking spaces kept as written."""
+    examples = load_qa(FLASHRAG_NQ_TEST)
+    assert len(examples) == 17
+    assert {e.data_source for e in examples} == {"nq"} and {e.split for e in examples} == {"test"}
+    assert examples[0].id == "test_0" and examples[0].golden_answers == ["Wilhelm Conrad R\u00f6ntgen"]
+    assert examples[7].golden_answers == ["February\u00a01,\u00a02018"]
+    assert len(examples[13].golden_answers) == 16
+
+
+@pytest.mark.parametrize("schema", ["search_r1", "cosearch"])
+def test_parquet_made_from_the_public_sample_loads_the_same_questions(tmp_path: Path, schema: str) -> None:
+    """Search-R1's parquet (nq_search.py's columns) and the columns CoSearch's release reads, made from
+    the public NQ sample, load to the same questions and golds as the FlashRAG file itself."""
+    flashrag = read_flashrag_rows()
+    rows = search_r1_rows_from_flashrag(flashrag, "nq", "test")
+    if schema == "cosearch":
+        rows = cosearch_rows_from_search_r1(rows)
+        assert not {"id", "question", "golden_answers"} & set(rows[0])
+    folder = tmp_path / "co-search-eval" / "data"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "test-00000-of-00001.parquet")
+    examples = load_qa(tmp_path / "co-search-eval")
+    assert [e.question for e in examples] == [r["question"].strip() + "?" for r in flashrag]
+    assert [e.golden_answers for e in examples] == [r["golden_answers"] for r in flashrag]
+    assert {e.data_source for e in examples} == {"nq"}
+    ids = [e.id for e in examples]
+    assert len(set(ids)) == 17 and (ids[0] == "test_0" if schema == "search_r1" else ids[0] == "nq_test_0")
+
+
+def test_qa_file_missing_its_question_column_names_file_row_and_column(tmp_path: Path) -> None:
+    rows = cosearch_rows_from_search_r1(search_r1_rows_from_flashrag(read_flashrag_rows(), "nq", "train"))
+    for r in rows:
+        del r["extra_info"]["question"]
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    with pytest.raises(ValueError, match=r"train.parquet row 0: column 'question' is missing .*extra_info.question"):
+        load_qa(path)
+
+
+# ----------------------------------------------------------------------------- the hub stand-in
+
+
+def _hub_tree(root: Path) -> Path:
+    """A hub holding the paper's four dataset repositories (made from the public samples) and one model."""
+    sample = search_r1_rows_from_flashrag(read_flashrag_rows(), "nq", "test")
+    for repo, split in (("hzeng/co-search-train", "train"), ("hzeng/co-search-eval", "test")):
+        folder = root / "datasets" / repo / "data"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(cosearch_rows_from_search_r1(sample)),
+                       folder / f"{split}-00000-of-00001.parquet")
+        (root / "datasets" / repo / "README.md").write_text("stand-in\n")
+    corpus = root / "datasets" / "PeterJinGo" / "wiki-18-corpus"
+    corpus.mkdir(parents=True)
+    shutil.copy(FLASHRAG_CORPUS, corpus / "wiki-18.jsonl.gz")
+    index = root / "datasets" / "PeterJinGo" / "wiki-18-e5-index"
+    index.mkdir(parents=True)
+    (index / "part_aa").write_bytes(b"first-half-" * 1000)
+    (index / "part_ab").write_bytes(b"second-half" * 77)
+    model = root / "models" / "stand-in-org" / "tiny-model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    return root
+
+
+def _cosearch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cosearch_lib.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, cwd=project_root(), timeout=300)
+
+
+def _profile(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mini.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture()
+def hub(tmp_path: Path):
+    with HubStandin(_hub_tree(tmp_path / "hub")) as standin:
+        yield standin
+
+
+def _hub_env(hub: HubStandin, tmp_path: Path) -> dict[str, str]:
+    return {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+def test_download_dest_lands_where_the_paper_profile_reads(tmp_path: Path, hub: HubStandin) -> None:
+    """Break 1: data/README.md's `cosearch download cosearch-data --dest data/cosearch` must write the
+    folders paper.yaml reads (co-search-train, co-search-eval), not train/ and eval/."""
+    root = tmp_path / "data"
+    done = _cosearch("download", "cosearch-data", "--dest", str(root / "cosearch"), env=_hub_env(hub, tmp_path))
+    assert done.returncode == 0, done.stderr
+    cfg = load_profile(_profile(tmp_path, f"extends: paper\ndata:\n  root: {root}\n"))
+    qa = corpus_paths(cfg).qa
+    assert qa["train"] == root / "cosearch" / "co-search-train"
+    assert len(load_qa(qa["train"])) == 17 and len(load_qa(qa["test"])) == 17
+    assert hub.requests["GET /api/datasets/hzeng/co-search-eval/revision/main"] == 1  # the real client asked
+
+
+def test_download_all_for_a_profile_then_models_offline(tmp_path: Path, hub: HubStandin) -> None:
+    """`cosearch download all --profile P` writes every file where P reads it and puts P's hub models
+    into the cache; a node with HF_HUB_OFFLINE=1 then finds them, and names what is missing."""
+    root = tmp_path / "data"
+    profile = _profile(tmp_path, f"extends: paper\ndata:\n  root: {root}\n  corpus_path: wiki/corpus.jsonl.gz\n"
+                                 "retrieval:\n  encoder:\n    model: stand-in-org/tiny-model\n"
+                                 "models:\n  agent: smollm2-135m-instruct\n  ranker: smollm2-135m-instruct\n")
+    env = _hub_env(hub, tmp_path)
+    done = _cosearch("download", "all", "--profile", str(profile), env=env)
+    assert done.returncode == 0, done.stderr
+    cfg = load_profile(profile)
+    paths = corpus_paths(cfg)
+    assert paths.corpus == root / "wiki" / "corpus.jsonl.gz"  # the profile's own file name
+    assert [pid for pid, _ in iter_corpus(paths.corpus)][:2] == ["0", "1"]
+    assert paths.index.read_bytes() == b"first-half-" * 1000 + b"second-half" * 77  # the parts, merged
+    assert not (paths.index.parent / "part_aa").exists()
+    assert len(load_qa(paths.qa["test"])) == 17
+    assert "retrieval.encoder.model: stand-in-org/tiny-model (hub)" in done.stdout
+    assert "models.agent: smollm2-135m-instruct (bundled)" in done.stdout
+    # an offline compute node reading the same cache: the prefetched model resolves...
+    offline = {**env, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    check = [sys.executable, "-c", "from cosearch_lib.models.registry import check_model_name as c; "
+             "import sys; print(c('retrieval.encoder.model', sys.argv[1]))"]
+    ok = subprocess.run([*check, "stand-in-org/tiny-model"], capture_output=True, text=True, env={**os.environ, **offline})
+    assert ok.returncode == 0 and ok.stdout.strip() == "hub", ok.stderr
+    # ...and one that was never fetched is named, with the fix
+    bad = subprocess.run([*check, "stand-in-org/never-fetched"], capture_output=True, text=True,
+                         env={**os.environ, **offline})
+    assert bad.returncode != 0
+    assert "stand-in-org/never-fetched" in bad.stderr and "HF_HUB_OFFLINE" in bad.stderr
+    assert "huggingface-cli download stand-in-org/never-fetched" in bad.stderr
+
+
+def test_download_refuses_a_qa_file_where_the_hub_gives_a_folder(tmp_path: Path) -> None:
+    from cosearch_lib.data.downloads import profile_targets
+
+    cfg = load_profile(_profile(tmp_path, "extends: paper\ndata:\n  qa_paths:\n    train: cosearch/train.parquet\n"))
+    with pytest.raises(ConfigError, match=r"data.qa_paths.train: 'cosearch/train.parquet' names a file.*co-search-train"):
+        profile_targets(cfg.data)
+
+
+def test_download_of_a_missing_repository_says_what_and_how(tmp_path: Path) -> None:
+    with HubStandin(tmp_path / "empty_hub") as empty:
+        (tmp_path / "empty_hub").mkdir()
+        done = _cosearch("download", "cosearch-data", "--dest", str(tmp_path / "d"), env=_hub_env(empty, tmp_path))
+    assert done.returncode == 2
+    assert "hzeng/co-search-train" in done.stderr and "RepositoryNotFoundError" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_gzip_sample_is_what_the_source_names() -> None:
+    """The committed sample is the first 300 lines of FlashRAG's file, each a wiki-18 row."""
+    with gzip.open(FLASHRAG_CORPUS, "rt", encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    assert len(lines) == 300 and all(set(json.loads(line)) == {"id", "contents"} for line in lines)
+    assert "adb2a8bc285042abf7c0c56ff004283f62318c5a" in (FLASHRAG_CORPUS.parent / "SOURCE.md").read_text()
