@@ -8,6 +8,8 @@
     cosearch build-index --profile demo                 world/corpus -> store -> FAISS index
     cosearch serve-retriever --profile demo [--port N]  Search-R1-compatible HTTP retrieval server
     cosearch download {cosearch-data,wiki18-corpus,wiki18-index,models,all} --profile P  (or --dest DIR)
+    cosearch export-world --profile paper_mini --hub DIR  the world as the paper's artefacts, in the hub's layout
+    cosearch check --profile paper [--ranks N]          the profile's inputs, checked before any GPU work
     cosearch models                                     the model registry and what is installed
     cosearch profiles                                   the available profiles
     cosearch compare-runs BEFORE AFTER                  are two runs' record tables identical?
@@ -169,13 +171,32 @@ def _cmd_download(args: argparse.Namespace) -> int:
     what = ["cosearch-data", "wiki18-corpus", "wiki18-index", "models"] if args.what == "all" else [args.what]
     for item in what:
         if item == "models":
+            from cosearch_lib.experiment.preflight import model_names
             from cosearch_lib.models.registry import prefetch_models
-            from cosearch_lib.records.papermill_runner import profile_model_names
 
-            for row in prefetch_models(profile_model_names(cfg)):
+            for row in prefetch_models(model_names(cfg)):
                 print(f"{row['key']}: {row['model']} ({row['source']}) -> {row['path']}")
         elif item in data.profile_targets(cfg.data) or args.what != "all":
             print(f"{item}: {data.download_for_profile(cfg.data, item)}")
+    return 0
+
+
+def _cmd_export_world(args: argparse.Namespace) -> int:
+    from cosearch_lib.experiment.paper_export import export_paper_hub
+
+    repos = export_paper_hub(load_profile(args.profile), args.hub, progress=not args.quiet)
+    print(json.dumps({repo: str(path) for repo, path in repos.items()}, indent=2))
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from cosearch_lib.experiment.preflight import check_inputs
+
+    result = check_inputs(load_profile(args.profile), world_size=args.ranks)
+    for line in result.checked:
+        print(f"ok    {line}")
+    for line in result.skipped:
+        print(f"later {line}")
     return 0
 
 
@@ -273,6 +294,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="write each file where this profile's data section reads it (data.root, data.*_path)")
     p.add_argument("--dest", help="or: this folder (cosearch-data: DIR/co-search-train, DIR/co-search-eval)")
     p.set_defaults(fn=_cmd_download)
+
+    p = sub.add_parser("export-world", help="write the profile's embedded world as the paper's artefacts (wiki-18 corpus, "
+                                            "split flat index, CoSearch parquet) in the hub's layout, for a local hub stand-in")
+    p.add_argument("--profile", default="paper_mini", help="its world section sizes the world, its encoder builds the index")
+    p.add_argument("--hub", required=True, help="folder to write <hub>/datasets/<org>/<repo>/... into")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(fn=_cmd_export_world)
+
+    p = sub.add_parser("check", help="check a profile's inputs (data files, columns, index dimension, models, context "
+                                     "budget, launch) without loading weights: what train, run and slurm check first")
+    p.add_argument("--profile", default="demo")
+    p.add_argument("--ranks", type=int, default=1, help="ranks the job will run (a launch the backend cannot run is refused)")
+    p.set_defaults(fn=_cmd_check)
 
     sub.add_parser("models", help="list bundled models and where their files are").set_defaults(fn=_cmd_models)
     sub.add_parser("profiles", help="list available profiles").set_defaults(fn=_cmd_profiles)

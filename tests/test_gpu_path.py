@@ -294,6 +294,7 @@ def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_
     qa = {s: str(write_search_r1_parquet(tmp_path / f"{s}.parquet", search_r1_rows(3, split=s)))
           for s in ("train", "dev")}
     cfg = from_dict(ProfileConfig, {"data": {"qa_paths": qa}, "models": {"backend": "unsloth"},
+                                    "rollout": {"max_context_tokens": 2048}, "search": {"topn": 10, "topk": 3},  # SmolLM2: 8,192 positions
                                     "lora": {"r": 4, "alpha": 8}, "training": {"eval_every": 0}})
     backend, seen = RegisteringBackend(tok), {}
 
@@ -304,11 +305,14 @@ def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_
     monkeypatch.setattr(experiment_mod, "load_policy_model", fake_load)
     trainer = build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run", progress=False)
     assert trainer.backend is backend and backend.registered == []  # registered when it first generates
-    ro = cfg.rollout
-    vllm_options = seen.pop("vllm_options")
+    from cosearch_lib.experiment.preflight import profile_budget
+
+    assert seen.pop("vllm_options") is None  # Unsloth starts its own engine
+    # the engine holds the measured budget (not Unsloth's default 4,096) on the profile's share of the GPU
     assert seen == {"name": cfg.models.agent, "adapters": {"agent": None, "ranker": None}, "backend": "unsloth",
-                    "seed": cfg.seed, "max_seq_length": ro.max_context_tokens + ro.agent_max_new_tokens}
-    assert vllm_options["max_model_len"] == seen["max_seq_length"] and vllm_options["max_lora_rank"] == 8
+                    "seed": cfg.seed, "max_seq_length": profile_budget(cfg).engine_len,
+                    "gpu_memory_utilization": cfg.models.vllm.gpu_memory_utilization}
+    assert seen["max_seq_length"] == cfg.rollout.max_context_tokens + cfg.rollout.agent_max_new_tokens
     other = RegisteringBackend(tok)  # a backend the caller passes wins
     assert build_trainer(cfg, FixedRetriever(CORPUS), out_dir=tmp_path / "run2", progress=False,
                          backend=other).backend is other

@@ -208,3 +208,127 @@ def test_gzip_sample_is_what_the_source_names() -> None:
         lines = fh.read().splitlines()
     assert len(lines) == 300 and all(set(json.loads(line)) == {"id", "contents"} for line in lines)
     assert "adb2a8bc285042abf7c0c56ff004283f62318c5a" in (FLASHRAG_CORPUS.parent / "SOURCE.md").read_text()
+
+
+# ----------------------------------------------------------------------------- checks before any GPU work
+
+
+def _paper_mini_like(tmp_path: Path, extra: str = "") -> Path:
+    """A profile extending paper, its data under tmp_path, SmolLM2 and MiniLM: what fits this machine."""
+    return _profile(tmp_path, f"""extends: paper
+data:
+  root: {tmp_path / 'data'}
+retrieval:
+  encoder:
+    model: all-minilm-l6-v2
+models:
+  agent: smollm2-135m-instruct
+  ranker: smollm2-135m-instruct
+  backend: vllm
+rollout:
+  max_context_tokens: 4096
+protocol:
+  ranker_passage_chars: 300  # 50 whole wiki-18 passages take ~10k SmolLM2 tokens, past its 8,192 positions
+{extra}""")
+
+
+def _fill_data(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "wiki18").mkdir(parents=True)
+    shutil.copy(FLASHRAG_CORPUS, data / "wiki18" / "wiki-18.jsonl.gz")
+    rows = cosearch_rows_from_search_r1(search_r1_rows_from_flashrag(read_flashrag_rows(), "nq", "test"))
+    for folder in ("co-search-train", "co-search-eval"):
+        (data / "cosearch" / folder).mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(rows), data / "cosearch" / folder / "part-0.parquet")
+
+
+def test_engine_holds_the_longest_ranker_prompt_of_the_paper_setting(tok, tmp_path: Path) -> None:
+    """Break 3: the engine's length was the agent's context + a turn (8,192 + 512), Unsloth's default
+    4,096 where unset; at N = 50 passages of wiki-18 the ranker's prompt is longer. The measured budget
+    holds every ranker prompt built from the corpus."""
+    import random
+
+    from cosearch_lib.agent.context_budget import context_budget
+    from cosearch_lib.agent.prompts import ranker_messages
+    from cosearch_lib.data.passage import Passage
+
+    cfg = load_profile("paper")
+    sample = [Passage(pid, c) for pid, c in iter_corpus(FLASHRAG_CORPUS)]
+    budget = context_budget(tok, cfg.rollout, cfg.protocol, sample)
+    assert budget.ranker_prompt > 6000 and budget.engine_len == budget.ranker > 8192 + 512
+    rng = random.Random(0)
+    for _ in range(20):  # real ranker prompts of random candidate sets all fit
+        msgs = ranker_messages("who founded the town of millbrook in the year the river flooded?",
+                               "millbrook founder", rng.sample(sample, 50), 5, cfg.protocol)
+        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        assert len(tok(text, add_special_tokens=False)["input_ids"]) + cfg.rollout.ranker_max_new_tokens <= budget.engine_len
+
+
+def test_a_budget_longer_than_the_engine_or_the_model_is_refused_with_the_numbers(tmp_path: Path) -> None:
+    from cosearch_lib.experiment.preflight import check_inputs
+
+    _fill_data(tmp_path)
+    fits = check_inputs(load_profile(_paper_mini_like(tmp_path)), index=False)
+    assert fits.engine_len is not None and 4096 + 512 < fits.engine_len <= 8192
+    short = load_profile(_paper_mini_like(tmp_path))
+    short.models.vllm.max_model_len = 4096
+    with pytest.raises(ConfigError, match=r"models.vllm.max_model_len=4096 is shorter .*ranker: prompt \d+ \(N=50"):
+        check_inputs(short, index=False)
+    # the paper's own agent context (8,192 + 512) does not fit SmolLM2's 8,192 positions
+    paper_context = load_profile(_paper_mini_like(tmp_path))
+    paper_context.rollout.max_context_tokens = 8192
+    with pytest.raises(ConfigError, match=r"does not fit 'smollm2-135m-instruct'.*8192 positions"):
+        check_inputs(paper_context, index=False)
+
+
+def test_missing_data_folder_is_named_with_the_download_command(tmp_path: Path) -> None:
+    from cosearch_lib.experiment.preflight import check_inputs
+
+    cfg = load_profile(_paper_mini_like(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"data.corpus_path: .*wiki-18.jsonl.gz not found .*cosearch download wiki18-corpus --profile"):
+        check_inputs(cfg)
+    _fill_data(tmp_path)
+    shutil.rmtree(tmp_path / "data" / "cosearch" / "co-search-eval")
+    with pytest.raises(FileNotFoundError, match=r"data.qa_paths.test: .*co-search-eval not found .*cosearch download cosearch-data"):
+        check_inputs(cfg, index=False)
+
+
+def test_qa_file_missing_a_column_is_refused_at_start(tmp_path: Path) -> None:
+    from cosearch_lib.experiment.preflight import check_inputs
+
+    _fill_data(tmp_path)
+    rows = cosearch_rows_from_search_r1(search_r1_rows_from_flashrag(read_flashrag_rows(), "nq", "train"))
+    for r in rows:
+        del r["reward_model"]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / "cosearch" / "co-search-train" / "part-0.parquet")
+    with pytest.raises(ValueError, match=r"part-0.parquet row 0: column 'golden_answers' is missing .*reward_model.ground_truth.target"):
+        check_inputs(load_profile(_paper_mini_like(tmp_path)), index=False, engine=False)
+
+
+def test_an_index_of_another_dimension_than_the_encoder_is_refused(tmp_path: Path) -> None:
+    """A 768-d index (wiki-18's e5) with the 384-d MiniLM encoder: refused from the file's header."""
+    import faiss
+    import numpy as np
+
+    from cosearch_lib.experiment.preflight import check_inputs
+
+    _fill_data(tmp_path)
+    index = faiss.IndexFlatIP(768)
+    index.add(np.random.default_rng(0).standard_normal((300, 768)).astype("float32"))
+    faiss.write_index(index, str(tmp_path / "data" / "wiki18" / "e5_Flat.index"))
+    with pytest.raises(ConfigError, match=r"e5_Flat.index holds 768-d vectors, but retrieval.encoder.model "
+                                          r"'all-minilm-l6-v2' makes 384-d ones.*intfloat/e5-base-v2"):
+        check_inputs(load_profile(_paper_mini_like(tmp_path)), engine=False)
+
+
+def test_unsloth_under_many_ranks_is_refused_when_the_job_is_written(tmp_path: Path, monkeypatch) -> None:
+    """Break 2: `cosearch slurm train --profile paper --gpus-per-node 8` used to write and submit the
+    job; the refusal came after the queue and the index load. Now the dry run refuses, writing nothing."""
+    from cosearch_lib.paths import run_dir
+
+    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
+    done = _cosearch("slurm", "train", "--profile", "paper", "--gpus-per-node", "8", "--dry-run",
+                     env={"COSEARCH_RUNS": str(tmp_path / "runs")})
+    assert done.returncode == 2
+    assert "models.backend 'unsloth' cannot run under 8 ranks" in done.stderr and "Traceback" not in done.stderr
+    assert not (run_dir("paper") / "slurm").exists()

@@ -192,13 +192,15 @@ def test_a_bad_model_name_is_refused_before_the_warm_start_and_the_notebooks(mon
 
 @pytest.mark.parametrize("name", ["ci", "demo", "paper"])
 def test_committed_profiles_name_models_that_resolve_or_are_hub_ids(name, monkeypatch):
-    from cosearch_lib.records.papermill_runner import check_profile_models, profile_model_names
+    from cosearch_lib.experiment.preflight import model_names as profile_model_names
+    from cosearch_lib.models.registry import check_model_name
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     cfg = load_profile(name)
     assert set(profile_model_names(cfg)) >= {"models.agent", "models.ranker", "retrieval.encoder.model"}
-    check_profile_models(cfg)
+    for key, model in profile_model_names(cfg).items():
+        check_model_name(key, model)
 
 
 def test_run_profile_sends_each_notebook_its_parameters_and_warm_starts_first(monkeypatch):

@@ -13,6 +13,7 @@ from typing import Any
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.config import ProfileConfig, load_profile
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext
+from cosearch_lib.experiment.preflight import engine_length
 from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.models.generation.transformers_backend import TransformersBackend
@@ -54,9 +55,16 @@ def harness_config(cfg: ProfileConfig, **overrides: Any) -> HarnessConfig:
 def vllm_options(cfg: ProfileConfig) -> dict[str, Any]:
     """:meth:`VLLMBackend.from_model` options of the profile (``models.vllm``), one set for every
     stage, so that training, relevance training and evaluation share one engine per process."""
-    ro = cfg.rollout
-    longest = ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens)
-    return {**cfg.models.vllm.engine_kwargs(longest), "max_lora_rank": vllm_max_lora_rank(cfg.lora.r), "seed": cfg.seed}
+    return {**cfg.models.vllm.engine_kwargs(engine_length(cfg)), "max_lora_rank": vllm_max_lora_rank(cfg.lora.r),
+            "seed": cfg.seed}
+
+
+def unsloth_options(cfg: ProfileConfig) -> dict[str, Any]:
+    """:meth:`VLLMBackend.from_unsloth_pretrained` options of the profile: the engine holds the measured
+    context budget (``experiment.preflight.engine_length``; Unsloth's default is 4,096) and takes the
+    profile's share of the GPU, not Unsloth's defaults."""
+    return {"max_seq_length": engine_length(cfg), "max_lora_rank": vllm_max_lora_rank(cfg.lora.r),
+            "gpu_memory_utilization": cfg.models.vllm.gpu_memory_utilization}
 
 
 def build_backends(cfg: ProfileConfig, *, progress: bool = False) -> tuple[GenerationBackend, GenerationBackend]:
@@ -65,7 +73,7 @@ def build_backends(cfg: ProfileConfig, *, progress: bool = False) -> tuple[Gener
 
     m = cfg.models
     kwargs = {**m.transformers_options(), "progress": progress} if m.backend == "transformers" else \
-        vllm_options(cfg) if m.backend == "vllm" else {}
+        vllm_options(cfg) if m.backend == "vllm" else unsloth_options(cfg)
     agent = make_backend(m.backend, m.agent, **kwargs)
     ranker = agent if m.ranker == m.agent else make_backend(m.backend, m.ranker, **kwargs)
     return agent, ranker

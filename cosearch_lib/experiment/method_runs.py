@@ -21,6 +21,7 @@ from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluat
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.experiment.building import build_retriever, harness_config, policy_engine, vllm_options
 from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start, warm_start
+from cosearch_lib.experiment.preflight import engine_length
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.scoring_rankers import load_scoring_ranker
 from cosearch_lib.paths import path_text, project_relative, run_dir
@@ -60,11 +61,11 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     warm = {k: Path(v) for k, v in (warm or {}).items()}
     starts = {"agent": warm.get("agent"), "ranker": warm.get("ranker"), "shared": warm.get("agent")}
     adapters = {name: starts[name] for name in dict.fromkeys(a for a in roles.values() if a)}
-    ro = cfg.rollout  # longest sequence: a context just under the cap plus one generated turn or ranking
-    max_len = ro.max_context_tokens + max(ro.agent_max_new_tokens, ro.ranker_max_new_tokens)
+    engine = {} if cfg.models.backend == "transformers" else \
+        {"max_seq_length": engine_length(cfg), "gpu_memory_utilization": cfg.models.vllm.gpu_memory_utilization}
     model, tokenizer, policy_backend = load_policy_model(
-        cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed, max_seq_length=max_len,
-        vllm_options=vllm_options(cfg))
+        cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed,
+        vllm_options=vllm_options(cfg) if cfg.models.backend == "vllm" else None, **engine)
     policies = PolicySet(model, roles, tcfg.trainable(),
                          {"agent": tcfg.agent_lr, "ranker": tcfg.ranker_lr, "shared": tcfg.agent_lr})
     qa = corpus_paths(cfg).qa

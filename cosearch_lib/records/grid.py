@@ -41,10 +41,10 @@ import yaml
 
 from cosearch_lib.atomic_io import atomic_path, write_json
 from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, profile_path, read_yaml_mapping
+from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.paths import params_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.papermill_runner import (
     check_parameter_names,
-    check_profile_models,
     notebook_parameters,
     run_profile,
     select_notebooks,
@@ -268,7 +268,7 @@ def run_workbook(profile: str | Path, notebooks: Sequence[str] | None = None, *,
     cfg = load_profile(profile)
     books = select_notebooks(list(notebooks) if notebooks else None)
     check_parameter_names(parameters or {}, {b: notebook_parameters(b) for b in books})
-    check_profile_models(cfg)  # before a grid cell or the warm start loads any other model
+    check_inputs(cfg)  # before a grid cell or the warm start loads any model
     grids = [load_grid(name) for name in cfg.grids.run]
     for grid in grids:
         for name in cfg.grids.run[grid.name]:

@@ -20,6 +20,7 @@ from typing import Any
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import ProfileConfig
 from cosearch_lib.experiment import train_methods
+from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.models.generation.vllm_backend import close_engines
 from cosearch_lib.paths import project_relative, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
@@ -44,6 +45,8 @@ def run_training(cfg: ProfileConfig, methods: Sequence[str], *, steps: int | Non
     ``--kill-on-bad-exit=1``), and the job resumes (``resume=True``) from the newest whole checkpoint."""
     launch = LaunchEnvironment.detect()
     dp = dp or DataParallel.from_environment()
+    # every rank, before the index loads or an engine starts: the same inputs fail the same way everywhere
+    check_inputs(cfg, world_size=dp.world_size, index=retriever_url is None)
     t0 = time.perf_counter()
     seed_everything(cfg.seed)
     try:

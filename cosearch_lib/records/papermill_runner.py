@@ -8,8 +8,9 @@ scalars (``profile``, ``seed``), the profile's ``notebooks: {<notebook>: {name: 
 and ``cosearch run -p name=value``. Every name is checked against the notebook's ``parameters``
 cell before anything runs: an unknown name is an error that lists the valid ones (papermill itself
 would only warn and run the defaults). So is every model name of the profile
-(:func:`check_profile_models`): a typo is reported at once, not after the warm start has loaded
-the encoder.
+and every input of the profile (:func:`cosearch_lib.experiment.preflight.check_inputs`: data files, their
+columns, the index's dimension, the context budget): a typo is reported at once, not after the warm
+start has loaded the encoder.
 
 Before the notebooks that use the warm-started policies (02 and later), the runner trains or loads
 the profile's warm start as its own step, so its cost is reported on its own line and in
@@ -33,7 +34,7 @@ import yaml
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import SCORING_RANKER_KINDS, ConfigError, ProfileConfig, load_profile, papermill_parameters
 from cosearch_lib.experiment import build_retriever, fixed_ranker, fixed_ranker_cached, warm_roles, warm_start, warmstart_dir
-from cosearch_lib.models.registry import check_model_name
+from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
 from cosearch_lib.stop_signals import StopRequested, pending_stop
@@ -110,22 +111,6 @@ def check_parameter_names(parameters: Mapping[str, Any], declared: Mapping[Path,
         valid = sorted(set().union(*declared.values()))
         raise ConfigError(f"-p {stray}: no selected notebook ({', '.join(b.stem for b in declared)}) has such a "
                           f"parameter; valid: {valid}")
-
-
-def profile_model_names(cfg: ProfileConfig) -> dict[str, str]:
-    """The models a run of the profile loads, by profile key (``models.agent``: its name)."""
-    names = {"models.agent": cfg.models.agent, "models.ranker": cfg.models.ranker,
-             "retrieval.encoder.model": cfg.retrieval.encoder.model}
-    if cfg.training.ranker_kind == "cross_encoder":
-        names["training.cross_encoder.model"] = cfg.training.cross_encoder.model
-    return names
-
-
-def check_profile_models(cfg: ProfileConfig) -> None:
-    """Every model the profile names can resolve (:func:`cosearch_lib.models.registry.check_model_name`:
-    no weights loaded), checked before the warm start and the notebooks spend minutes on the others."""
-    for key, name in profile_model_names(cfg).items():
-        check_model_name(key, name)
 
 
 def _matches(key: str, notebook: Path) -> bool:
@@ -245,7 +230,7 @@ def run_notebook(
 
 def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = None, progress: bool = True) -> dict[str, Any]:
     """Train (or load from the cache) the profile's warm-start adapters; write ``warmstart.run.json``."""
-    check_profile_models(cfg)
+    check_inputs(cfg)
     t0 = time.perf_counter()
     cached = all((warmstart_dir(cfg) / role / "adapter_config.json").exists() for role in warm_roles(cfg))
     retriever = None if cached else build_retriever(cfg, progress=progress)  # only training reads the retriever
@@ -296,7 +281,7 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
     cfg = load_profile(profile)
     books = select_notebooks(notebooks)
     check_profile_notebooks(cfg, f"{profile}: notebooks")
-    check_profile_models(cfg)
+    check_inputs(cfg)
     parameters = dict(parameters or {})
     declared = {b: notebook_parameters(b) for b in books}
     check_parameter_names(parameters, declared)

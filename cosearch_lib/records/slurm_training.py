@@ -31,6 +31,7 @@ from typing import Any
 from cosearch_lib.atomic_io import atomic_path, write_json
 from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.config.methods import method_spec
+from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.paths import project_relative, project_root, run_dir
 from cosearch_lib.records.grid import SBATCH_PRELUDE, STOPPABLE_SH, run_sbatch, sbatch_header, sbatch_job_id
 from cosearch_lib.stop_signals import EXIT_STOPPED
@@ -127,6 +128,8 @@ def submit_training(profile: str | Path, methods: Sequence[str], *, nodes: int =
     and, with ``evaluate``, notebook 03's job once training ended well (``afterok``). Returns the
     script paths, the commands and the job ids."""
     cfg = load_profile(profile)
+    ranks = nodes * (tasks_per_node or max(gpus_per_node, 1))
+    preflight = check_inputs(cfg, world_size=ranks)  # before the queue: data, models, index, engine, launch
     texts = slurm_training_scripts(profile, methods, nodes=nodes, gpus_per_node=gpus_per_node,
                                    tasks_per_node=tasks_per_node, steps=steps)
     folder = run_dir(cfg.profile) / "slurm"
@@ -137,8 +140,8 @@ def submit_training(profile: str | Path, methods: Sequence[str], *, nodes: int =
         with atomic_path(paths[name]) as tmp:
             tmp.write_text(text)
         paths[name].chmod(0o755)
-    out: dict[str, Any] = {"scripts": {k: project_relative(v) for k, v in paths.items()},
-                           "ranks": nodes * (tasks_per_node or max(gpus_per_node, 1))}
+    out: dict[str, Any] = {"scripts": {k: project_relative(v) for k, v in paths.items()}, "ranks": ranks,
+                           "checked": list(preflight.checked), "not_checked_here": list(preflight.skipped)}
     retriever_cmd = [sbatch, "--parsable", str(paths["retriever"])]
     if not submit:
         out["commands"] = [retriever_cmd,
