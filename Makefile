@@ -61,8 +61,8 @@ test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) 
 test-slurm: $(STAMP)  ## a one-node SLURM cluster on this machine (root, apt): a grid as an array + afterok job (sacct, the runs), then a training task sent SIGUSR1: checkpoint, requeue, resume
 	tests/slurm/local_cluster.sh
 
-check-gpu-extra: $(STAMP)  ## resolve the gpu extra with pip's resolver (--dry-run: nothing installed), print what a CUDA node gets
-	$(BIN)/python -m pip install --dry-run --ignore-installed --quiet --report $(VENV)/gpu-extra.json -e ".[gpu]"
+check-gpu-extra: $(STAMP)  ## resolve environment.yml's set (-e .[gpu,dev]) with pip's resolver, wheels only (--dry-run: nothing installed, nothing built), print what a CUDA node gets
+	$(BIN)/python -m pip install --dry-run --ignore-installed --only-binary=:all: --quiet --report $(VENV)/gpu-extra.json -e ".[gpu,dev]"
 	$(BIN)/python -c "import json; r = json.load(open('$(VENV)/gpu-extra.json'))['install']; \
 	v = {i['metadata']['name'].lower(): i['metadata']['version'] for i in r}; \
 	print(len(v), 'packages resolve;', ', '.join(f'{k} {v[k]}' for k in ('torch', 'vllm', 'unsloth', 'faiss-gpu-cu12', 'transformers', 'trl', 'peft') if k in v))"

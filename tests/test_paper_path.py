@@ -332,3 +332,55 @@ def test_unsloth_under_many_ranks_is_refused_when_the_job_is_written(tmp_path: P
     assert done.returncode == 2
     assert "models.backend 'unsloth' cannot run under 8 ranks" in done.stderr and "Traceback" not in done.stderr
     assert not (run_dir("paper") / "slurm").exists()
+
+
+# ----------------------------------------------------------------------------- the miniature
+
+
+def _flat(mapping: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+#: What the CPU miniature may override of paper.yaml: names and sizes, the engine, and what 2 cores and
+#: SmolLM2's 8,192 positions cannot hold (each says why in paper_mini.yaml). Growing this list takes a
+#: reason there and here; everything else CI runs is paper.yaml's own setting.
+PAPER_MINI_OVERRIDES = {
+    "profile", "scope.shows", "scope.cannot_show",  # its name and what it can show
+    "data.root",  # paper's layout, under data/paper_mini/
+    # the size of the synthetic world exported as its corpus and questions
+    "world.n_people", "world.n_works", "world.n_orgs", "world.n_cities", "world.n_countries",
+    "world.n_train_questions", "world.n_dev_per_family", "world.n_test_per_family",
+    "world.min_passage_words", "world.max_passage_words",
+    "retrieval.encoder.model", "retrieval.encoder.batch_size",  # the bundled MiniLM
+    "models.agent", "models.ranker",  # the bundled SmolLM2
+    "models.backend", "models.vllm.device", "models.vllm.dtype", "models.vllm.kv_cache_gib",  # vLLM on CPU
+    "rollout.max_context_tokens",  # SmolLM2's positions
+    "training.steps", "training.questions_per_step", "training.minibatches", "training.micro_batch",  # sizes
+    "training.val_per_dataset", "evaluation.n_per_dataset",  # sizes
+}
+
+
+def test_the_miniature_overrides_only_what_the_cpu_cannot_hold() -> None:
+    """A test lists the keys paper_mini overrides; it fails when the list grows, so a change to
+    paper.yaml reaches CI unless it is one of these."""
+    from cosearch_lib.config.profile import profile_path, read_yaml_mapping
+
+    mini = read_yaml_mapping(profile_path("paper_mini"), "a profile")
+    assert mini.pop("extends") == "paper"
+    paper = _flat(read_yaml_mapping(profile_path("paper"), "a profile"))
+    overridden = {k for k, v in _flat(mini).items() if paper.get(k, object()) != v}
+    assert overridden <= PAPER_MINI_OVERRIDES, f"paper_mini overrides more of paper.yaml: {sorted(overridden - PAPER_MINI_OVERRIDES)}"
+    cfg, base = load_profile("paper_mini"), load_profile("paper")
+    # what the issue keeps: the paper's search budget, rules, G, warm start off, evaluation, slurm
+    assert (cfg.search.topn, cfg.search.topk, cfg.search.max_searches) == (50, 5, 6)
+    assert cfg.training.group_size == base.training.group_size == 8 and cfg.rules == base.rules
+    assert cfg.rollout.temperature == 1.0 and not cfg.warmstart.enabled
+    assert cfg.slurm == base.slurm and cfg.protocol == base.protocol
+    assert cfg.data.corpus_path == base.data.corpus_path and cfg.data.qa_paths == base.data.qa_paths
