@@ -153,6 +153,30 @@ def test_unsloth_shared_backbone_and_guards(tok, tmp_path, monkeypatch):
     assert [vllm_max_lora_rank(r) for r in (1, 8, 9, 64, 1000)] == [8, 8, 16, 64, 1000]
 
 
+def test_unsloth_under_several_ranks_trains_its_patched_model_and_samples_on_one_vllm_engine_per_rank(
+        tok, tmp_path, monkeypatch):
+    """Issue 47: Unsloth's fast_inference engine cannot join a job's process group, so under torchrun
+    or srun each rank loads Unsloth's patched model alone on its own GPU, and samples on a plain vLLM
+    engine of its own (external_launcher), fed the adapters as saved folders, as backend vllm is."""
+    from cosearch_lib.models.generation import vllm_backend
+
+    calls = fake_unsloth(monkeypatch, tok)
+    engines = []
+    monkeypatch.setattr(vllm_backend.VLLMBackend, "shared",
+                        classmethod(lambda cls, name, **options: engines.append((name, options)) or "engine-of-rank"))
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    model, tokenizer, backend = load_policy_model(MODEL, {"agent": None, "ranker": None}, LORA, backend="unsloth",
+                                                  max_seq_length=7647, gpu_memory_utilization=0.4,
+                                                  vllm_options={"seed": 5}, engine_per_rank=True)
+    (loaded,) = calls["from_pretrained"]
+    assert loaded["fast_inference"] is False and loaded["device_map"] == {"": "cuda:3"}
+    assert loaded["max_seq_length"] == 7647 and "gpu_memory_utilization" not in loaded
+    assert backend == "engine-of-rank" and engines == [(MODEL, {"max_lora_rank": 8, "max_model_len": 7647,
+                                                                "gpu_memory_utilization": 0.4, "seed": 5})]
+    assert set(model.peft_config) == {"agent", "ranker"}  # Unsloth's LoRA kernels, our two adapters
+    assert calls["get_peft_model"] and not calls["fast_generate"]
+
+
 def test_missing_unsloth_and_vllm_say_what_to_do(monkeypatch):
     monkeypatch.setitem(sys.modules, "unsloth", None)  # `import unsloth` raises ImportError
     monkeypatch.setitem(sys.modules, "vllm", None)

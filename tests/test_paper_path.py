@@ -321,17 +321,24 @@ def test_an_index_of_another_dimension_than_the_encoder_is_refused(tmp_path: Pat
         check_inputs(load_profile(_paper_mini_like(tmp_path)), engine=False)
 
 
-def test_unsloth_under_many_ranks_is_refused_when_the_job_is_written(tmp_path: Path, monkeypatch) -> None:
-    """Break 2: `cosearch slurm train --profile paper --gpus-per-node 8` used to write and submit the
-    job; the refusal came after the queue and the index load. Now the dry run refuses, writing nothing."""
-    from cosearch_lib.paths import run_dir
+def test_a_launch_unsloth_cannot_run_is_refused_when_the_job_is_written(tmp_path: Path) -> None:
+    """Break 2: the refusal of a launch came after the queue wait and the index load. Unsloth on CPU
+    ranks is now refused by the dry run, before any script is written; Unsloth on 8 GPUs per rank
+    passes the launch check (its patched model and one vLLM engine per rank, test_gpu_path.py)."""
+    from cosearch_lib.experiment.preflight import _check_launch
 
-    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
-    done = _cosearch("slurm", "train", "--profile", "paper", "--gpus-per-node", "8", "--dry-run",
-                     env={"COSEARCH_RUNS": str(tmp_path / "runs")})
-    assert done.returncode == 2
-    assert "models.backend 'unsloth' cannot run under 8 ranks" in done.stderr and "Traceback" not in done.stderr
-    assert not (run_dir("paper") / "slurm").exists()
+    env = {"COSEARCH_RUNS": str(tmp_path / "runs")}
+    done = _cosearch("slurm", "train", "--profile", "paper", "--gpus-per-node", "0", "--tasks-per-node", "2",
+                     "--dry-run", env=env)
+    assert done.returncode == 2, done.stderr
+    assert "models.backend 'unsloth' needs CUDA GPUs" in done.stderr and "--gpus-per-node 0" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs" / "paper" / "slurm").exists()
+    paper = load_profile("paper")
+    assert "one vLLM engine per rank" in _check_launch(paper, 16, True)
+    paper.models.vllm.device = "cpu"
+    with pytest.raises(ConfigError, match="models.vllm.device: cpu"):
+        _check_launch(paper, 1, None)
 
 
 # ----------------------------------------------------------------------------- the miniature

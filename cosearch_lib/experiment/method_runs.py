@@ -50,11 +50,6 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
 
     tcfg = replace(cfg.training, **overrides)
     roles = tcfg.roles()
-    if dp.distributed and cfg.models.backend == "unsloth":
-        # Unsloth's fast_inference engine is started by Unsloth itself, without the external-launcher
-        # option that one vLLM engine per rank needs (models.generation.vllm_backend.engine_options)
-        raise ValueError(f"models.backend 'unsloth' under a data-parallel job of {dp.world_size} ranks is not "
-                         "supported: use models.backend 'vllm' (one engine per rank) or 'transformers'")
     if roles["ranker"] is not None and cfg.models.ranker != cfg.models.agent:
         raise ValueError(f"LoRA training puts both policies on one base model, but models.agent={cfg.models.agent!r} "
                          f"and models.ranker={cfg.models.ranker!r}; use one model for both")
@@ -63,9 +58,13 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     adapters = {name: starts[name] for name in dict.fromkeys(a for a in roles.values() if a)}
     engine = {} if cfg.models.backend == "transformers" else \
         {"max_seq_length": engine_length(cfg), "gpu_memory_utilization": cfg.models.vllm.gpu_memory_utilization}
+    # Unsloth under several ranks: its patched model per rank, one plain vLLM engine per rank (load_policy_model)
+    per_rank = cfg.models.backend == "unsloth" and dp.distributed
+    if per_rank:
+        engine["engine_per_rank"] = True
     model, tokenizer, policy_backend = load_policy_model(
         cfg.models.agent, adapters, cfg.lora, backend=cfg.models.backend, seed=cfg.seed,
-        vllm_options=vllm_options(cfg) if cfg.models.backend == "vllm" else None, **engine)
+        vllm_options=vllm_options(cfg) if cfg.models.backend == "vllm" or per_rank else None, **engine)
     policies = PolicySet(model, roles, tcfg.trainable(),
                          {"agent": tcfg.agent_lr, "ranker": tcfg.ranker_lr, "shared": tcfg.agent_lr})
     qa = corpus_paths(cfg).qa

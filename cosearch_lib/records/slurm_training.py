@@ -129,7 +129,7 @@ def submit_training(profile: str | Path, methods: Sequence[str], *, nodes: int =
     script paths, the commands and the job ids."""
     cfg = load_profile(profile)
     ranks = nodes * (tasks_per_node or max(gpus_per_node, 1))
-    preflight = check_inputs(cfg, world_size=ranks)  # before the queue: data, models, index, engine, launch
+    preflight = check_inputs(cfg, world_size=ranks, gpus=gpus_per_node > 0)  # before the queue: data, models, index, engine, launch
     texts = slurm_training_scripts(profile, methods, nodes=nodes, gpus_per_node=gpus_per_node,
                                    tasks_per_node=tasks_per_node, steps=steps)
     folder = run_dir(cfg.profile) / "slurm"
