@@ -369,6 +369,9 @@ PAPER_MINI_OVERRIDES = {
     "models.agent", "models.ranker",  # the bundled SmolLM2
     "models.backend", "models.vllm.device", "models.vllm.dtype", "models.vllm.kv_cache_gib",  # vLLM on CPU
     "rollout.max_context_tokens",  # SmolLM2's positions
+    # a 135M model does not follow the protocol zero-shot: a small agent warm start (paper: none)
+    "warmstart.enabled", "warmstart.n_agent", "warmstart.n_ranker", "warmstart.learning_rate",
+    "warmstart.warmup_ratio", "warmstart.batch_size",
     "training.steps", "training.questions_per_step", "training.minibatches", "training.micro_batch",  # sizes
     "training.val_per_dataset", "evaluation.n_per_dataset",  # sizes
 }
@@ -388,6 +391,37 @@ def test_the_miniature_overrides_only_what_the_cpu_cannot_hold() -> None:
     # what the issue keeps: the paper's search budget, rules, G, warm start off, evaluation, slurm
     assert (cfg.search.topn, cfg.search.topk, cfg.search.max_searches) == (50, 5, 6)
     assert cfg.training.group_size == base.training.group_size == 8 and cfg.rules == base.rules
-    assert cfg.rollout.temperature == 1.0 and not cfg.warmstart.enabled
+    assert cfg.rollout.temperature == 1.0 and base.warmstart.enabled is False and cfg.warmstart.n_ranker == 0
     assert cfg.slurm == base.slurm and cfg.protocol == base.protocol
     assert cfg.data.corpus_path == base.data.corpus_path and cfg.data.qa_paths == base.data.qa_paths
+
+
+def test_every_process_of_a_job_searches_through_the_one_server_when_it_is_named(tmp_path: Path, monkeypatch) -> None:
+    """Break 4: each notebook kernel and each rank without --retriever-url loaded the index itself
+    (8 ranks: 8 copies of ~64 GB). With the job's server named ($COSEARCH_RETRIEVER_URL or
+    retrieval.server_url), search_backend reaches the index through it and builds nothing."""
+    from cosearch_lib.config import ServerConfig
+    from cosearch_lib.experiment import building
+    from cosearch_lib.experiment.preflight import check_inputs
+    from cosearch_lib.retrieval.http_client import HttpRetriever
+    from cosearch_lib.retrieval.http_server import serve_in_background
+
+    from tests.doubles import CORPUS, FixedRetriever
+
+    def no_index(*a, **k):
+        raise AssertionError("the index was loaded in this process")
+
+    monkeypatch.setattr(building, "build_retriever", no_index)
+    cfg = load_profile(_paper_mini_like(tmp_path))
+    with serve_in_background(FixedRetriever(CORPUS), ServerConfig(port=0)) as url:
+        monkeypatch.setenv("COSEARCH_RETRIEVER_URL", url)
+        backend = building.search_backend(cfg)
+        assert isinstance(backend, HttpRetriever) and backend.search(["q"], 2)[0][0].id == CORPUS[0].id
+    _fill_data(tmp_path)  # no index file: a process searching through the server does not need one
+    assert not any(line.startswith("index") for line in check_inputs(cfg, engine=False).checked)
+    monkeypatch.setenv("COSEARCH_RETRIEVER_URL", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(Exception, match="127.0.0.1:9"):
+        building.search_backend(cfg)
+    monkeypatch.delenv("COSEARCH_RETRIEVER_URL")
+    with pytest.raises(ConfigError, match="retrieval.server_url: expected an http"):
+        load_profile(_paper_mini_like(tmp_path, "retrieval:\n  server_url: localhost:8000\n"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cosearch_lib.config.checks import ConfigError, Fields, invalid
+from cosearch_lib.config.checks import LOCATION_ONLY, ConfigError, Fields, invalid
 
 
 @dataclass
@@ -55,9 +55,14 @@ class RetrievalConfig:
     hnsw_m: int = 32  # HNSW graph degree (hnsw only)
     ef_search: int = 128  # HNSW search breadth (hnsw only)
     mmap_index: bool = False  # memory-map the index instead of reading it into RAM (for indexes larger than RAM)
+    server_url: str | None = field(default=None, metadata=LOCATION_ONLY)  # search through this retrieval server (cosearch serve-retriever) instead of loading the index in each process; $COSEARCH_RETRIEVER_URL sets it for a job
 
     def __post_init__(self) -> None:
         Fields("retrieval", self).choice("index_kind", ("flat", "hnsw"))
+        if self.server_url is not None and (not isinstance(self.server_url, str)
+                                            or not self.server_url.startswith(("http://", "https://"))):
+            raise ConfigError(f"retrieval.server_url: expected an http(s) URL such as http://127.0.0.1:8000, "
+                              f"got {self.server_url!r}")
 
 
 @dataclass

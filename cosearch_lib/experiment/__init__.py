@@ -16,6 +16,7 @@ from cosearch_lib.experiment.building import (
     harness_config,
     harness_context,
     resolve_profile,
+    search_backend,
     vllm_options,
 )
 from cosearch_lib.experiment.cached_starts import (
@@ -53,7 +54,7 @@ from cosearch_lib.experiment.method_runs import (
 )
 
 __all__ = ["BEFORE_AFTER_LABELS", "FIXED_RANKER_METHODS", "HOP_ORACLE_LABEL", "LLM_JUDGE_VERSION", "POLICY_SOURCES",
-           "RELEVANCE_VERSION", "before_after_pairs", "build_backends", "build_retriever", "build_trainer",
+           "RELEVANCE_VERSION", "before_after_pairs", "build_backends", "build_retriever", "build_trainer", "search_backend",
            "cross_encoder_dir", "cross_encoder_start", "evaluate_before_after", "evaluate_hop_oracle", "fixed_ranker",
            "fixed_ranker_cached", "harness_config",
            "harness_context", "held_out_ranker_rows", "llm_judge_dir", "llm_judge_start", "method_starts",

@@ -13,13 +13,14 @@ from typing import Any
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.config import ProfileConfig, load_profile
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext
-from cosearch_lib.experiment.preflight import engine_length
+from cosearch_lib.experiment.preflight import engine_length, retriever_url
 from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.lora_policies import vllm_max_lora_rank
 from cosearch_lib.retrieval.artifacts import prepare_corpus, prepare_index
 from cosearch_lib.retrieval.encoder import TextEncoder
+from cosearch_lib.retrieval.http_client import HttpRetriever
 from cosearch_lib.retrieval.retriever import Retriever, SearchBackend
 
 
@@ -34,6 +35,20 @@ def build_retriever(profile: str | ProfileConfig, *, progress: bool = True, devi
     encoder = TextEncoder(cfg.retrieval.encoder, device=device)
     index = prepare_index(cfg, encoder, store, paths, progress=progress)
     return Retriever(encoder, index, store)
+
+
+def search_backend(profile: str | ProfileConfig, *, progress: bool = True) -> SearchBackend:
+    """What a notebook or a training rank searches with: the job's retrieval server when one is named
+    (:func:`retriever_url`; the server checks its own index), else the in-process retriever
+    (:func:`build_retriever`). A multi-process job runs one ``cosearch serve-retriever`` and every
+    process reaches the index through it instead of loading its own copy."""
+    cfg = resolve_profile(profile)
+    url = retriever_url(cfg)
+    if url is None:
+        return build_retriever(cfg, progress=progress)
+    client = HttpRetriever(url)
+    client.health()  # a wrong URL or a server that is not up fails here, naming the URL
+    return client
 
 
 def harness_config(cfg: ProfileConfig, **overrides: Any) -> HarnessConfig:

@@ -19,7 +19,7 @@ from cosearch_lib.config.methods import method_spec
 from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
-from cosearch_lib.experiment.building import build_retriever, harness_config, policy_engine, vllm_options
+from cosearch_lib.experiment.building import harness_config, policy_engine, search_backend, vllm_options
 from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start, warm_start
 from cosearch_lib.experiment.preflight import engine_length
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
@@ -108,11 +108,11 @@ def train_methods(cfg: ProfileConfig, methods: Sequence[str], *, retriever: Sear
     for method in methods:
         method_spec(method)  # an unknown method fails here, before anything is built
     if dp.is_main:
-        retriever = retriever or build_retriever(cfg, progress=progress)
+        retriever = retriever or search_backend(cfg, progress=progress)
         for method in methods:
             method_starts(cfg, retriever, method, progress=progress)
     dp.barrier()
-    retriever = retriever or build_retriever(cfg, progress=False)  # the other ranks: from the cache
+    retriever = retriever or search_backend(cfg, progress=False)  # the other ranks: from the cache (or the server)
     out: dict[str, Path] = {}
     for method in methods:
         trainer = build_trainer(cfg, retriever, warm=method_starts(cfg, retriever, method, progress=False), method=method,

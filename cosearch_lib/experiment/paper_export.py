@@ -14,9 +14,13 @@ client, from a local stand-in of the hub (``tests/hub_standin.py``)::
     <out>/datasets/hzeng/co-search-train/data/train-00000-of-00001.parquet
     <out>/datasets/hzeng/co-search-eval/data/test-00000-of-00001.parquet
 
-What the real files do not carry is dropped: the world's gold chains, families and hop counts (the
-paper's data has none; the miniature must not train on what a cluster run cannot), and the ``syn_``
-prefix of its data sources (``syn_2wiki`` is written ``2wikimultihopqa``).
+What the real files do not carry is dropped (the world's families and hop counts, the ``syn_`` prefix
+of its data sources: ``syn_2wiki`` is written ``2wikimultihopqa``) with one exception: each
+question's gold chain stays under ``extra_info.gold_chain``, a field the real files lack and the
+loaders read only where present. A 135M model does not follow the tag protocol zero-shot (the
+paper's 7B instruct model does, so the paper runs no warm start): without it, the 16 rollouts of
+one ``paper_mini`` step made no search call, and the ranker had nothing to train on. The
+miniature's warm start reads the chains; everything else reads the columns the real files have.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -56,7 +59,8 @@ def cosearch_row(row: dict) -> dict:
             "prompt": [{"role": "user", "content": row["question"]}],
             "ability": row.get("ability", "fact-reasoning"),
             "reward_model": {"style": "rule", "ground_truth": {"target": list(row["golden_answers"])}},
-            "extra_info": {"split": extra["split"], "index": int(extra["index"]), "question": row["question"]}}
+            "extra_info": {"split": extra["split"], "index": int(extra["index"]), "question": row["question"],
+                           "gold_chain": [dict(h) for h in extra.get("gold_chain") or []]}}
 
 
 def world_profile(cfg: ProfileConfig) -> ProfileConfig:
@@ -85,7 +89,7 @@ def export_paper_hub(cfg: ProfileConfig, out: str | Path, *, progress: bool = Tr
         repo = COSEARCH_REPOS[which]
         folder = out / "datasets" / repo / "data"
         folder.mkdir(parents=True, exist_ok=True)
-        rows = [cosearch_row(r) for r in pd.read_parquet(paths.qa[split]).to_dict("records")]
+        rows = [cosearch_row(r) for r in pq.read_table(paths.qa[split]).to_pylist()]
         with atomic_path(folder / f"{split}-00000-of-00001.parquet") as tmp:
             pq.write_table(pa.Table.from_pylist(rows), tmp)
         repos[repo] = folder.parent

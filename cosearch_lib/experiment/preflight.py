@@ -18,6 +18,7 @@ the models are read for their ``config.json`` and tokenizer only.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ from cosearch_lib.models.registry import (
 from cosearch_lib.paths import project_relative
 from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_world
 from cosearch_lib.retrieval.faiss_index import load_index
+
+#: Environment variable naming a running retrieval server for every process of a job (over retrieval.server_url).
+RETRIEVER_URL_ENV = "COSEARCH_RETRIEVER_URL"
 
 #: Corpus rows read to measure the ranker prompt (the head of the file: no full pass over 21M rows).
 BUDGET_SAMPLE = 1000
@@ -61,6 +65,7 @@ def check_inputs(cfg: ProfileConfig, *, world_size: int = 1, engine: bool = True
     ``gpus``: whether the job gets GPUs (None: not known here, e.g. a process already running)."""
     checked: list[str] = []
     skipped: list[str] = []
+    index = index and retriever_url(cfg) is None  # a retrieval server checks its own index
     checked.append(_check_launch(cfg, world_size, gpus))
     for key, name in model_names(cfg).items():
         source = check_model_name(key, name)
@@ -77,6 +82,12 @@ def check_inputs(cfg: ProfileConfig, *, world_size: int = 1, engine: bool = True
         except _NotLocal as why:
             skipped.append(f"context budget: {why}")
     return Preflight(tuple(checked), tuple(skipped), engine_len)
+
+
+def retriever_url(cfg: ProfileConfig) -> str | None:
+    """The retrieval server this process searches through: ``$COSEARCH_RETRIEVER_URL``, else the
+    profile's ``retrieval.server_url``; None: this process loads the index itself."""
+    return os.environ.get(RETRIEVER_URL_ENV) or cfg.retrieval.server_url
 
 
 def model_names(cfg: ProfileConfig) -> dict[str, str]:

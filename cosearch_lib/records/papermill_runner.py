@@ -33,7 +33,7 @@ import yaml
 
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import SCORING_RANKER_KINDS, ConfigError, ProfileConfig, load_profile, papermill_parameters
-from cosearch_lib.experiment import build_retriever, fixed_ranker, fixed_ranker_cached, warm_roles, warm_start, warmstart_dir
+from cosearch_lib.experiment import fixed_ranker, fixed_ranker_cached, search_backend, warm_roles, warm_start, warmstart_dir
 from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
 from cosearch_lib.records.provenance import environment_snapshot
@@ -233,7 +233,7 @@ def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = No
     check_inputs(cfg)
     t0 = time.perf_counter()
     cached = all((warmstart_dir(cfg) / role / "adapter_config.json").exists() for role in warm_roles(cfg))
-    retriever = None if cached else build_retriever(cfg, progress=progress)  # only training reads the retriever
+    retriever = None if cached else search_backend(cfg, progress=progress)  # only training reads the retriever
     folders = warm_start(cfg, retriever, progress=progress) if cfg.warmstart.enabled else {}
     gc.collect()  # the models trained here are not needed by the notebooks' kernels
     record = {"step": "warm start", "profile": cfg.profile, "enabled": cfg.warmstart.enabled, "cached": cached,
@@ -254,7 +254,7 @@ def run_relevance_training(cfg: ProfileConfig, *, out_dir: str | os.PathLike | N
     a scoring ranker kind); write ``relevance.run.json``."""
     t0 = time.perf_counter()
     cached = fixed_ranker_cached(cfg)
-    retriever = None if cached else build_retriever(cfg, progress=progress)
+    retriever = None if cached else search_backend(cfg, progress=progress)
     folder = fixed_ranker(cfg, retriever, progress=progress)
     gc.collect()
     record = {"step": "relevance training", "profile": cfg.profile, "ranker_kind": cfg.training.ranker_kind, "cached": cached,
