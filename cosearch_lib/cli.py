@@ -77,13 +77,26 @@ def _cmd_train(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
         rec = run_training(cfg, methods, steps=args.steps, resume=args.resume, retriever_url=args.retriever_url,
-                           progress=not args.quiet)
+                           progress=not args.quiet, profile_arg=args.profile)
     except StopRequested as stop:  # every rank stops after the same step, rank 0 checkpointed: resumable
         print(f"cosearch train: {stop}; the same command with --resume continues (exit {EXIT_STOPPED})",
               file=sys.stderr, flush=True)
         return EXIT_STOPPED
     if rec is not None:  # rank 0
         print(json.dumps({k: v for k, v in rec.items() if k != "environment"}, indent=2))
+    return 0
+
+
+def _cmd_build_starts(args: argparse.Namespace) -> int:
+    from cosearch_lib.experiment import method_starts, search_backend
+    from cosearch_lib.retrieval.http_client import HttpRetriever
+
+    cfg = load_profile(args.profile, seed=args.seed)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    retriever = HttpRetriever(args.retriever_url) if args.retriever_url else search_backend(cfg, progress=not args.quiet)
+    for method in methods:
+        starts = method_starts(cfg, retriever, method, progress=not args.quiet)
+        print(json.dumps({"method": method, "starts": {k: str(v) for k, v in starts.items()}}))
     return 0
 
 
@@ -250,6 +263,15 @@ def build_parser() -> argparse.ArgumentParser:
                                            "loading the index in every rank")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_train)
+
+    p = sub.add_parser("build-starts", help="build what a method's ranks read from the cache (warm start, Fixed Ranker) in "
+                                            "one process: what `cosearch train` runs first under torchrun or srun")
+    p.add_argument("--profile", default="demo")
+    p.add_argument("--methods", default="cosearch")
+    p.add_argument("--seed", type=int, help="override the profile's seed")
+    p.add_argument("--retriever-url", help="search through this retrieval server instead of loading the index")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(fn=_cmd_build_starts)
 
     p = sub.add_parser("slurm", help="write (and submit) SLURM jobs: `slurm train` = a retrieval server, data-parallel "
                                      "training on N nodes x G GPUs after it, then notebook 03's evaluation")

@@ -425,3 +425,33 @@ def test_every_process_of_a_job_searches_through_the_one_server_when_it_is_named
     monkeypatch.delenv("COSEARCH_RETRIEVER_URL")
     with pytest.raises(ConfigError, match="retrieval.server_url: expected an http"):
         load_profile(_paper_mini_like(tmp_path, "retrieval:\n  server_url: localhost:8000\n"))
+
+
+def test_rank_zero_builds_the_starts_in_a_process_outside_the_job(monkeypatch) -> None:
+    """Under torchrun, TRL's warm-start trainer saw the job's variables in rank 0, wrapped the model in
+    DDP and waited for ranks that were waiting at the job's barrier (paper_mini hung there). The
+    starts are now built by a child process that sees none of the launcher's variables."""
+    from cosearch_lib.records import launched_training
+
+    seen = {}
+
+    def fake_run(cmd, env, stdout):
+        seen.update(cmd=cmd, env=env)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(launched_training.subprocess, "run", fake_run)
+    for key, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "x", "SLURM_STEP_NUM_TASKS": "2",
+                       "OMP_NUM_THREADS": "1"}.items():
+        monkeypatch.setenv(key, value)
+    launched_training.build_starts_apart("paper_mini", 3, ["cosearch", "search_r1"], "http://127.0.0.1:8000", False)
+    assert seen["cmd"][1:] == ["-m", "cosearch_lib.cli", "build-starts", "--profile", "paper_mini", "--seed", "3",
+                               "--methods", "cosearch,search_r1", "--retriever-url", "http://127.0.0.1:8000", "--quiet"]
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"} & set(seen["env"])
+    assert seen["env"]["SLURM_STEP_NUM_TASKS"] == "1" and "OMP_NUM_THREADS" not in seen["env"]  # torchrun's 1 thread
+    from cosearch_lib.rl.data_parallel import LaunchEnvironment
+
+    assert LaunchEnvironment.detect(seen["env"]).launcher == "single"
+    monkeypatch.setattr(launched_training.subprocess, "run", lambda cmd, env, stdout: subprocess.CompletedProcess(cmd, 3))
+    with pytest.raises(RuntimeError, match="exit 3"):
+        launched_training.build_starts_apart("paper_mini", 0, ["cosearch"], None, False)

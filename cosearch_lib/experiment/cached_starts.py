@@ -75,8 +75,11 @@ def _engine_shaping(cfg: ProfileConfig) -> dict[str, Any]:
 def warm_roles(cfg: ProfileConfig) -> tuple[str, ...]:
     """The roles :func:`warm_start` trains by default: both, or only the agent when a scoring ranker
     (``training.ranker_kind``: the LLM judge, the cross-encoder) ranks in place of a generative ranker
-    adapter, which no method would then read."""
-    return ("agent",) if cfg.training.ranker_kind in SCORING_RANKER_KINDS else POLICY_ROLES
+    adapter, which no method would then read; a role given no gold sequences (``warmstart.n_agent``
+    or ``n_ranker`` of 0) starts from the model as shipped."""
+    roles = ("agent",) if cfg.training.ranker_kind in SCORING_RANKER_KINDS else POLICY_ROLES
+    sizes = {"agent": cfg.warmstart.n_agent, "ranker": cfg.warmstart.n_ranker}
+    return tuple(r for r in roles if sizes[r] > 0)
 
 
 def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Sequence[str] | None = None, force: bool = False,

@@ -11,6 +11,8 @@ finds them finished and goes on to its evaluation and figures. Rank 0 writes ``t
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -33,14 +35,42 @@ from cosearch_lib.stop_signals import StopRequested
 TRAIN_RECORD = "train.run.json"
 
 
+#: Launcher variables a child process must not see, or it would think itself a rank of the job.
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+                "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT")
+
+
+def build_starts_apart(profile_arg: str, seed: int, methods: Sequence[str], retriever_url: str | None,
+                       progress: bool) -> None:
+    """Build the methods' starts (warm start, Fixed Ranker) in a child process outside the job.
+
+    Under torchrun or srun, rank 0 used to train the warm start itself while the other ranks waited.
+    TRL's trainer then saw the job's launcher variables, wrapped the model in DDP and waited for the
+    other ranks inside its constructor, while they waited at the job's barrier: both hung (seen on
+    ``paper_mini``). One process with none of the job's variables trains it alone, as SLURM's
+    ``srun --ntasks=1 cosearch warm-start`` step does; the ranks then read the cache."""
+    cmd = [sys.executable, "-m", "cosearch_lib.cli", "build-starts", "--profile", profile_arg, "--seed", str(seed),
+           "--methods", ",".join(methods)]
+    cmd += ["--retriever-url", retriever_url] if retriever_url else []
+    cmd += [] if progress else ["--quiet"]
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS and not k.startswith("TORCHELASTIC_")}
+    env["SLURM_STEP_NUM_TASKS"] = "1"  # under srun: one task, not a rank
+    if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("OMP_NUM_THREADS") == "1":
+        env.pop("OMP_NUM_THREADS")  # torchrun's default of one thread per rank; the other ranks wait meanwhile
+    done = subprocess.run(cmd, env=env, stdout=sys.stderr if progress else subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the starts of {list(methods)} failed (exit {done.returncode}): {' '.join(cmd)}")
+
+
 def run_training(cfg: ProfileConfig, methods: Sequence[str], *, steps: int | None = None, resume: bool = False,
                  retriever_url: str | None = None, progress: bool = True, out_dir: str | Path | None = None,
-                 dp: DataParallel | None = None) -> dict[str, Any] | None:
+                 dp: DataParallel | None = None, profile_arg: str | None = None) -> dict[str, Any] | None:
     """Train ``methods`` of ``cfg`` under whatever launched this process. Rank 0 writes the run record
     to ``out_dir/train.run.json`` (default the profile's run folder) and returns it; other ranks return None.
 
     ``retriever_url``: every rank searches through one retrieval server (``cosearch serve-retriever``,
-    or Search-R1's) instead of loading the index itself. A rank that fails prints which rank it was
+    or Search-R1's) instead of loading the index itself. ``profile_arg`` (the ``--profile`` given):
+    under several ranks, rank 0 first builds the starts in a child process (:func:`build_starts_apart`). A rank that fails prints which rank it was
     before the error ends it; the launcher then stops the others (torchrun does; srun with
     ``--kill-on-bad-exit=1``), and the job resumes (``resume=True``) from the newest whole checkpoint."""
     launch = LaunchEnvironment.detect()
@@ -50,6 +80,10 @@ def run_training(cfg: ProfileConfig, methods: Sequence[str], *, steps: int | Non
     t0 = time.perf_counter()
     seed_everything(cfg.seed)
     try:
+        if dp.distributed and profile_arg is not None:
+            if dp.is_main:
+                build_starts_apart(profile_arg, cfg.seed, methods, retriever_url, progress)
+            dp.barrier()
         retriever = HttpRetriever(retriever_url) if retriever_url else None
         overrides = {"steps": steps} if steps else {}
         folders = train_methods(cfg, methods, retriever=retriever, dp=dp, resume=resume, progress=progress, **overrides)

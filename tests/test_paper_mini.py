@@ -1,0 +1,118 @@
+"""The paper profile's path, end to end, as a cluster user runs it (issue 47; ``make test-paper``).
+
+The miniature ``paper_mini`` extends ``paper`` (tests/test_paper_path.py lists what it overrides).
+Every step is the command docs/USAGE.md gives a cluster user, with only the profile name changed:
+
+1. the paper's artefacts (here: the world exported in their formats) on a stand-in for the hub;
+2. ``cosearch download all --profile paper_mini``: the real ``huggingface_hub`` client fetches them;
+3. ``cosearch check --profile paper_mini --ranks 2``: the inputs, before any engine starts;
+4. ``cosearch serve-retriever``: one retrieval server for the job;
+5. ``torchrun --nproc-per-node 2 cosearch train --profile paper_mini --retriever-url URL``: gloo,
+   one vLLM CPU engine per rank;
+6. ``cosearch run --profile paper_mini --notebooks 02 03`` with ``COSEARCH_RETRIEVER_URL``:
+   papermill, the evaluation and the figures, searching through the same server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cosearch_lib.config import load_profile
+from cosearch_lib.paths import project_root
+
+from tests.hub_standin import HubStandin
+
+pytestmark = [pytest.mark.paper, pytest.mark.timeout(2400)]
+
+PROFILE = "paper_mini"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(cmd: list[str], env: dict[str, str], log: Path, timeout: float) -> float:
+    """Run one documented command; its output goes to ``log``; returns its wall seconds."""
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        done = subprocess.run(cmd, env=env, cwd=project_root(), stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {done.returncode}:\n{log.read_text()[-4000:]}")
+    return time.perf_counter() - t0
+
+
+def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) -> None:
+    cosearch = shutil.which("cosearch") or str(Path(sys.executable).parent / "cosearch")
+    cfg = load_profile(PROFILE)
+    data_root = project_root() / cfg.data.root
+    shutil.rmtree(data_root, ignore_errors=True)  # the download must write everything the profile reads
+    runs, logs = tmp_path / "runs", tmp_path / "logs"
+    logs.mkdir()
+    env = {**os.environ, "COSEARCH_RUNS": str(runs), "COSEARCH_FIGURES": str(tmp_path / "figures"),
+           "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_DISABLE_TELEMETRY": "1", "TQDM_DISABLE": "1"}
+    times: dict[str, float] = {}
+    times["export"] = _run([cosearch, "export-world", "--profile", PROFILE, "--hub", str(tmp_path / "hub"), "--quiet"],
+                           env, logs / "export.log", 600)
+    with HubStandin(tmp_path / "hub") as hub:
+        times["download"] = _run([cosearch, "download", "all", "--profile", PROFILE],
+                                 {**env, "HF_ENDPOINT": hub.url}, logs / "download.log", 600)
+    assert (data_root / "wiki18" / "e5_Flat.index").is_file()
+    times["check"] = _run([cosearch, "check", "--profile", PROFILE, "--ranks", "2"], env, logs / "check.log", 300)
+    assert "ok    context budget" in (logs / "check.log").read_text()
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server_log = open(logs / "server.log", "w")
+    server = subprocess.Popen([cosearch, "serve-retriever", "--profile", PROFILE, "--port", str(port)], env=env,
+                              cwd=project_root(), stdout=server_log, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(url, server, logs / "server.log")
+        times["train (2 ranks)"] = _run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
+             "train", "--profile", PROFILE, "--methods", "cosearch", "--retriever-url", url, "--quiet"],
+            env, logs / "train.log", 1500)
+        times["notebooks 02 03"] = _run(
+            [cosearch, "run", "--profile", PROFILE, "--notebooks", "02", "03", "-p", "methods=cosearch",
+             "-p", "resume=true", "--quiet"], {**env, "COSEARCH_RETRIEVER_URL": url}, logs / "run.log", 1500)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        server_log.close()
+    print(json.dumps({k: round(v, 1) for k, v in times.items()}))
+
+    out = runs / PROFILE
+    train = json.loads((out / "train.run.json").read_text())
+    assert train["world_size"] == 2 and train["retriever"] == url
+    steps = pd.read_csv(out / "training" / "cosearch" / "steps.csv")
+    assert steps["n_trajectories"].tolist() == [cfg.training.questions_per_step * 8]  # G = 8, the paper's
+    assert steps["n_ranker_calls"].iloc[0] > 0  # the ranker was called on N = 50 candidates and scored
+    for name in ("02_oracle_gap_study.ipynb", "03_joint_grpo_training.ipynb"):
+        assert (out / name).is_file()
+    assert any((tmp_path / "figures" / PROFILE).glob("*.png"))
+
+
+def _wait_for(url: str, server: subprocess.Popen, log: Path, timeout: float = 300) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"the retrieval server exited {server.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            urllib.request.urlopen(url + "/health", timeout=5).read()
+            return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"the retrieval server did not answer within {timeout} s")
