@@ -50,16 +50,36 @@ def test_shards_split_the_questions_once_and_unshard_restores_their_order():
         DataParallel(2, 2)
 
 
-def test_unsloth_under_several_ranks_is_refused_by_name_before_any_model_loads():
+def test_unsloth_under_several_ranks_loads_its_patched_model_with_one_vllm_engine_per_rank(monkeypatch):
+    """Unsloth's own engine cannot join a job's process group, so under several ranks build_trainer
+    asks for Unsloth's patched model with one plain vLLM engine per rank (issue 47; until then it
+    refused: tests/test_gpu_path.py checks what load_policy_model does with it)."""
     from dataclasses import replace
 
+    import cosearch_lib.experiment.method_runs as method_runs
     from cosearch_lib.config import load_profile
     from cosearch_lib.experiment import build_trainer
 
+    seen = {}
+
+    class Loaded(Exception):
+        pass
+
+    def fake_load(name, adapters, lora, **kw):
+        seen.update(kw)
+        raise Loaded
+
+    monkeypatch.setattr(method_runs, "load_policy_model", fake_load)
     cfg = load_profile("ci")
     cfg = replace(cfg, models=replace(cfg.models, backend="unsloth"))
-    with pytest.raises(ValueError, match="models.backend 'unsloth' under a data-parallel job of 2 ranks is not supported"):
+    with pytest.raises(Loaded):
         build_trainer(cfg, None, dp=DataParallel(1, 2))
+    assert seen["backend"] == "unsloth" and seen["engine_per_rank"] is True
+    assert seen["vllm_options"]["max_model_len"] == seen["max_seq_length"]
+    seen.clear()
+    with pytest.raises(Loaded):
+        build_trainer(cfg, None)  # one process: Unsloth's own engine
+    assert "engine_per_rank" not in seen and seen["vllm_options"] is None
 
 
 def test_launch_variables_of_torchrun_and_srun_are_read_and_bad_ones_named(monkeypatch, tmp_path):
