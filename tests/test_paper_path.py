@@ -455,3 +455,34 @@ def test_rank_zero_builds_the_starts_in_a_process_outside_the_job(monkeypatch) -
     monkeypatch.setattr(launched_training.subprocess, "run", lambda cmd, env, stdout: subprocess.CompletedProcess(cmd, 3))
     with pytest.raises(RuntimeError, match="exit 3"):
         launched_training.build_starts_apart("paper_mini", 0, ["cosearch"], None, False)
+
+
+def test_the_flat_index_goes_onto_the_gpus_replicated_or_sharded_by_its_size(monkeypatch, tmp_path: Path) -> None:
+    """retrieval.index_device: gpu reaches faiss's GPU path (a fake GPU faiss here: no GPU is lent):
+    a copy per GPU when the vectors fit one, sharded over them when not (wiki-18's ~62 GB e5 index on
+    8 GPUs), refused with the numbers when they do not fit all of them together."""
+    import faiss
+    import numpy as np
+
+    from cosearch_lib.retrieval import faiss_index
+
+    cloned = []
+
+    class Options:
+        shard = False
+
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 8, raising=False)
+    monkeypatch.setattr(faiss, "GpuMultipleClonerOptions", Options, raising=False)
+    monkeypatch.setattr(faiss, "index_cpu_to_all_gpus",
+                        lambda index, co=None: cloned.append(co.shard) or ("on gpus", index), raising=False)
+    index = faiss.IndexFlatIP(768)
+    index.add(np.zeros((1000, 768), dtype="float32"))
+    gib = 2 ** 30
+    assert faiss_index.to_gpu(index, free_bytes=[80 * gib] * 8)[0] == "on gpus" and cloned == [False]
+    wiki18 = type("Flat", (), {"ntotal": 21_015_324, "d": 768})()  # the e5 index's shape: 64.6 GB of float32
+    faiss_index.to_gpu(wiki18, free_bytes=[40 * gib] * 8)
+    assert cloned[-1] is True
+    with pytest.raises(RuntimeError, match=r"needs 60.1 GiB but the 8 GPU\(s\) have 16.0 GiB free"):
+        faiss_index.to_gpu(wiki18, free_bytes=[2 * gib] * 8)
+    with pytest.raises(ConfigError, match="FAISS has no GPU HNSW"):
+        load_profile(_profile(tmp_path, "extends: paper\nretrieval:\n  index_device: gpu\n  index_kind: hnsw\n"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cosearch_lib.config.checks import LOCATION_ONLY, ConfigError, Fields, invalid
+from cosearch_lib.config.checks import LOCATION_ONLY, SPEED_ONLY, ConfigError, Fields, invalid
 
 
 @dataclass
@@ -55,10 +55,15 @@ class RetrievalConfig:
     hnsw_m: int = 32  # HNSW graph degree (hnsw only)
     ef_search: int = 128  # HNSW search breadth (hnsw only)
     mmap_index: bool = False  # memory-map the index instead of reading it into RAM (for indexes larger than RAM)
+    index_device: str = field(default="cpu", metadata=SPEED_ONLY)  # "cpu", or "gpu": the flat index on every visible GPU, replicated when it fits one, else sharded over them (faiss-gpu, the gpu extra)
     server_url: str | None = field(default=None, metadata=LOCATION_ONLY)  # search through this retrieval server (cosearch serve-retriever) instead of loading the index in each process; $COSEARCH_RETRIEVER_URL sets it for a job
 
     def __post_init__(self) -> None:
         Fields("retrieval", self).choice("index_kind", ("flat", "hnsw"))
+        Fields("retrieval", self).choice("index_device", ("cpu", "gpu"))
+        if self.index_device == "gpu" and self.index_kind != "flat":
+            raise ConfigError("retrieval.index_device: gpu moves a flat index (FAISS has no GPU HNSW); "
+                              "set retrieval.index_kind: flat or index_device: cpu")
         if self.server_url is not None and (not isinstance(self.server_url, str)
                                             or not self.server_url.startswith(("http://", "https://"))):
             raise ConfigError(f"retrieval.server_url: expected an http(s) URL such as http://127.0.0.1:8000, "

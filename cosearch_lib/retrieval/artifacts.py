@@ -23,7 +23,7 @@ from cosearch_lib.config import ProfileConfig
 from cosearch_lib.paths import data_dir, profile_data_path
 from cosearch_lib.retrieval.corpus_store import CorpusStore
 from cosearch_lib.retrieval.encoder import TextEncoder
-from cosearch_lib.retrieval.faiss_index import build_index_from_corpus, load_index, save_index
+from cosearch_lib.retrieval.faiss_index import build_index_from_corpus, load_index, save_index, to_gpu
 from cosearch_lib.world.io import build_world
 
 
@@ -91,10 +91,11 @@ def prepare_corpus(cfg: ProfileConfig, *, progress: bool = True) -> tuple[Corpus
 def prepare_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, paths: CorpusPaths, *, progress: bool = True):
     """Load the profile's index, or encode the corpus and save one (with a .json of what built it)."""
     rcfg = cfg.retrieval
+    on_gpu = rcfg.index_device == "gpu"
     if paths.index.exists():
         index = load_index(paths.index, mmap=rcfg.mmap_index, ef_search=rcfg.ef_search)
         if index.ntotal == len(store):
-            return index
+            return to_gpu(index) if on_gpu else index
         if cfg.data.index_path:  # a user-supplied index must match; never overwrite it
             raise ValueError(f"index {paths.index} has {index.ntotal} vectors but the corpus has {len(store)} rows")
     t0 = time.perf_counter()
@@ -105,7 +106,7 @@ def prepare_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, 
     meta = {"encoder": asdict(rcfg.encoder), "kind": rcfg.index_kind, "ntotal": index.ntotal,
             "corpus": str(paths.corpus), "build_s": round(time.perf_counter() - t0, 2)}
     paths.index.with_suffix(".json").write_text(json.dumps(meta, indent=2))
-    return index
+    return to_gpu(index) if on_gpu else index
 
 
 def index_build_info(cfg: ProfileConfig) -> dict:
