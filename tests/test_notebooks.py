@@ -68,6 +68,8 @@ def test_02_oracle_gap_study_runs_on_ci_profile(ci_agent_start, isolated_outputs
     metrics = json.loads((runs / "02_oracle_gap_study.metrics.json").read_text())
     assert set(metrics["oracle_gap"]) == {"standard", "oracle", "relative gain %"}
     assert metrics["n_records"] == len(records)
+    adapters = [v for k, v in metrics["eval_config"].items() if k.endswith("_adapter") and v]
+    assert adapters and not any(Path(a).is_absolute() for a in adapters)  # records read the same on every machine
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert "showing" in text and "question:" in text  # the trajectory browser's printed fallback
     assert re.search(r"=== agent_\w+: test_", text)  # each printed trajectory names its method

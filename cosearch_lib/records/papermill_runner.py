@@ -237,7 +237,7 @@ def run_warm_start(cfg: ProfileConfig, *, out_dir: str | os.PathLike | None = No
     folders = warm_start(cfg, retriever, progress=progress) if cfg.warmstart.enabled else {}
     gc.collect()  # the models trained here are not needed by the notebooks' kernels
     record = {"step": "warm start", "profile": cfg.profile, "enabled": cfg.warmstart.enabled, "cached": cached,
-              "adapters": {role: str(path) for role, path in folders.items()}, "wall_s": round(time.perf_counter() - t0, 2),
+              "adapters": {role: project_relative(path) for role, path in folders.items()}, "wall_s": round(time.perf_counter() - t0, 2),
               "environment": environment_snapshot()}
     out = Path(out_dir) if out_dir else run_dir(cfg.profile)
     out.mkdir(parents=True, exist_ok=True)
@@ -258,7 +258,7 @@ def run_relevance_training(cfg: ProfileConfig, *, out_dir: str | os.PathLike | N
     folder = fixed_ranker(cfg, retriever, progress=progress)
     gc.collect()
     record = {"step": "relevance training", "profile": cfg.profile, "ranker_kind": cfg.training.ranker_kind, "cached": cached,
-              "adapter": str(folder), "steps": cfg.relevance.steps, "wall_s": round(time.perf_counter() - t0, 2),
+              "adapter": project_relative(folder), "steps": cfg.relevance.steps, "wall_s": round(time.perf_counter() - t0, 2),
               "environment": environment_snapshot()}
     out = Path(out_dir) if out_dir else run_dir(cfg.profile)
     out.mkdir(parents=True, exist_ok=True)
