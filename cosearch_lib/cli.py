@@ -89,11 +89,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_build_starts(args: argparse.Namespace) -> int:
     from cosearch_lib.experiment import method_starts, search_backend
-    from cosearch_lib.retrieval.http_client import HttpRetriever
 
     cfg = load_profile(args.profile, seed=args.seed)
+    if args.retriever_url:
+        cfg.retrieval.server_url = args.retriever_url
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    retriever = HttpRetriever(args.retriever_url) if args.retriever_url else search_backend(cfg, progress=not args.quiet)
+    retriever = search_backend(cfg, progress=not args.quiet)
     for method in methods:
         starts = method_starts(cfg, retriever, method, progress=not args.quiet)
         print(json.dumps({"method": method, "starts": {k: str(v) for k, v in starts.items()}}))
@@ -181,7 +182,8 @@ def _cmd_download(args: argparse.Namespace) -> int:
         print(fn(args.dest))
         return 0
     cfg = load_profile(args.profile)
-    what = ["cosearch-data", "wiki18-corpus", "wiki18-index", "models"] if args.what == "all" else [args.what]
+    # `all`: the files the profile reads (an embedded-world profile reads none), then its models
+    what = [*data.profile_targets(cfg.data), "models"] if args.what == "all" else [args.what]
     for item in what:
         if item == "models":
             from cosearch_lib.experiment.preflight import model_names
@@ -189,7 +191,7 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
             for row in prefetch_models(model_names(cfg)):
                 print(f"{row['key']}: {row['model']} ({row['source']}) -> {row['path']}")
-        elif item in data.profile_targets(cfg.data) or args.what != "all":
+        else:
             print(f"{item}: {data.download_for_profile(cfg.data, item)}")
     return 0
 

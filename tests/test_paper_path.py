@@ -486,3 +486,15 @@ def test_the_flat_index_goes_onto_the_gpus_replicated_or_sharded_by_its_size(mon
         faiss_index.to_gpu(wiki18, free_bytes=[2 * gib] * 8)
     with pytest.raises(ConfigError, match="FAISS has no GPU HNSW"):
         load_profile(_profile(tmp_path, "extends: paper\nretrieval:\n  index_device: gpu\n  index_kind: hnsw\n"))
+
+
+def test_split_index_parts_join_back_to_the_file(tmp_path: Path) -> None:
+    """export-world splits the index as the hub stores wiki-18's (part_aa, part_ab); merge_parts joins them."""
+    from cosearch_lib.data.downloads import merge_parts
+    from cosearch_lib.experiment.paper_export import split_file
+
+    src = tmp_path / "e5_Flat.index"
+    src.write_bytes(bytes(range(256)) * 4097 + b"tail")
+    parts = split_file(src, [tmp_path / "part_aa", tmp_path / "part_ab"], chunk_size=1000)
+    assert [p.stat().st_size for p in parts] == [524418, 524418]
+    assert merge_parts(parts, tmp_path / "joined", progress=False).read_bytes() == src.read_bytes()

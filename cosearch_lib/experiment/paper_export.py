@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -103,27 +102,16 @@ def export_paper_hub(cfg: ProfileConfig, out: str | Path, *, progress: bool = Tr
     return repos
 
 
-def split_file(src: Path, parts: list[Path]) -> list[Path]:
+def split_file(src: Path, parts: list[Path], chunk_size: int = 1 << 20) -> list[Path]:
     """``src`` cut into ``len(parts)`` consecutive pieces (as ``split`` does; ``cat`` joins them)."""
     size = src.stat().st_size
     bounds = [round(i * size / len(parts)) for i in range(len(parts) + 1)]
     with open(src, "rb") as fh:
         for part, start, end in zip(parts, bounds, bounds[1:], strict=False):
             with atomic_path(part) as tmp, open(tmp, "wb") as dst:
-                fh.seek(start)
-                shutil.copyfileobj(_Limited(fh, end - start), dst)
+                left = end - start
+                while left:
+                    chunk = fh.read(min(chunk_size, left))
+                    dst.write(chunk)
+                    left -= len(chunk)
     return parts
-
-
-class _Limited:
-    """A reader that stops after ``n`` bytes of ``fh``."""
-
-    def __init__(self, fh, n: int) -> None:
-        self.fh, self.left = fh, n
-
-    def read(self, size: int = -1) -> bytes:
-        if self.left <= 0:
-            return b""
-        data = self.fh.read(self.left if size < 0 else min(size, self.left))
-        self.left -= len(data)
-        return data

@@ -17,6 +17,7 @@ the models are read for their ``config.json`` and tokenizer only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -62,7 +63,22 @@ def check_inputs(cfg: ProfileConfig, *, world_size: int = 1, engine: bool = True
     ``world_size``: the ranks the job will run (a launch the backend cannot run is refused).
     ``engine``: also measure the context budget against the engine and the model (needs the tokenizer).
     ``index``: this process searches its own index (False: through a retrieval server, which checks it).
-    ``gpus``: whether the job gets GPUs (None: not known here, e.g. a process already running)."""
+    ``gpus``: whether the job gets GPUs (None: not known here, e.g. a process already running).
+
+    A process checks each profile once: ``cosearch run`` reaches this from the workbook, the profile
+    runner and the warm start, and the second and third calls return the first one's result."""
+    key = json.dumps([dataclasses.asdict(cfg), world_size, engine, index, gpus, retriever_url(cfg)],
+                     sort_keys=True, default=str)
+    if key not in _CHECKED:
+        _CHECKED[key] = _check_inputs(cfg, world_size=world_size, engine=engine, index=index, gpus=gpus)
+    return _CHECKED[key]
+
+
+#: Profiles this process has checked (all settings and arguments as JSON -> the result).
+_CHECKED: dict[str, Preflight] = {}
+
+
+def _check_inputs(cfg: ProfileConfig, *, world_size: int, engine: bool, index: bool, gpus: bool | None) -> Preflight:
     checked: list[str] = []
     skipped: list[str] = []
     index = index and retriever_url(cfg) is None  # a retrieval server checks its own index
