@@ -9,6 +9,7 @@
     cosearch serve-retriever --profile demo [--port N]  Search-R1-compatible HTTP retrieval server
     cosearch download {cosearch-data,wiki18-corpus,wiki18-index,models,all} --profile P  (or --dest DIR)
     cosearch export-world --profile paper_mini --hub DIR  the world as the paper's artefacts, in the hub's layout
+    cosearch prepare-relevance --profile paper          the Fixed Ranker's relevance data (training queries, top-N, labels)
     cosearch check --profile paper [--ranks N]          the profile's inputs, checked before any GPU work
     cosearch models                                     the model registry and what is installed
     cosearch profiles                                   the available profiles
@@ -204,6 +205,18 @@ def _cmd_export_world(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_prepare_relevance(args: argparse.Namespace) -> int:
+    from cosearch_lib.experiment.relevance_data import prepare_relevance_data
+
+    summary = prepare_relevance_data(load_profile(args.profile), force=args.force, progress=not args.quiet)
+    verb = "already prepared" if summary["reused"] else "wrote"
+    print(f"{verb} {summary['path']}: {summary['kept']} of {summary['queries']} queries have a relevant passage in "
+          f"their top {summary['topn']} ({summary['dropped']} dropped)")
+    for source, row in summary["per_source"].items():
+        print(f"  {source}: {row['kept']} of {row['queries']}")
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from cosearch_lib.experiment.preflight import check_inputs
 
@@ -325,6 +338,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hub", required=True, help="folder to write <hub>/datasets/<org>/<repo>/... into")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_export_world)
+
+    p = sub.add_parser("prepare-relevance", help="the Fixed Ranker's relevance data: the profile's training queries "
+                                                 "(relevance.split, query_sources, n_queries), their top-N from the retriever "
+                                                 "($COSEARCH_RETRIEVER_URL or the index), answer-containment labels, the "
+                                                 "queries without a relevant candidate dropped; written to relevance.prepared_path")
+    p.add_argument("--profile", default="demo")
+    p.add_argument("--force", action="store_true", help="write it again even when it is there with the same settings")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(fn=_cmd_prepare_relevance)
 
     p = sub.add_parser("check", help="check a profile's inputs (data files, columns, index dimension, models, context "
                                      "budget, launch) without loading weights: what train, run and slurm check first")

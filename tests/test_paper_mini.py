@@ -5,10 +5,11 @@ Every step is the command docs/USAGE.md gives a cluster user, with only the prof
 
 1. the paper's artefacts (here: the world exported in their formats) on a stand-in for the hub;
 2. ``cosearch download all --profile paper_mini``: the real ``huggingface_hub`` client fetches them;
+   ``cosearch prepare-relevance --profile paper_mini``: the Fixed Ranker's relevance set;
 3. ``cosearch check --profile paper_mini --ranks 2``: the inputs, before any engine starts;
 4. ``cosearch serve-retriever``: one retrieval server for the job;
 5. ``torchrun --nproc-per-node 2 cosearch train --profile paper_mini --retriever-url URL``: gloo,
-   one vLLM CPU engine per rank;
+   one vLLM CPU engine per rank; the Fixed Ranker (relevance-trained first) and CoSearch;
 6. ``cosearch run --profile paper_mini --notebooks 02 03`` with ``COSEARCH_RETRIEVER_URL``:
    papermill, the evaluation and the figures, searching through the same server.
 """
@@ -28,6 +29,7 @@ import pandas as pd
 import pytest
 
 from cosearch_lib.config import load_profile
+from cosearch_lib.experiment.cached_starts import relevance_dir
 from cosearch_lib.paths import project_root
 
 from tests.hub_standin import HubStandin
@@ -69,6 +71,8 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
         times["download"] = _run([cosearch, "download", "all", "--profile", PROFILE],
                                  {**env, "HF_ENDPOINT": hub.url}, logs / "download.log", 600)
     assert (data_root / "wiki18" / "e5_Flat.index").is_file()
+    times["prepare-relevance"] = _run([cosearch, "prepare-relevance", "--profile", PROFILE, "--quiet"], env,
+                                      logs / "relevance.log", 600)
     times["check"] = _run([cosearch, "check", "--profile", PROFILE, "--ranks", "2"], env, logs / "check.log", 300)
     assert "ok    context budget" in (logs / "check.log").read_text()
 
@@ -81,10 +85,10 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
         _wait_for(url, server, logs / "server.log")
         times["train (2 ranks)"] = _run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
-             "train", "--profile", PROFILE, "--methods", "cosearch", "--retriever-url", url, "--quiet"],
+             "train", "--profile", PROFILE, "--methods", "fixed_ranker,cosearch", "--retriever-url", url, "--quiet"],
             env, logs / "train.log", 1500)
         times["notebooks 02 03"] = _run(
-            [cosearch, "run", "--profile", PROFILE, "--notebooks", "02", "03", "-p", "methods=cosearch",
+            [cosearch, "run", "--profile", PROFILE, "--notebooks", "02", "03", "-p", "methods=fixed_ranker,cosearch",
              "-p", "resume=true", "--quiet"], {**env, "COSEARCH_RETRIEVER_URL": url}, logs / "run.log", 1500)
     finally:
         server.terminate()
@@ -95,9 +99,14 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
     out = runs / PROFILE
     train = json.loads((out / "train.run.json").read_text())
     assert train["world_size"] == 2 and train["retriever"] == url
-    steps = pd.read_csv(out / "training" / "cosearch" / "steps.csv")
-    assert steps["n_trajectories"].tolist() == [cfg.training.questions_per_step * 8]  # G = 8, the paper's
-    assert steps["n_ranker_calls"].iloc[0] > 0  # the ranker was called on N = 50 candidates and scored
+    for method in ("fixed_ranker", "cosearch"):
+        steps = pd.read_csv(out / "training" / method / "steps.csv")
+        assert steps["n_trajectories"].tolist() == [cfg.training.questions_per_step * 8]  # G = 8, the paper's
+    assert steps["n_ranker_calls"].iloc[0] > 0  # CoSearch's ranker was called on N = 50 candidates and scored
+    # the Fixed Ranker was relevance-trained on the prepared set (world questions of the NQ family)
+    relevance = json.loads((relevance_dir(cfg) / "relevance.json").read_text())
+    assert relevance["steps"] == cfg.relevance.steps and relevance["pool"]["answerable"] > 0
+    assert "nq" in (logs / "relevance.log").read_text()
     for name in ("02_oracle_gap_study.ipynb", "03_joint_grpo_training.ipynb"):
         assert (out / name).is_file()
     assert any((tmp_path / "figures" / PROFILE).glob("*.png"))

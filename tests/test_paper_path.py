@@ -232,6 +232,12 @@ protocol:
 {extra}""")
 
 
+def _without_relevance(tmp_path: Path, extra: str = "") -> Path:
+    """:func:`_paper_mini_like` with the Fixed Ranker's relevance training off: the checks of the other
+    breaks, before any relevance set is prepared (test_the_fixed_ranker_trains_on_prepared_relevance_data)."""
+    return _paper_mini_like(tmp_path, "relevance:\n  enabled: false\n" + extra)
+
+
 def _fill_data(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "wiki18").mkdir(parents=True)
@@ -268,14 +274,14 @@ def test_a_budget_longer_than_the_engine_or_the_model_is_refused_with_the_number
     from cosearch_lib.experiment.preflight import check_inputs
 
     _fill_data(tmp_path)
-    fits = check_inputs(load_profile(_paper_mini_like(tmp_path)), index=False)
+    fits = check_inputs(load_profile(_without_relevance(tmp_path)), index=False)
     assert fits.engine_len is not None and 4096 + 512 < fits.engine_len <= 8192
-    short = load_profile(_paper_mini_like(tmp_path))
+    short = load_profile(_without_relevance(tmp_path))
     short.models.vllm.max_model_len = 4096
     with pytest.raises(ConfigError, match=r"models.vllm.max_model_len=4096 is shorter .*ranker: prompt \d+ \(N=50"):
         check_inputs(short, index=False)
     # the paper's own agent context (8,192 + 512) does not fit SmolLM2's 8,192 positions
-    paper_context = load_profile(_paper_mini_like(tmp_path))
+    paper_context = load_profile(_without_relevance(tmp_path))
     paper_context.rollout.max_context_tokens = 8192
     with pytest.raises(ConfigError, match=r"does not fit 'smollm2-135m-instruct'.*8192 positions"):
         check_inputs(paper_context, index=False)
@@ -284,7 +290,7 @@ def test_a_budget_longer_than_the_engine_or_the_model_is_refused_with_the_number
 def test_missing_data_folder_is_named_with_the_download_command(tmp_path: Path) -> None:
     from cosearch_lib.experiment.preflight import check_inputs
 
-    cfg = load_profile(_paper_mini_like(tmp_path))
+    cfg = load_profile(_without_relevance(tmp_path))
     with pytest.raises(FileNotFoundError, match=r"data.corpus_path: .*wiki-18.jsonl.gz not found .*cosearch download wiki18-corpus --profile"):
         check_inputs(cfg)
     _fill_data(tmp_path)
@@ -302,7 +308,7 @@ def test_qa_file_missing_a_column_is_refused_at_start(tmp_path: Path) -> None:
         del r["reward_model"]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / "cosearch" / "co-search-train" / "part-0.parquet")
     with pytest.raises(ValueError, match=r"part-0.parquet row 0: column 'golden_answers' is missing .*reward_model.ground_truth.target"):
-        check_inputs(load_profile(_paper_mini_like(tmp_path)), index=False, engine=False)
+        check_inputs(load_profile(_without_relevance(tmp_path)), index=False, engine=False)
 
 
 def test_an_index_of_another_dimension_than_the_encoder_is_refused(tmp_path: Path) -> None:
@@ -318,7 +324,51 @@ def test_an_index_of_another_dimension_than_the_encoder_is_refused(tmp_path: Pat
     faiss.write_index(index, str(tmp_path / "data" / "wiki18" / "e5_Flat.index"))
     with pytest.raises(ConfigError, match=r"e5_Flat.index holds 768-d vectors, but retrieval.encoder.model "
                                           r"'all-minilm-l6-v2' makes 384-d ones.*intfloat/e5-base-v2"):
-        check_inputs(load_profile(_paper_mini_like(tmp_path)), engine=False)
+        check_inputs(load_profile(_without_relevance(tmp_path)), engine=False)
+
+
+def test_the_fixed_ranker_trains_on_prepared_relevance_data(tmp_path: Path, monkeypatch) -> None:
+    """Break 6: paper.yaml left relevance training off and nothing read the appendix's data, so at
+    paper scale the "Fixed Ranker" was the untrained instruct model. paper.yaml now turns it on, on a
+    set `cosearch prepare-relevance` writes: the NQ training questions, the retriever's top-50 of
+    each, answer containment, the queries with no relevant candidate dropped. A job without the set
+    is refused at its check, naming the command; a set made with other settings counts as missing."""
+    from cosearch_lib.cli import main as cosearch
+    from cosearch_lib.experiment.preflight import check_inputs
+    from cosearch_lib.metrics import has_answer
+    from cosearch_lib.paths import cache_dir
+    from cosearch_lib.retrieval.relevance_sets import read_relevance_set
+
+    paper = load_profile("paper").relevance
+    assert paper.enabled and paper.source == "prepared" and paper.query_sources == ("nq",) and paper.split == "train"
+    monkeypatch.setenv("COSEARCH_CACHE", str(cache_dir()))  # the converted models stay where they are
+    monkeypatch.setenv("COSEARCH_DATA", str(tmp_path / "derived"))  # the store and index of the sample go here
+    _fill_data(tmp_path)
+    # training questions the sample can answer: a passage's opening words, its title as the answer;
+    # half NQ, half HotpotQA (not among the relevance queries); three NQ ones nothing answers
+    passages = [(pid, split_contents(c)) for pid, c in iter_corpus(FLASHRAG_CORPUS)][:40]
+    rows = [{"id": f"q{i}", "question": " ".join(text.split()[:12]) + "?", "golden_answers": [title],
+             "data_source": "nq" if i % 2 == 0 else "hotpotqa"} for i, (_, (title, text)) in enumerate(passages)]
+    rows += [{"id": f"x{i}", "question": f"Which zqxv number {i} is unanswerable?", "golden_answers": [f"zqxv{i}qq"],
+              "data_source": "nq"} for i in range(3)]
+    train = cosearch_rows_from_search_r1(search_r1_rows_from_flashrag(rows, "nq", "train"))
+    for row, src in zip(train, rows):
+        row["data_source"] = src["data_source"]
+    pq.write_table(pa.Table.from_pylist(train), tmp_path / "data" / "cosearch" / "co-search-train" / "part-0.parquet")
+    profile = _paper_mini_like(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"relevance.prepared_path: .*relevance-set.jsonl.gz not found.*"
+                                                r"cosearch prepare-relevance --profile"):
+        check_inputs(load_profile(profile), engine=False, index=False)
+    assert cosearch(["prepare-relevance", "--profile", str(profile), "--quiet"]) == 0
+    cfg = load_profile(profile)
+    kept = read_relevance_set(tmp_path / "data" / "relevance" / "relevance-set.jsonl.gz", topn=50)
+    assert {q.data_source for q in kept} == {"nq"} and 15 <= len(kept) <= 20  # the 20 answerable NQ ones, at most
+    assert not any(q.id.startswith("x") for q in kept) and all(len(q.candidates) == 50 and any(q.relevant) for q in kept)
+    assert all(q.relevant == tuple(int(has_answer(p.contents, q.golden_answers)) for p in q.candidates) for q in kept)
+    assert any(line.startswith("relevance.prepared_path") for line in check_inputs(cfg, engine=False, index=False).checked)
+    fewer = load_profile(_paper_mini_like(tmp_path, "relevance:\n  n_queries: 5\n"))
+    with pytest.raises(FileNotFoundError, match="was made with other settings"):
+        check_inputs(fewer, engine=False, index=False)
 
 
 def test_a_launch_unsloth_cannot_run_is_refused_when_the_job_is_written(tmp_path: Path) -> None:
@@ -374,6 +424,7 @@ PAPER_MINI_OVERRIDES = {
     "warmstart.warmup_ratio", "warmstart.batch_size",
     "training.steps", "training.questions_per_step", "training.minibatches", "training.micro_batch",  # sizes
     "training.val_per_dataset", "evaluation.n_per_dataset",  # sizes
+    "relevance.steps", "relevance.prompts_per_step", "relevance.val_per_dataset", "relevance.micro_batch",  # sizes
 }
 
 
@@ -412,7 +463,7 @@ def test_every_process_of_a_job_searches_through_the_one_server_when_it_is_named
         raise AssertionError("the index was loaded in this process")
 
     monkeypatch.setattr(building, "build_retriever", no_index)
-    cfg = load_profile(_paper_mini_like(tmp_path))
+    cfg = load_profile(_without_relevance(tmp_path))
     with serve_in_background(FixedRetriever(CORPUS), ServerConfig(port=0)) as url:
         monkeypatch.setenv("COSEARCH_RETRIEVER_URL", url)
         backend = building.search_backend(cfg)

@@ -278,3 +278,83 @@ def test_the_fixed_ranker_counts_as_cached_only_when_its_kinds_folder_is_whole(m
     if kind == "llm":  # no relevance training: the warm-started ranker is the Fixed Ranker, nothing to train
         (folder / marker).unlink()
         assert experiment.fixed_ranker_cached(replace(cfg, relevance=replace(cfg.relevance, enabled=False)))
+
+
+# ----------------------------------------------------------------------------- the prepared relevance set
+
+
+def test_the_prepared_set_keeps_queries_with_an_answer_in_their_top_n_and_training_reads_it_without_searching(tok, tmp_path):
+    """Break 6 of issue 47: the paper's Fixed Ranker trains on relevance data (training queries, top-N,
+    answer containment, the unanswerable dropped). The set is written once; the trainer's pool is the
+    file's queries, and no training query is searched again."""
+    from cosearch_lib.retrieval.relevance_sets import prepare_relevance_set, read_relevance_set, select_queries, sidecar_path
+    from cosearch_lib.rl.relevance_training import prepared_items
+
+    path = tmp_path / "relevance" / "set.jsonl.gz"
+    queries = select_queries(TRAIN, sources=["syn_nq", "syn_hotpotqa"])
+    assert [q.id for q in select_queries(TRAIN, sources=["syn_nq"])] == ["t2", "t3"]
+    summary = prepare_relevance_set(queries, FixedRetriever(CORPUS), 6, path, settings={"n": 3}, batch_size=2, progress=False)
+    # t1's answer "Kessmere" is in candidate [2], t2's "1843" in [5]; t3's "Ilse Marr" in none: dropped
+    assert (summary["queries"], summary["kept"], summary["dropped"]) == (3, 2, 1)
+    assert summary["per_source"] == {"syn_hotpotqa": {"queries": 1, "kept": 1}, "syn_nq": {"queries": 2, "kept": 1}}
+    assert sidecar_path(path).is_file()
+    read = read_relevance_set(path, topn=6)
+    assert [(q.id, q.relevant) for q in read] == [("t1", (0, 1, 0, 0, 0, 0)), ("t2", (0, 0, 0, 0, 1, 0))]
+    assert read[0].candidates == tuple(FixedRetriever(CORPUS).search(["x"], 6)[0])
+
+    items = prepared_items(read)
+    cfg = RelevanceConfig(enabled=True, steps=1, prompts_per_step=2, group_size=4, lr=1e-2, eval_every=0, micro_batch=2)
+    model = lora_model(tiny_model(tok), {"ranker": None}, LORA)
+    policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": cfg.lr})
+    search = SearchBudget(topn=6, topk=2)
+    retriever = FixedRetriever(CORPUS)
+    inputs = RelevanceInputs(policies, tok, retriever, [], gold_sub_queries(VAL),
+                             RolloutConfig(search=search, ranker_max_new_tokens=32), ProtocolConfig(search=search),
+                             backend=scripted(tok, [it.query for it in items]), items=items)
+    t = RelevanceTrainer(cfg, inputs, out_dir=tmp_path / "run", seed=0, progress=False)
+    assert t.pool_stats == {"sub_queries": 2, "answerable": 2} and [it.query.item_id for it in t.pool] == ["t1/question", "t2/question"]
+    assert retriever.calls == []  # the pool came from the file: no training query was searched
+    before = weights(t)
+    t.train_step()
+    assert any(not torch.equal(v, weights(t)[n]) for n, v in before.items())
+
+
+def test_a_relevance_set_that_is_malformed_or_short_is_refused_naming_file_and_line(tmp_path):
+    import gzip
+    import json
+
+    from cosearch_lib.data.qa_formats import DataFormatError
+    from cosearch_lib.retrieval.relevance_sets import prepare_relevance_set, read_relevance_set
+
+    path = tmp_path / "set.jsonl.gz"
+    with pytest.raises(FileNotFoundError, match="cosearch prepare-relevance"):
+        read_relevance_set(path)
+    good = {"id": "a", "question": "q", "golden_answers": ["x"], "data_source": "nq",
+            "candidates": [{"id": "1", "contents": "x"}], "relevant": [1]}
+    cases = [("not json\n", r"set.jsonl.gz:1: not a JSON line"),
+             (json.dumps({**good, "relevant": None} | {"relevant": [1, 0]}) + "\n", r":1: 1 candidates but 2 relevance labels"),
+             (json.dumps(good) + "\n" + json.dumps({k: v for k, v in good.items() if k != "candidates"}) + "\n",
+              r"set.jsonl.gz:2: missing \['candidates'\]")]
+    for text, message in cases:
+        with gzip.open(path, "wt") as fh:
+            fh.write(text)
+        with pytest.raises(DataFormatError, match=message):
+            read_relevance_set(path)
+    with gzip.open(path, "wt") as fh:
+        fh.write(json.dumps(good) + "\n")
+    with pytest.raises(DataFormatError, match=r"1 candidates, fewer than the profile's N = 50"):
+        read_relevance_set(path, topn=50)
+
+    class Broken(FixedRetriever):  # the server dies after the first batch: the old file stays as it was
+        def search(self, queries, topn):
+            if self.calls:
+                raise ConnectionError("server gone")
+            return super().search(queries, topn)
+
+    before = path.read_bytes()
+    with pytest.raises(ConnectionError):
+        prepare_relevance_set(TRAIN, Broken(CORPUS), 6, path, batch_size=1, progress=False)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["set.jsonl.gz"]
+    with pytest.raises(ValueError, match="none of the 1 queries has a relevant passage"):
+        prepare_relevance_set(TRAIN[2:], FixedRetriever(CORPUS), 6, path, progress=False)
+    assert path.read_bytes() == before

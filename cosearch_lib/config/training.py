@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field
 
-from cosearch_lib.config.checks import SHARED, SPEED_ONLY, ConfigError, Fields, invalid
+from cosearch_lib.config.checks import LOCATION_ONLY, SHARED, SPEED_ONLY, ConfigError, Fields, invalid
 from cosearch_lib.config.grpo import MICRO_BATCHED_AGGREGATIONS, AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
 from cosearch_lib.config.methods import MethodSpec, method_spec
 from cosearch_lib.config.rules import RuleSet, check_same_rules, rule_set
@@ -238,6 +238,8 @@ class WarmStartConfig:
 
 #: r_rel of the ranker's relevance training (the joint reward's choices but the judge, which needs rollouts' labels).
 RELEVANCE_REWARDS = ("hit", "ndcg")
+#: Where the relevance training's prompts come from (RelevanceConfig.source).
+RELEVANCE_SOURCES = ("gold_chains", "prepared")
 #: What CoSearch's ranker adapter starts from when the relevance training is on (docs/METHOD.md).
 COSEARCH_RANKER_STARTS = ("warmstart", "relevance")
 
@@ -258,7 +260,11 @@ class RelevanceConfig:
     relevance: str = "hit"  # r_rel: "hit" (mean Hit@k over hit_ks, the paper's) or "ndcg" (nDCG@K against the N candidates)
     hit_ks: tuple[int, ...] = (1, 3, 5)  # Hit@k cutoffs averaged into r_rel
     invalid_penalty: float | None = -0.2  # reward of an output that breaks the protocol (the release's); None: score its retriever fallback
-    split: str = "train"  # the prompts' questions
+    source: str = "gold_chains"  # the prompts: "gold_chains" (every gold-chain hop of ``split``, searched at the start) or "prepared" (the paper's: ``prepared_path``, written by `cosearch prepare-relevance`)
+    split: str = "train"  # the prompts' questions (the prepared set's too)
+    query_sources: tuple[str, ...] = ()  # prepared: the data_source values whose questions are the queries (paper appendix: nq); empty: all
+    n_queries: int = 0  # prepared: a seeded sample of that many queries before the unanswerable are dropped (0: all)
+    prepared_path: str = field(default="relevance/relevance-set.jsonl.gz", metadata=LOCATION_ONLY)  # prepared: the set's file, relative to data.root
     val_split: str = "dev"  # the held-out sub-queries of the Hit@k curve
     val_per_dataset: int = 10  # validation questions per family
     eval_every: int = 10  # greedy Hit@k on the held-out sub-queries every E steps (0: none between), and always before the first and after the last
@@ -276,6 +282,10 @@ class RelevanceConfig:
         check.numbers("lr", "temperature", low=0, low_open=True)
         check.choice("relevance", RELEVANCE_REWARDS)
         check.choice("cosearch_start", COSEARCH_RANKER_STARTS)
+        check.choice("source", RELEVANCE_SOURCES)
+        check.ints("n_queries", minimum=0)
+        sources = self.query_sources
+        self.query_sources = (sources,) if isinstance(sources, str) else tuple(str(s) for s in sources)
         if self.invalid_penalty is not None:
             check.numbers("invalid_penalty")
         self.hit_ks = check.positive_ints("hit_ks")

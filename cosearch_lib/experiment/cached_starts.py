@@ -31,12 +31,13 @@ from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
 from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder, load_scoring_ranker
 from cosearch_lib.paths import cache_dir, path_text, project_relative
-from cosearch_lib.retrieval.artifacts import corpus_paths
+from cosearch_lib.retrieval.artifacts import corpus_paths, prepared_relevance_set, relevance_set_path
+from cosearch_lib.retrieval.relevance_sets import read_relevance_set
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.cross_encoder_policy import relevance_lists, warm_start_cross_encoder
 from cosearch_lib.rl.listwise_training import ListwiseRecipe, sub_query_lists, train_listwise
 from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries
-from cosearch_lib.rl.relevance_training import RelevanceInputs, RelevanceTrainer
+from cosearch_lib.rl.relevance_training import RelevanceInputs, RelevanceTrainer, prepared_items
 from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, train_sft
 from cosearch_lib.run_schema import clear_run
 from cosearch_lib.seeding import seed_everything
@@ -136,6 +137,9 @@ def relevance_dir(cfg: ProfileConfig) -> Path:
     shaping = {"warmstart": warmstart_dir(cfg).name, "relevance": cfg.fingerprint("relevance"),
                "ranker": [ro.ranker_max_new_tokens, ro.top_p, ro.rules.ranker_output],
                "max_grad_norm": cfg.training.max_grad_norm, **_engine_shaping(cfg)}
+    if cfg.relevance.source == "prepared":  # the set's content, wherever its file lies
+        done = prepared_relevance_set(cfg)
+        shaping["relevance_set"] = done["sha256"] if done else None
     key = hashlib.sha1(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
     return cache_dir() / "relevance" / f"v{RELEVANCE_VERSION}-{key}"
 
@@ -153,6 +157,13 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
     final = root / "ranker"
     if (final / "adapter_config.json").exists() and not force:
         return final
+    prepared = None
+    if rc.source == "prepared":
+        if prepared_relevance_set(cfg) is None:
+            raise FileNotFoundError(
+                f"relevance.source is 'prepared' but {project_relative(relevance_set_path(cfg))} is missing or was made "
+                f"with other settings: run `cosearch prepare-relevance --profile {cfg.profile}` first")
+        prepared = prepared_items(read_relevance_set(relevance_set_path(cfg), topn=cfg.search.topn))
     if retriever is None:
         raise ValueError(f"the relevance training of {cfg.profile!r} must run and needs a retriever")
     start = warm_start(cfg, retriever, roles=("ranker",), progress=progress).get("ranker")
@@ -164,9 +175,10 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
     qa = corpus_paths(cfg).qa
     if rc.split not in qa:
         raise ValueError(f"profile {cfg.profile!r} has no {rc.split!r} split for the relevance training; have {sorted(qa)}")
-    inputs = RelevanceInputs(policies, tokenizer, retriever, gold_sub_queries(load_qa(qa[rc.split])), relevance_held_out(cfg),
+    prompts = [] if prepared is not None else gold_sub_queries(load_qa(qa[rc.split]))
+    inputs = RelevanceInputs(policies, tokenizer, retriever, prompts, relevance_held_out(cfg),
                              ro, cfg.protocol, backend=policy_engine(cfg, model, tokenizer, backend),
-                             max_grad_norm=cfg.training.max_grad_norm)
+                             max_grad_norm=cfg.training.max_grad_norm, items=prepared)
     trainer = RelevanceTrainer(rc, inputs, out_dir=root / "run", seed=cfg.seed, progress=progress)
     if force:
         clear_run(root / "run")

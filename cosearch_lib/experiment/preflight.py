@@ -37,7 +37,7 @@ from cosearch_lib.models.registry import (
     resolve_model,
 )
 from cosearch_lib.paths import project_relative
-from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_world
+from cosearch_lib.retrieval.artifacts import corpus_paths, prepare_world, prepared_relevance_set, relevance_set_path
 from cosearch_lib.retrieval.faiss_index import load_index
 
 #: Environment variable naming a running retrieval server for every process of a job (over retrieval.server_url).
@@ -87,6 +87,8 @@ def _check_inputs(cfg: ProfileConfig, *, world_size: int, engine: bool, index: b
         source = check_model_name(key, name)
         checked.append(f"{key}: {name} ({source})")
     checked.extend(_check_data(cfg, index=index))
+    if cfg.relevance.enabled and cfg.relevance.source == "prepared":
+        checked.append(_check_relevance_set(cfg))
     if index:
         line = _check_index_dimension(cfg)
         (checked if line.startswith("index ") else skipped).append(line)
@@ -157,6 +159,20 @@ def _check_data(cfg: ProfileConfig, *, index: bool) -> list[str]:
         load_qa(path, limit=1)  # a missing column fails here, naming file, row and column
         out.append(f"data.qa_paths.{split}: {project_relative(path)} (first row read)")
     return out
+
+
+def _check_relevance_set(cfg: ProfileConfig) -> str:
+    """The relevance set the Fixed Ranker trains on (``relevance.source: prepared``), there and made with
+    the profile's settings (split, sources, sample, N, seed)."""
+    path = relevance_set_path(cfg)
+    done = prepared_relevance_set(cfg)
+    if done is None:
+        state = "was made with other settings or is incomplete" if path.is_file() else "not found"
+        raise FileNotFoundError(
+            f"relevance.prepared_path: {project_relative(path)} {state}; the Fixed Ranker's relevance training reads it "
+            f"(relevance.source: prepared): prepare it with `cosearch prepare-relevance --profile {cfg.profile}`")
+    return (f"relevance.prepared_path: {project_relative(path)} ({done['kept']} of {done['queries']} queries with a "
+            f"relevant passage in the top {done['topn']})")
 
 
 def _check_index_dimension(cfg: ProfileConfig) -> str:

@@ -18,12 +18,14 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from cosearch_lib.config import ProfileConfig
-from cosearch_lib.paths import data_dir, profile_data_path
+from cosearch_lib.paths import data_dir, profile_data_path, project_relative
 from cosearch_lib.retrieval.corpus_store import CorpusStore
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.faiss_index import build_index_from_corpus, load_index, save_index, to_gpu
+from cosearch_lib.retrieval.relevance_sets import file_sha256, sidecar_path
 from cosearch_lib.world.io import build_world
 
 
@@ -67,6 +69,37 @@ def corpus_paths(cfg: ProfileConfig) -> CorpusPaths:
     qa.update({split: user_path(cfg, p) for split, p in cfg.data.qa_paths.items()})
     index = user_path(cfg, cfg.data.index_path) if cfg.data.index_path else root / "index" / index_name
     return CorpusPaths(root=root, corpus=corpus, store=root / "store", index=index, qa=qa)
+
+
+def relevance_set_path(cfg: ProfileConfig) -> Path:
+    """Where ``cosearch prepare-relevance`` writes the profile's relevance set (``relevance.prepared_path``):
+    relative against ``data.root``, or against the embedded world's folder for a profile that reads one."""
+    p = Path(cfg.relevance.prepared_path).expanduser()
+    if not p.is_absolute() and cfg.uses_embedded_world and cfg.data.root == ".":
+        return data_dir() / "worlds" / cfg.fingerprint("world") / p
+    return user_path(cfg, str(p))
+
+
+def relevance_set_settings(cfg: ProfileConfig) -> dict[str, Any]:
+    """What decides a profile's relevance set: the split's file, the sources, the sample, N, the seed."""
+    rc = cfg.relevance
+    qa = corpus_paths(cfg).qa
+    return {"split": rc.split, "qa_file": project_relative(qa[rc.split]) if rc.split in qa else None,
+            "query_sources": list(rc.query_sources), "n_queries": rc.n_queries, "topn": cfg.search.topn,
+            "seed": cfg.seed}
+
+
+def prepared_relevance_set(cfg: ProfileConfig) -> dict[str, Any] | None:
+    """The sidecar of the profile's prepared relevance set when the file is there, whole (its sha256 is
+    the sidecar's) and made with the profile's settings; else None."""
+    path = relevance_set_path(cfg)
+    side = sidecar_path(path)
+    if not (path.is_file() and side.is_file()):
+        return None
+    summary = json.loads(side.read_text())
+    if summary.get("settings") != relevance_set_settings(cfg) or summary.get("sha256") != file_sha256(path):
+        return None
+    return summary
 
 
 def prepare_world(cfg: ProfileConfig, *, force: bool = False) -> CorpusPaths:

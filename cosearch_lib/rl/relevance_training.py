@@ -10,7 +10,10 @@ in the loop (so it is cheap):
   sub-query, and as relevant the candidates containing the hop's answer); its candidates are the
   retriever's top-N, fetched once for the whole pool. Sub-queries none of whose N candidates is
   relevant are left out (the paper drops queries with no relevant passage in the top 50 too):
-  every ranking of them scores the same, so their groups carry no signal;
+  every ranking of them scores the same, so their groups carry no signal. Or, as in the paper
+  (``relevance.source: prepared``), the queries of a prepared relevance set
+  (:mod:`~cosearch_lib.retrieval.relevance_sets`: training questions, their top-N and labels, the
+  unanswerable already dropped), with no search at the start (:func:`prepared_items`);
 * **a step**: ``prompts_per_step`` sub-queries (a seeded permutation of the pool, epoch after
   epoch, :func:`~cosearch_lib.seeding.step_order`), each ranked ``group_size`` times by the ranker
   adapter sampling at ``temperature``; the G rankings of one prompt form one GRPO group;
@@ -48,6 +51,7 @@ from cosearch_lib.data.passage import Passage
 from cosearch_lib.metrics import has_answer, hit_at_k
 from cosearch_lib.models.lora_policies import PolicySet, ServedAdapters
 from cosearch_lib.paths import project_relative
+from cosearch_lib.retrieval.relevance_sets import RelevanceQuery
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages
 from cosearch_lib.rl.policy_sequences import ranker_sequences
@@ -91,6 +95,12 @@ def ranking_items(queries: Sequence[GoldSubQuery], retriever: SearchBackend, top
     found = retriever.search([q.sub_query for q in queries], topn) if queries else []
     return [RankingItem(q, tuple(c), tuple(int(has_answer(p.contents, list(q.answers))) for p in c))
             for q, c in zip(queries, found)]
+
+
+def prepared_items(queries: Sequence[RelevanceQuery]) -> list[RankingItem]:
+    """A prepared relevance set's queries as prompts of the pool: the question is the sub-query too."""
+    return [RankingItem(GoldSubQuery(q.id, -1, q.question, q.question, q.golden_answers, q.data_source),
+                        q.candidates, q.relevant) for q in queries]
 
 
 @dataclass
@@ -138,12 +148,13 @@ class RelevanceInputs:
     policies: PolicySet  # the ranker adapter (trained) on the base model
     tokenizer: Any
     retriever: SearchBackend
-    prompts: Sequence[GoldSubQuery]  # the training pool (before the answerable filter)
+    prompts: Sequence[GoldSubQuery]  # the training pool (before the answerable filter), searched at the start
     val_queries: Sequence[GoldSubQuery]  # the held-out sub-queries of the Hit@k curve
     rollout: RolloutConfig  # N/K, the ranker's token budget and top_p, the rule set's ranker output protocol
     protocol: ProtocolConfig  # the ranker prompt and its passage cap
     backend: Any = None  # generates the rankings (required): the policy model's own (experiment.building.policy_engine), vLLM, a test's scripted one
     max_grad_norm: float = 1.0
+    items: Sequence[RankingItem] | None = None  # instead of prompts: queries with their candidates and labels (a prepared relevance set)
 
 
 class RelevanceTrainer:
@@ -179,7 +190,8 @@ class RelevanceTrainer:
         self.val_ranker = LLMRanker(backend, chat, inputs.protocol, greedy, adapter=self.adapter, output_protocol=output)
         search = inputs.rollout.search
         self.topn, self.topk = search.topn, search.topk
-        all_items = ranking_items(list(inputs.prompts), self.retriever, self.topn)
+        all_items = list(inputs.items) if inputs.items is not None else \
+            ranking_items(list(inputs.prompts), self.retriever, self.topn)
         self.pool = [it for it in all_items if it.answerable]
         if not self.pool:
             raise ValueError(f"relevance training: none of the {len(all_items)} training sub-queries has a relevant "
