@@ -280,3 +280,36 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
     assert list(evaluated.columns) == [*RECORD_COLUMNS, "eval_method"]  # as on the transformers backend
     assert set(evaluated["method"]) == {"cosearch: after GRPO"}
     assert "val_f1" not in steps or steps["val_f1"].isna().all()  # eval_every: 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_grouped_cpu_lora_ops_compute_what_vllms_per_token_ops_compute(dtype):
+    """cpu_lora_ops replaces vLLM's per-token weight gather with one product per adapter slot: the same
+    numbers (to rounding) for one slot, several slots, and the negative index vLLM's indexing wraps."""
+    from vllm.lora.ops.torch_ops import lora_ops as upstream
+    from vllm.lora.punica_wrapper import punica_cpu
+
+    from cosearch_lib.models.generation import cpu_lora_ops as ours
+
+    assert ours.install()  # what a CPU engine runs: vLLM's ops, where the punica wrapper calls them, are ours
+    assert all(getattr(m, name) is getattr(ours, name) for m in (upstream, punica_cpu) for name in ours.PATCHED_OPS)
+    gen = torch.Generator().manual_seed(0)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=0.25)
+    for indices in (torch.full((37,), 1), torch.tensor([0, 1, 2, 1, 0, -1, 2] * 5), torch.tensor([-1] * 9)):
+        t = len(indices)
+        x_small, x_big = torch.randn(t, 16, generator=gen), torch.randn(t, 64, generator=gen)
+        b = torch.randn(3, 1, 48, 16, generator=gen).to(dtype)  # expand: rank 16 -> 48
+        a = torch.randn(3, 1, 16, 64, generator=gen).to(dtype)  # shrink: 64 -> rank 16
+        selected_b, selected_a = b.squeeze(1)[indices].float(), a.squeeze(1)[indices].float()
+        expand_ref = torch.einsum("bi, boi -> bo", x_small.to(dtype).float(), selected_b)
+        shrink_ref = 0.5 * torch.einsum("bi, boi -> bo", x_big.to(dtype).float(), selected_a)
+        out = torch.ones(t, 48, dtype=dtype)
+        ours.bgmv_expand(x_small, b, out, indices, add_inputs=True)
+        torch.testing.assert_close(out.float(), 1 + expand_ref, **tol)
+        out = torch.zeros(t, 100, dtype=dtype)
+        ours.bgmv_expand_slice(x_small, b, out, indices, 20, 48, add_inputs=False)
+        torch.testing.assert_close(out[:, 20:68].float(), expand_ref, **tol)
+        assert not out[:, :20].any() and not out[:, 68:].any()
+        out = torch.zeros(t, 16, dtype=dtype)
+        ours.bgmv_shrink(x_big, a, out, indices, scaling=0.5)
+        torch.testing.assert_close(out.float(), shrink_ref, **tol)

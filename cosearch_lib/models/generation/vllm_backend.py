@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cosearch_lib.config import SamplingConfig
+from cosearch_lib.models.generation import cpu_lora_ops
 from cosearch_lib.models.generation.contract import Generation, check_prompts, row_seeds
 from cosearch_lib.models.registry import ModelNotFoundError, convert_bundled_gguf, resolve_model
 
@@ -185,6 +186,8 @@ class VLLMBackend:
                                       ranks=_job_ranks(), llm_kwargs=llm_kwargs)
         for key, value in env.items():
             os.environ.setdefault(key, value)
+        if device == "cpu" and enable_lora:
+            cpu_lora_ops.install()  # one product per adapter, not a weight copy per token (cpu_lora_ops)
         kwargs = dict(model=resolved_model_path(model_name), enable_lora=enable_lora, **options)
         if enable_lora:
             kwargs.update(max_lora_rank=max_lora_rank, max_loras=max_loras)
