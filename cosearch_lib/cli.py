@@ -9,6 +9,7 @@
     cosearch serve-retriever --profile demo [--port N]  Search-R1-compatible HTTP retrieval server
     cosearch download {cosearch-data,wiki18-corpus,wiki18-index,models,all} --profile P  (or --dest DIR)
     cosearch export-world --profile paper_mini --hub DIR  the world as the paper's artefacts, in the hub's layout
+    cosearch evaluate --profile paper --methods M,...   notebook 03's evaluation as a job (torchrun/srun: sharded, resumable)
     cosearch prepare-relevance --profile paper          the Fixed Ranker's relevance data (training queries, top-N, labels)
     cosearch check --profile paper [--ranks N]          the profile's inputs, checked before any GPU work
     cosearch models                                     the model registry and what is installed
@@ -85,6 +86,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return EXIT_STOPPED
     if rec is not None:  # rank 0
         print(json.dumps({k: v for k, v in rec.items() if k != "environment"}, indent=2))
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from cosearch_lib.records.launched_evaluation import run_evaluation_job
+    from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequested
+
+    cfg = load_profile(args.profile, seed=args.seed)
+    if args.retriever_url:
+        cfg.retrieval.server_url = args.retriever_url
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    try:
+        rec = run_evaluation_job(cfg, methods, ceiling=not args.no_ceiling, progress=not args.quiet)
+    except StopRequested as stop:  # the parts written so far stay: the same command continues
+        print(f"cosearch evaluate: stopped on {stop.signal_name} after {stop.step} part(s) of this rank; the same "
+              f"command continues (exit {EXIT_STOPPED})", file=sys.stderr, flush=True)
+        return EXIT_STOPPED
+    if rec is not None:  # rank 0
+        print(json.dumps(rec, indent=2))
     return 0
 
 
@@ -278,6 +298,17 @@ def build_parser() -> argparse.ArgumentParser:
                                            "loading the index in every rank")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_train)
+
+    p = sub.add_parser("evaluate", help="notebook 03's evaluation of trained methods (before/after GRPO, the hop-level "
+                                        "ceiling) as a job: one process or every rank of a torchrun/srun job, each "
+                                        "evaluating its share into parts that resume and that notebook 03 then reads")
+    p.add_argument("--profile", default="demo")
+    p.add_argument("--methods", default="cosearch", help="comma-separated trained methods (their checkpoints must exist)")
+    p.add_argument("--seed", type=int, help="override the profile's seed")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the hop-level oracle row (notebook 03: evaluate_ceiling=False)")
+    p.add_argument("--retriever-url", help="search through this retrieval server instead of loading the index in every rank")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(fn=_cmd_evaluate)
 
     p = sub.add_parser("build-starts", help="build what a method's ranks read from the cache (warm start, Fixed Ranker) in "
                                             "one process: what `cosearch train` runs first under torchrun or srun")

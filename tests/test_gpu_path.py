@@ -177,6 +177,31 @@ def test_unsloth_under_several_ranks_trains_its_patched_model_and_samples_on_one
     assert calls["get_peft_model"] and not calls["fast_generate"]
 
 
+def test_evaluation_on_unsloth_samples_on_the_engine_its_trainer_loaded(tok, tmp_path, monkeypatch):
+    """Issue 47, item 4: notebook 03 evaluated on a second Unsloth model and engine, loaded beside the
+    trainer's (Unsloth's defaults: 4,096 tokens, half the GPU). One engine per process now: the
+    evaluation's backend is the trainer's, and it registers the trained adapters there by path."""
+    from cosearch_lib.models.generation.backend_factory import make_backend
+    from cosearch_lib.models.generation.vllm_backend import close_engines
+
+    calls = fake_unsloth(monkeypatch, tok)
+    close_engines()
+    model, tokenizer, trainer_engine = load_policy_model(MODEL, {"agent": None, "ranker": None}, LORA,
+                                                         backend="unsloth", max_seq_length=7647)
+    evaluation = make_backend("unsloth", MODEL, max_seq_length=7647, max_lora_rank=8, gpu_memory_utilization=0.9)
+    assert evaluation is trainer_engine and len(calls["from_pretrained"]) == 1
+    trained = warm_adapter(tok, tmp_path / "trained")
+    evaluation.add_adapter("eval_agent", str(trained))
+    assert calls["load_lora"] == [str(trained)]
+    close_engines()  # a process without a trainer loads its own, once
+    loads = []
+    monkeypatch.setattr(VLLMBackend, "from_unsloth_pretrained",
+                        classmethod(lambda cls, name, **kw: loads.append(kw) or object()))
+    first = make_backend("unsloth", MODEL, max_seq_length=7647)
+    assert make_backend("unsloth", MODEL, max_seq_length=7647) is first and loads == [{"max_seq_length": 7647}]
+    close_engines()
+
+
 def test_missing_unsloth_and_vllm_say_what_to_do(monkeypatch):
     monkeypatch.setitem(sys.modules, "unsloth", None)  # `import unsloth` raises ImportError
     monkeypatch.setitem(sys.modules, "vllm", None)

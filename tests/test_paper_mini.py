@@ -10,8 +10,10 @@ Every step is the command docs/USAGE.md gives a cluster user, with only the prof
 4. ``cosearch serve-retriever``: one retrieval server for the job;
 5. ``torchrun --nproc-per-node 2 cosearch train --profile paper_mini --retriever-url URL``: gloo,
    one vLLM CPU engine per rank; the Fixed Ranker (relevance-trained first) and CoSearch;
-6. ``cosearch run --profile paper_mini --notebooks 02 03`` with ``COSEARCH_RETRIEVER_URL``:
-   papermill, the evaluation and the figures, searching through the same server.
+6. ``torchrun --nproc-per-node 2 cosearch evaluate --profile paper_mini --retriever-url URL``: notebook
+   03's evaluation, sharded over the ranks into parts;
+7. ``cosearch run --profile paper_mini --notebooks 02 03`` with ``COSEARCH_RETRIEVER_URL``:
+   papermill, notebook 02's evaluation, notebook 03 reading the parts, and the figures.
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
              "train", "--profile", PROFILE, "--methods", "fixed_ranker,cosearch", "--retriever-url", url, "--quiet"],
             env, logs / "train.log", 1500)
+        times["evaluate (2 ranks)"] = _run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
+             "evaluate", "--profile", PROFILE, "--methods", "fixed_ranker,cosearch", "--retriever-url", url, "--quiet"],
+            env, logs / "evaluate.log", 1500)
+        parts_written = {p: p.stat().st_mtime_ns for p in (runs / PROFILE / "evaluation").glob("*/part-*.parquet")}
         times["notebooks 02 03"] = _run(
             [cosearch, "run", "--profile", PROFILE, "--notebooks", "02", "03", "-p", "methods=fixed_ranker,cosearch",
              "-p", "resume=true", "--quiet"], {**env, "COSEARCH_RETRIEVER_URL": url}, logs / "run.log", 1500)
@@ -107,6 +114,11 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
     relevance = json.loads((relevance_dir(cfg) / "relevance.json").read_text())
     assert relevance["steps"] == cfg.relevance.steps and relevance["pool"]["answerable"] > 0
     assert "nq" in (logs / "relevance.log").read_text()
+    evaluated = json.loads((out / "evaluate.run.json").read_text())
+    assert evaluated["world_size"] == 2 and evaluated["questions"] == 7  # one per benchmark (evaluation.n_per_dataset)
+    assert {p.name.split("-")[1] for p in parts_written} == {"r0", "r1"}  # both ranks evaluated a share
+    # notebook 03 read the job's parts: it wrote none and rewrote none
+    assert {p: p.stat().st_mtime_ns for p in (out / "evaluation").glob("*/part-*.parquet")} == parts_written
     for name in ("02_oracle_gap_study.ipynb", "03_joint_grpo_training.ipynb"):
         assert (out / name).is_file()
     assert any((tmp_path / "figures" / PROFILE).glob("*.png"))

@@ -88,13 +88,16 @@ def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Se
     """The profile's warm-started adapters, {role: folder}, for ``roles`` (None: :func:`warm_roles`):
     trained on first use, then loaded from :func:`warmstart_dir`; {} when ``cfg.warmstart.enabled``
     is false. The agent adapter is trained on the agent model, the ranker adapter on the ranker
-    model (``cfg.models``); the gold data is built once for both roles. ``retriever`` may be None
-    when every adapter is cached (nothing to train)."""
+    model (``cfg.models``); the gold data is built once for both roles. A role given no gold
+    sequences (``n_agent`` or ``n_ranker`` of 0) has no warm start and is left out. ``retriever`` may
+    be None when every adapter is cached (nothing to train)."""
 
     roles = warm_roles(cfg) if roles is None else roles
     for role in roles:
         if role not in POLICY_ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {POLICY_ROLES}")
+    sizes = {"agent": cfg.warmstart.n_agent, "ranker": cfg.warmstart.n_ranker}
+    roles = [r for r in roles if sizes[r] > 0]  # no gold sequences: the role starts from the model as shipped
     if not cfg.warmstart.enabled:
         return {}
     root = warmstart_dir(cfg)

@@ -21,6 +21,7 @@ from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluat
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.experiment.building import harness_config, policy_engine, search_backend, vllm_options
 from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start, warm_start
+from cosearch_lib.experiment.evaluation_shards import evaluate_in_shards
 from cosearch_lib.experiment.preflight import engine_length
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.scoring_rankers import load_scoring_ranker
@@ -167,13 +168,27 @@ def trained_eval_settings(method: str, adapters: dict[str, str | Path], warm: di
 BEFORE_AFTER_LABELS = ("warm start", "after GRPO")
 
 
+def _evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample], ctx: HarnessContext, ecfg: HarnessConfig,
+                label: str, *, parts: str | Path | None, dp: DataParallel, progress: bool) -> pd.DataFrame:
+    """:func:`run_evaluation` of ``label``; with ``parts`` (a folder), sharded over ``dp``'s ranks,
+    written part by part and resumed from the parts there (``experiment.evaluation_shards``)."""
+    if parts is None:
+        return run_evaluation(methods, examples, ctx, ecfg, progress=progress, label=label)
+    ecfg = replace(ecfg, methods=tuple(methods)) if methods is not None else ecfg
+    return evaluate_in_shards(label, examples, ecfg,
+                              lambda chunk: run_evaluation(None, chunk, ctx, ecfg, progress=False, label=label),
+                              parts, dp=dp, progress=progress)
+
+
 def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],
                           examples: Sequence[QAExample], ctx: HarnessContext, base_cfg: HarnessConfig, *, progress: bool = True,
-                          labels: tuple[str, str] = BEFORE_AFTER_LABELS, before: bool = True) -> pd.DataFrame:
+                          labels: tuple[str, str] = BEFORE_AFTER_LABELS, before: bool = True,
+                          parts: str | Path | None = None, dp: DataParallel = SINGLE_PROCESS) -> pd.DataFrame:
     """The method's evaluation (``base_cfg``: a HarnessConfig) with the warm-started policies (unless
     ``before`` is False: the cells of a grid share one warm start) and with the trained ones, on the
     same questions. The ``method`` column reads ``"<method>: <label>"``; the harness's own method name
-    stays in ``eval_method``."""
+    stays in ``eval_method``. ``parts``: a folder where the evaluation is kept in parts, sharded over
+    the ranks of ``dp`` and resumed (``cosearch evaluate`` and notebook 03 share the run folder's)."""
 
     frames = []
     warm_adapters = {role: warm[role] for role in ("agent", "ranker", "cross_encoder") if role in warm}
@@ -181,7 +196,7 @@ def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: di
     for label, chosen in runs if before else runs[1:]:
         fields = trained_eval_settings(method, chosen, warm)
         ecfg = replace(base_cfg, **fields)
-        records = run_evaluation(None, examples, ctx, ecfg, progress=progress, label=f"{method}: {label}")
+        records = _evaluation(None, examples, ctx, ecfg, f"{method}: {label}", parts=parts, dp=dp, progress=progress)
         frames.append(records.assign(eval_method=records["method"], method=f"{method}: {label}"))
     return pd.concat(frames, ignore_index=True)
 
@@ -192,7 +207,8 @@ HOP_ORACLE_LABEL = "hop oracle: {method} agent"
 
 def evaluate_hop_oracle(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],
                         examples: Sequence[QAExample], ctx: HarnessContext, base_cfg: HarnessConfig, *,
-                        progress: bool = True) -> pd.DataFrame:
+                        progress: bool = True, parts: str | Path | None = None,
+                        dp: DataParallel = SINGLE_PROCESS) -> pd.DataFrame:
     """A diagnostic ceiling: ``method``'s trained agent (``adapters``) reading the passages that hold
     the current hop's answer first (``agent_hop_oracle``), on ``examples``; ``method`` reads
     :data:`HOP_ORACLE_LABEL`. Paired with ``"<method>: after GRPO"`` it shows what a perfect reader
@@ -200,7 +216,7 @@ def evaluate_hop_oracle(method: str, adapters: dict[str, str | Path], warm: dict
     fields = trained_eval_settings(method, adapters, warm)
     ecfg = replace(base_cfg, agent_adapter=fields.get("agent_adapter"))
     label = HOP_ORACLE_LABEL.format(method=method)
-    records = run_evaluation(["agent_hop_oracle"], examples, ctx, ecfg, progress=progress, label=label)
+    records = _evaluation(["agent_hop_oracle"], examples, ctx, ecfg, label, parts=parts, dp=dp, progress=progress)
     return records.assign(eval_method=records["method"], method=label)
 
 

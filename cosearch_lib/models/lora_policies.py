@@ -286,13 +286,13 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
         model = _unsloth_adapters(FastLanguageModel, base, adapters, lora, seed=seed)
         options = {"max_lora_rank": vllm_max_lora_rank(lora.r), "max_model_len": max_seq_length,
                    "gpu_memory_utilization": gpu_memory_utilization, **(vllm_options or {})}
-        return model, tokenizer, VLLMBackend.shared(model_name, **options)
+        return model, tokenizer, VLLMBackend.keep_unsloth_engine(model_name, VLLMBackend.shared(model_name, **options))
     base, tokenizer = FastLanguageModel.from_pretrained(
         model_name=resolved_model_path(model_name), max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
         fast_inference=True, max_lora_rank=vllm_max_lora_rank(lora.r), gpu_memory_utilization=gpu_memory_utilization)
     align_chat_tokens(tokenizer, base.config)
     model = _unsloth_adapters(FastLanguageModel, base, adapters, lora, seed=seed)
-    return model, tokenizer, VLLMBackend.from_unsloth(model, tokenizer)
+    return model, tokenizer, VLLMBackend.keep_unsloth_engine(model_name, VLLMBackend.from_unsloth(model, tokenizer))
 
 
 def vllm_max_lora_rank(r: int) -> int:

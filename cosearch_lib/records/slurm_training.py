@@ -15,9 +15,11 @@ Three job scripts, written to ``papermill_runs/<profile>/slurm/`` and submitted 
    task is one rank (``rl.data_parallel``: env:// rendezvous on the first node), and a task that
    dies ends the step, naming the rank. ``--resume`` makes a requeued or resubmitted job continue
    from the newest checkpoint. SIGUSR1 before the time limit reaches every rank through srun; the
-   ranks stop together after the step, checkpoint, and the job requeues itself.
+   ranks stop together after the step, checkpoint, and the job requeues itself. Then ``srun
+   cosearch evaluate``: notebook 03's evaluation, sharded over the same ranks and server, in parts
+   that a requeued job resumes (``records.launched_evaluation``).
 3. ``evaluate.sbatch`` (``--dependency=afterok:<train>``): notebook 03 on one GPU with
-   ``resume=true``. It finds the methods trained and goes on to their evaluation and figures.
+   ``resume=true``. It finds the methods trained and evaluated and goes on to its figures.
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
     train_cmd = ["srun", "--kill-on-bad-exit=1", "cosearch", "train", "--profile", profile_arg,
                  "--methods", ",".join(methods), "--retriever-url", '"$RETRIEVER_URL"', "--resume", "--quiet"]
     train_cmd += ["--steps", str(steps)] if steps else []
+    eval_job_cmd = ["srun", "--kill-on-bad-exit=1", "cosearch", "evaluate", "--profile", profile_arg,
+                    "--methods", ",".join(methods), "--retriever-url", '"$RETRIEVER_URL"', "--quiet"]
     train += ["", prelude,
               ": \"${COSEARCH_RETRIEVER_JOB:?submit with cosearch slurm train, or export COSEARCH_RETRIEVER_JOB}\"",
               "# whatever ends this script but a stop before the time limit (exit 75: requeued) ends the server too",
@@ -108,7 +112,9 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
               "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
               _WAIT_FOR_SERVER.format(url_dir=shlex.quote(str(folder)), wait_s=RETRIEVER_WAIT_S),
               f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> every rank checkpoints, exit {EXIT_STOPPED}, requeue",
-              f'run_stoppable "$SLURM_JOB_ID" {" ".join(train_cmd)}']
+              f'run_stoppable "$SLURM_JOB_ID" {" ".join(train_cmd)}',
+              "# notebook 03's evaluation, sharded over the same ranks and server, in parts that resume",
+              f'run_stoppable "$SLURM_JOB_ID" {" ".join(eval_job_cmd)}']
 
     evaluate = sbatch_header(f"cosearch-{cfg.profile}-evaluate", cfg, time_limit=s.aggregate_time, gres=s.gres,
                              log=str(folder / "evaluate-%j.log"))

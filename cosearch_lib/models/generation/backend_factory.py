@@ -14,7 +14,7 @@ from cosearch_lib.models.registry import load_causal_lm
 def make_backend(kind: str, model_name: str, **kw: Any) -> GenerationBackend:
     """Build a backend by kind: "transformers" (kw: dtype, device, batch_size, progress), "vllm"
     (kw: see :meth:`VLLMBackend.from_model`; one engine per model and options in a process) or "unsloth" (kw: see
-    :meth:`VLLMBackend.from_unsloth_pretrained`)."""
+    :meth:`VLLMBackend.from_unsloth_pretrained`; the engine a trainer of this process samples on, when there is one)."""
     if kind == "transformers":
 
         model, tokenizer = load_causal_lm(model_name, dtype=kw.pop("dtype", None), device=kw.pop("device", None))
@@ -22,5 +22,5 @@ def make_backend(kind: str, model_name: str, **kw: Any) -> GenerationBackend:
     if kind == "vllm":
         return VLLMBackend.shared(model_name, **kw)
     if kind == "unsloth":
-        return VLLMBackend.from_unsloth_pretrained(model_name, **kw)
+        return VLLMBackend.unsloth_engine(model_name, **kw)
     raise ValueError(f"unknown backend kind {kind!r}; expected one of {BACKEND_KINDS}")

@@ -33,6 +33,9 @@ ENGINE_DEVICES = ("cuda", "cpu")
 #: Engines started in this process, by model and options (:meth:`VLLMBackend.shared`): an engine holds
 #: its weights and KV cache until the process ends, so every trainer and evaluation reuses one.
 _ENGINES: dict[str, VLLMBackend] = {}
+#: The Unsloth engine of this process by model (a trainer's, or one loaded for evaluation): notebook 03
+#: evaluates on the engine its trainer sampled on instead of loading the model and an engine again.
+_UNSLOTH_ENGINES: dict[str, VLLMBackend] = {}
 
 
 def _import_vllm() -> Any:
@@ -50,6 +53,7 @@ def close_engines() -> None:
     interpreter's exit, after the job's group is gone, it fails on groups that no longer exist."""
     while _ENGINES:
         _ENGINES.popitem()[1].close()
+    _UNSLOTH_ENGINES.clear()
 
 
 def _job_ranks() -> int:
@@ -206,6 +210,22 @@ class VLLMBackend:
         if key not in _ENGINES:
             _ENGINES[key] = cls.from_model(model_name, **options)
         return _ENGINES[key]
+
+    @classmethod
+    def unsloth_engine(cls, model_name: str, **options: Any) -> VLLMBackend:
+        """The Unsloth engine of this process for ``model_name``: the one a trainer registered
+        (:meth:`keep_unsloth_engine`), else one loaded with :meth:`from_unsloth_pretrained` and kept.
+        An evaluation registers its adapters on it by name and path, as on any engine."""
+        key = str(resolved_model_path(model_name))
+        if key not in _UNSLOTH_ENGINES:
+            _UNSLOTH_ENGINES[key] = cls.from_unsloth_pretrained(model_name, **options)
+        return _UNSLOTH_ENGINES[key]
+
+    @staticmethod
+    def keep_unsloth_engine(model_name: str, backend: VLLMBackend) -> VLLMBackend:
+        """Make ``backend`` (a trainer's Unsloth engine) this process's engine for ``model_name``."""
+        _UNSLOTH_ENGINES[str(resolved_model_path(model_name))] = backend
+        return backend
 
     @classmethod
     def from_unsloth_pretrained(cls, model_name: str, *, max_seq_length: int = 4096, max_lora_rank: int = 64,

@@ -1,0 +1,124 @@
+"""Evaluation at paper size: sharded over the ranks of a job, written in parts, resumed part by part.
+
+The paper evaluates on the Search-R1 test splits (tens of thousands of questions per method). One
+notebook kernel on one GPU would take days, and a job cut by its time limit would lose everything.
+Here an evaluation (one harness configuration on one list of questions: one *label*, such as
+``"cosearch: after GRPO"``) is stored as parts under the profile's run folder::
+
+    papermill_runs/<profile>/evaluation/<label-slug>-<key>/
+        part-r<rank>-<first question>-<n>.parquet     records of n questions, written whole (atomic)
+
+``key`` hashes the harness settings and the contents of the adapters they name, so a part is
+reused only by the same evaluation of the same weights. :func:`evaluate_in_shards` reads which
+questions already have records (every part, whatever rank wrote it), splits the rest over the
+ranks of ``dp`` (:meth:`~cosearch_lib.rl.data_parallel.DataParallel.shard`), evaluates each rank's
+share ``chunk`` questions at a time and writes a part after each chunk; then every rank waits for
+the others and reads the whole evaluation back in question order. A run stopped at any point
+resumes with the questions no part holds; the records do not depend on how the questions were
+split, because every row samples with its own seed (the harness's ``derive_seed`` of its key).
+SIGUSR1 or SIGTERM (a cluster's time-limit warning, preemption) ends a rank after the part it is
+writing, with :class:`~cosearch_lib.stop_signals.StopRequested` (``cosearch evaluate`` exits 75,
+which the job script requeues).
+
+``cosearch evaluate`` runs it under torchrun or srun; notebook 03 runs the same function in its
+one process and finds the parts a job wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from cosearch_lib.atomic_io import write_table
+from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.eval.harness import HarnessConfig, empty_records
+from cosearch_lib.progress import tqdm
+from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
+from cosearch_lib.stop_signals import StopRequest, StopRequested
+
+#: Questions per part: what a rank loses at most when its job is cut.
+DEFAULT_CHUNK = 64
+_ADAPTER_FIELDS = ("agent_adapter", "fixed_ranker_adapter", "trained_ranker_adapter", "cross_encoder_model")
+
+
+def _folder_digest(path: str | None) -> str | None:
+    """The sha256 of a folder's weight files (an adapter, a saved ranker), or the value as given
+    when it is no folder (a loaded adapter's name, a hub model name, None)."""
+    if path is None or not Path(path).is_dir():
+        return path
+    h = hashlib.sha256()
+    for f in sorted(Path(path).rglob("*")):
+        if f.is_file() and f.suffix in (".safetensors", ".bin", ".pt", ".json"):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def evaluation_key(label: str, cfg: HarnessConfig) -> str:
+    """What decides an evaluation's records: its label, every harness setting but the question count
+    (the questions are the parts' business), and the contents of the adapters it names."""
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "n_per_dataset"}
+    settings.update({k: _folder_digest(getattr(cfg, k)) for k in _ADAPTER_FIELDS})
+    text = json.dumps({"label": label, "settings": settings}, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def evaluation_folder(root: str | Path, label: str, cfg: HarnessConfig) -> Path:
+    slug = re.sub(r"[^0-9A-Za-z]+", "-", label).strip("-").lower()[:48]
+    return Path(root) / f"{slug}-{evaluation_key(label, cfg)}"
+
+
+def read_parts(folder: Path) -> pd.DataFrame:
+    parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
+    frames = [pd.read_parquet(p) for p in parts]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else empty_records()
+
+
+def evaluate_in_shards(label: str, examples: Sequence[QAExample], cfg: HarnessConfig,
+                       evaluate: Callable[[list[QAExample]], pd.DataFrame], root: str | Path, *,
+                       dp: DataParallel = SINGLE_PROCESS, chunk: int = DEFAULT_CHUNK,
+                       progress: bool = True) -> pd.DataFrame:
+    """The records of ``evaluate`` (questions -> records) on ``examples``, from the parts under
+    ``root`` where they exist and by this rank's share of the rest (see the module doc); every rank
+    returns the whole evaluation, in ``examples`` order."""
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1, got {chunk}")
+    folder = evaluation_folder(root, label, cfg)
+    done = set(read_parts(folder)["question_id"].astype(str))
+    todo = [ex for ex in examples if ex.id not in done]
+    dp.barrier()  # every rank has read the same parts before any writes one
+    mine = dp.shard(todo)
+    bar = tqdm(total=len(mine), desc=f"evaluate {label}" + (f" [rank {dp.rank}]" if dp.distributed else ""),
+               unit="question", disable=not progress or not mine)
+    with StopRequest() as stop:
+        for start in range(0, len(mine), chunk):
+            batch = mine[start:start + chunk]
+            records = evaluate(batch)
+            if len(records):
+                write_table(records, folder / f"part-r{dp.rank}-{_safe(batch[0].id)}-{len(batch)}.parquet")
+            bar.update(len(batch))
+            if stop.received and start + chunk < len(mine):  # the time limit is near: the parts so far stay
+                bar.close()
+                raise StopRequested(stop.received, start // chunk + 1, folder)
+    bar.close()
+    dp.barrier()  # every part is written
+    records = read_parts(folder)
+    if not len(records):
+        return records
+    order = {ex.id: i for i, ex in enumerate(examples)}
+    records = records[records["question_id"].astype(str).isin(order)]
+    records = records.drop_duplicates(["method", "question_id", "sample"], keep="last")
+    sort_key = records["question_id"].astype(str).map(order)
+    return records.assign(_order=sort_key).sort_values(["_order", "sample"], kind="stable") \
+        .drop(columns="_order").reset_index(drop=True)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_.-]+", "_", text)[:40]

@@ -1,0 +1,95 @@
+"""``cosearch evaluate``: notebook 03's evaluation of trained methods as a launched job, sharded over its ranks.
+
+At paper size the evaluation (every question of the Search-R1 test splits, each trained method
+before and after GRPO, and the hop-level ceiling) is the longest stage after training. This runs
+exactly what notebook 03's evaluation cells run, with the same settings (the profile's
+``evaluation`` section, the methods' checkpoints in the run folder, their starts), in one process
+or as every rank of a torchrun or srun job: each rank evaluates its share of the questions not yet
+evaluated and writes parts under ``papermill_runs/<profile>/evaluation/``
+(:mod:`~cosearch_lib.experiment.evaluation_shards`). A job cut by its time limit resumes with the
+same command. Notebook 03, run afterwards, finds every part and only reads them. Rank 0 writes
+``evaluate.run.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cosearch_lib.atomic_io import write_json
+from cosearch_lib.config import ProfileConfig
+from cosearch_lib.data.qa_formats import load_qa
+from cosearch_lib.eval.harness import select_examples
+from cosearch_lib.experiment import (
+    evaluate_before_after,
+    evaluate_hop_oracle,
+    harness_config,
+    harness_context,
+    method_starts,
+    search_backend,
+)
+from cosearch_lib.experiment.preflight import check_inputs
+from cosearch_lib.models.generation.vllm_backend import close_engines
+from cosearch_lib.paths import run_dir
+from cosearch_lib.records.training_runs import checkpoint_adapters, training_root
+from cosearch_lib.retrieval.artifacts import corpus_paths
+from cosearch_lib.rl.data_parallel import DataParallel, LaunchEnvironment
+from cosearch_lib.seeding import seed_everything
+
+#: The record ``cosearch evaluate`` leaves in the profile's run folder.
+EVALUATE_RECORD = "evaluate.run.json"
+#: The folder under the run folder that holds the evaluation's parts (notebook 03 reads the same).
+EVALUATION_PARTS = "evaluation"
+
+
+def ceiling_method(methods: Sequence[str]) -> str:
+    """The method whose trained agent reads the hop-level oracle (notebook 03's choice)."""
+    return "search_r1" if "search_r1" in methods else methods[0]
+
+
+def run_evaluation_job(cfg: ProfileConfig, methods: Sequence[str], *, ceiling: bool = True, progress: bool = True,
+                       dp: DataParallel | None = None) -> dict[str, Any] | None:
+    """Evaluate ``methods`` of ``cfg`` (trained: their checkpoints must exist) under whatever launched
+    this process, into the run folder's parts; rank 0 returns the record, the others None. The
+    retriever is the job's server when ``$COSEARCH_RETRIEVER_URL`` names one."""
+    launch = LaunchEnvironment.detect()
+    dp = dp or DataParallel.from_environment()
+    check_inputs(cfg, world_size=dp.world_size)
+    t0 = time.perf_counter()
+    seed_everything(cfg.seed)
+    root, out = training_root(cfg.profile), run_dir(cfg.profile)
+    parts = out / EVALUATION_PARTS
+    try:
+        retriever = search_backend(cfg, progress=progress and dp.is_main)
+        ecfg = harness_config(cfg)
+        examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)
+        ctx = harness_context(cfg, retriever)
+        counts = {}
+        for method in methods:
+            adapters, starts = checkpoint_adapters(root, method), method_starts(cfg, retriever, method, progress=False)
+            records = evaluate_before_after(method, adapters, starts, examples, ctx, ecfg, parts=parts, dp=dp,
+                                            progress=progress)
+            counts.update(records.groupby("method").size().to_dict())
+        if ceiling and methods:
+            m = ceiling_method(methods)
+            hop = evaluate_hop_oracle(m, checkpoint_adapters(root, m), method_starts(cfg, retriever, m, progress=False),
+                                      examples, ctx, ecfg, parts=parts, dp=dp, progress=progress)
+            counts.update(hop.groupby("method").size().to_dict())
+    except BaseException as err:
+        if dp.distributed:
+            print(f"[cosearch evaluate] rank {dp.rank} of {dp.world_size} failed: {type(err).__name__}: {err}",
+                  file=sys.stderr, flush=True)
+        raise
+    record = {"step": "evaluate", "profile": cfg.profile, "seed": cfg.seed, "methods": list(methods),
+              "split": ecfg.split, "questions": len(examples), "records": {k: int(v) for k, v in counts.items()},
+              "world_size": dp.world_size, "launcher": launch.launcher, "wall_s": round(time.perf_counter() - t0, 2)}
+    main = dp.is_main
+    if main:
+        write_json(record, Path(out) / EVALUATE_RECORD)
+    dp.barrier()
+    close_engines()
+    dp.close()
+    return record if main else None
