@@ -5,7 +5,7 @@
                                                         profile's reduced grid before notebook 04)
     cosearch warm-start --profile demo                  train (or load) the warm-start adapters
     cosearch build-world --profile demo                 generate the embedded world
-    cosearch build-index --profile demo                 world/corpus -> store -> FAISS index
+    cosearch build-index --profile demo                 world/corpus -> store -> FAISS index (torchrun/srun: sharded)
     cosearch serve-retriever --profile demo [--port N]  Search-R1-compatible HTTP retrieval server
     cosearch download {cosearch-data,wiki18-corpus,wiki18-index,models,all} --profile P  (or --dest DIR)
     cosearch export-world --profile paper_mini --hub DIR  the world as the paper's artefacts, in the hub's layout
@@ -98,7 +98,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         cfg.retrieval.server_url = args.retriever_url
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
-        rec = run_evaluation_job(cfg, methods, ceiling=not args.no_ceiling, progress=not args.quiet)
+        rec = run_evaluation_job(cfg, methods, ceiling=not args.no_ceiling, progress=not args.quiet,
+                                 profile_arg=args.profile)
     except StopRequested as stop:  # the parts written so far stay: the same command continues
         print(f"cosearch evaluate: stopped on {stop.signal_name} after {stop.step} part(s) of this rank; the same "
               f"command continues (exit {EXIT_STOPPED})", file=sys.stderr, flush=True)
@@ -165,12 +166,23 @@ def _cmd_build_world(args: argparse.Namespace) -> int:
 
 
 def _cmd_build_index(args: argparse.Namespace) -> int:
-    from cosearch_lib.experiment import build_retriever, resolve_profile
-    from cosearch_lib.retrieval.artifacts import corpus_paths
+    from cosearch_lib.experiment import resolve_profile
+    from cosearch_lib.retrieval.artifacts import prepare_corpus, prepare_index
+    from cosearch_lib.retrieval.encoder import TextEncoder
+    from cosearch_lib.rl.data_parallel import DataParallel
 
     cfg = resolve_profile(args.profile)
-    retriever = build_retriever(cfg)
-    print(json.dumps({"index": str(corpus_paths(cfg).index), "passages": len(retriever)}, indent=2))
+    dp = DataParallel.from_environment()  # under torchrun or srun: the ranks share the encoding
+    if dp.is_main:
+        prepare_corpus(cfg, progress=not args.quiet)  # the store, built once
+    dp.barrier()
+    store, paths = prepare_corpus(cfg, progress=False)
+    encoder = TextEncoder(cfg.retrieval.encoder)
+    index = prepare_index(cfg, encoder, store, paths, progress=not args.quiet, rank=dp.rank, world=dp.world_size,
+                          barrier=dp.barrier)
+    if dp.is_main:
+        print(json.dumps({"index": str(paths.index), "passages": int(index.ntotal), "processes": dp.world_size}, indent=2))
+    dp.close()
     return 0
 
 
@@ -343,8 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="regenerate even if a matching world exists")
     p.set_defaults(fn=_cmd_build_world)
 
-    p = sub.add_parser("build-index", help="build (or reuse) the profile's corpus store and FAISS index")
+    p = sub.add_parser("build-index", help="build (or reuse) the profile's corpus store and FAISS index; under torchrun "
+                                           "or srun the ranks encode its shards, and a cut build resumes")
     p.add_argument("--profile", default="demo")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_build_index)
 
     p = sub.add_parser("serve-retriever", help="serve the profile's retriever over Search-R1's HTTP protocol")

@@ -95,8 +95,8 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
             env, logs / "evaluate.log", 1500)
         parts_written = {p: p.stat().st_mtime_ns for p in (runs / PROFILE / "evaluation").glob("*/part-*.parquet")}
         times["notebooks 02 03"] = _run(
-            [cosearch, "run", "--profile", PROFILE, "--notebooks", "02", "03", "-p", "methods=fixed_ranker,cosearch",
-             "-p", "resume=true", "--quiet"], {**env, "COSEARCH_RETRIEVER_URL": url}, logs / "run.log", 1500)
+            [cosearch, "run", "--profile", PROFILE, "--notebooks", "02", "03", "--quiet"],
+            {**env, "COSEARCH_RETRIEVER_URL": url}, logs / "run.log", 1500)
     finally:
         server.terminate()
         server.wait(timeout=30)

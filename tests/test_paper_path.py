@@ -424,9 +424,9 @@ PAPER_MINI_OVERRIDES = {
     # a 135M model does not follow the protocol zero-shot: a small agent warm start (paper: none)
     "warmstart.enabled", "warmstart.n_agent", "warmstart.n_ranker", "warmstart.learning_rate",
     "warmstart.warmup_ratio", "warmstart.batch_size",
-    "training.steps", "training.questions_per_step", "training.minibatches", "training.micro_batch",  # sizes
+    "training.steps", "training.questions_per_step", "training.minibatches",  # sizes
     "training.val_per_dataset", "evaluation.n_per_dataset",  # sizes
-    "relevance.steps", "relevance.prompts_per_step", "relevance.val_per_dataset", "relevance.micro_batch",  # sizes
+    "relevance.steps", "relevance.prompts_per_step", "relevance.val_per_dataset",  # sizes
 }
 
 
@@ -444,7 +444,7 @@ def test_the_miniature_overrides_only_what_the_cpu_cannot_hold() -> None:
     # what the issue keeps: the paper's search budget, rules, G, warm start off, evaluation, slurm
     assert (base.search.topn, cfg.search.topk, cfg.search.max_searches) == (50, 5, 6) and cfg.search.topn == 10
     assert cfg.training.group_size == base.training.group_size == 8 and cfg.rules == base.rules
-    assert cfg.rollout.temperature == 1.0 and base.warmstart.enabled is False and cfg.warmstart.n_ranker == 0
+    assert cfg.rollout.temperature == 1.0 and base.warmstart.enabled is False
     assert cfg.slurm == base.slurm and replace(cfg.protocol, search=base.protocol.search) == base.protocol
     assert cfg.data.corpus_path == base.data.corpus_path and cfg.data.qa_paths == base.data.qa_paths
 
@@ -554,12 +554,13 @@ def test_split_index_parts_join_back_to_the_file(tmp_path: Path) -> None:
 
 
 def test_a_role_without_gold_sequences_starts_from_the_model_as_shipped() -> None:
-    """paper_mini warm-starts the agent only (warmstart.n_ranker: 0, the paper's ranker starts from the
-    instruct model). The Fixed Ranker's relevance training asked the warm start for the ranker by
-    name and stopped the job with "no gold examples to train on"; the role is now left out, so the
-    relevance training starts from a fresh adapter (no retriever needed: nothing to train)."""
+    """A warm start of the agent only (warmstart.n_ranker: 0, as paper_mini had it: the paper's ranker
+    starts from the instruct model). The Fixed Ranker's relevance training asked the warm start for
+    the ranker by name and stopped the job with "no gold examples to train on"; the role is now left
+    out, so the relevance training starts from a fresh adapter (no retriever needed: nothing to train)."""
     from cosearch_lib.experiment.cached_starts import warm_start
 
     cfg = load_profile("paper_mini")
-    assert cfg.warmstart.enabled and cfg.warmstart.n_ranker == 0
+    cfg = replace(cfg, warmstart=replace(cfg.warmstart, n_ranker=0))
+    assert cfg.warmstart.enabled
     assert warm_start(cfg, None, roles=("ranker",)) == {}

@@ -134,3 +134,47 @@ def test_retriever_finds_the_right_passage(encoder, store):
 def test_retriever_refuses_index_built_from_another_corpus(encoder, store):
     with pytest.raises(ValueError, match="same corpus"):
         Retriever(encoder, build_index(np.eye(4, dtype=np.float32)), store)
+
+
+class _CountingEncoder:
+    """The real encoder, counting the passages it encodes; raises once ``fail_after`` calls are done."""
+
+    def __init__(self, encoder, fail_after=None):
+        self.encoder, self.fail_after, self.calls, self.encoded = encoder, fail_after, 0, []
+        self.dim = encoder.dim
+
+    def encode_passages(self, texts):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise KeyboardInterrupt("the node went away")
+        self.calls += 1
+        self.encoded.extend(texts)
+        return self.encoder.encode_passages(texts)
+
+
+def test_the_index_builds_in_shards_over_processes_and_a_cut_build_resumes(encoder, store, tmp_path):
+    """Issue 47, item 8: build-index was one process with no resume. The corpus is now encoded in
+    shards shared round-robin by the ranks of a job, each kept whole on disk; a rank cut mid-build
+    loses only the shard it was in, and the merged index is the one-process index, row for row."""
+    import numpy as np
+
+    from cosearch_lib.retrieval.index_shards import encode_shards, merge_shards, shards_folder
+
+    one_process = build_index_from_corpus(encoder, store, progress=False)
+    folder = shards_folder(tmp_path / "e5_Flat.index")
+    n = len(store)
+    rank0, rank1 = _CountingEncoder(encoder), _CountingEncoder(encoder, fail_after=1)
+    assert encode_shards(rank0, store, folder, encoder_name="minilm", rank=0, world=2, shard_rows=2, chunk=1,
+                         progress=False) == list(range(0, (n + 1) // 2, 2))
+    with pytest.raises(KeyboardInterrupt):  # rank 1 is cut inside its first shard (2 rows, 1 per call)
+        encode_shards(rank1, store, folder, encoder_name="minilm", rank=1, world=2, shard_rows=2, chunk=1, progress=False)
+    assert not (folder / "shard-000001.npy").exists() and not list(folder.glob(".*"))  # nothing half-written
+    with pytest.raises(FileNotFoundError, match="shard-000001.npy is missing"):
+        merge_shards(folder, progress=False)
+    again = _CountingEncoder(encoder)
+    done = encode_shards(again, store, folder, encoder_name="minilm", rank=1, world=2, shard_rows=2, chunk=1, progress=False)
+    assert done == list(range(1, (n + 1) // 2, 2)) and len(again.encoded) == n - len(rank0.encoded)  # rank 0's kept
+    merged = merge_shards(folder, progress=False)
+    assert merged.ntotal == n == one_process.ntotal
+    np.testing.assert_allclose(merged.reconstruct_n(0, n), one_process.reconstruct_n(0, n), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="holds shards of another build"):
+        encode_shards(encoder, store, folder, encoder_name="e5", rank=0, world=1, shard_rows=2, progress=False)

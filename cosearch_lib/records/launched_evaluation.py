@@ -31,9 +31,10 @@ from cosearch_lib.experiment import (
     method_starts,
     search_backend,
 )
-from cosearch_lib.experiment.preflight import check_inputs
+from cosearch_lib.experiment.preflight import check_inputs, retriever_url
 from cosearch_lib.models.generation.vllm_backend import close_engines
 from cosearch_lib.paths import run_dir
+from cosearch_lib.records.launched_training import build_starts_apart
 from cosearch_lib.records.training_runs import checkpoint_adapters, training_root
 from cosearch_lib.retrieval.artifacts import corpus_paths
 from cosearch_lib.rl.data_parallel import DataParallel, LaunchEnvironment
@@ -51,10 +52,12 @@ def ceiling_method(methods: Sequence[str]) -> str:
 
 
 def run_evaluation_job(cfg: ProfileConfig, methods: Sequence[str], *, ceiling: bool = True, progress: bool = True,
-                       dp: DataParallel | None = None) -> dict[str, Any] | None:
+                       dp: DataParallel | None = None, profile_arg: str | None = None) -> dict[str, Any] | None:
     """Evaluate ``methods`` of ``cfg`` (trained: their checkpoints must exist) under whatever launched
     this process, into the run folder's parts; rank 0 returns the record, the others None. The
-    retriever is the job's server when ``$COSEARCH_RETRIEVER_URL`` names one."""
+    retriever is the job's server when ``$COSEARCH_RETRIEVER_URL`` names one. ``profile_arg`` (the
+    ``--profile`` given): under several ranks, rank 0 first makes sure the methods' starts are in
+    the cache, in a child process (as ``cosearch train`` does), so that no two ranks train one."""
     launch = LaunchEnvironment.detect()
     dp = dp or DataParallel.from_environment()
     check_inputs(cfg, world_size=dp.world_size)
@@ -63,6 +66,10 @@ def run_evaluation_job(cfg: ProfileConfig, methods: Sequence[str], *, ceiling: b
     root, out = training_root(cfg.profile), run_dir(cfg.profile)
     parts = out / EVALUATION_PARTS
     try:
+        if dp.distributed and profile_arg is not None:
+            if dp.is_main:
+                build_starts_apart(profile_arg, cfg.seed, methods, retriever_url(cfg), progress)
+            dp.barrier()
         retriever = search_backend(cfg, progress=progress and dp.is_main)
         ecfg = harness_config(cfg)
         examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)

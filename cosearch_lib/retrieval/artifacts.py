@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from cosearch_lib.config import ProfileConfig
 from cosearch_lib.paths import data_dir, profile_data_path, project_relative
 from cosearch_lib.retrieval.corpus_store import CorpusStore
 from cosearch_lib.retrieval.encoder import TextEncoder
-from cosearch_lib.retrieval.faiss_index import build_index_from_corpus, load_index, save_index, to_gpu
+from cosearch_lib.retrieval.faiss_index import load_index, save_index, to_gpu
+from cosearch_lib.retrieval.index_shards import build_in_shards
 from cosearch_lib.retrieval.relevance_sets import file_sha256, sidecar_path
 from cosearch_lib.world.io import build_world
 
@@ -121,8 +123,13 @@ def prepare_corpus(cfg: ProfileConfig, *, progress: bool = True) -> tuple[Corpus
     return store, paths
 
 
-def prepare_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, paths: CorpusPaths, *, progress: bool = True):
-    """Load the profile's index, or encode the corpus and save one (with a .json of what built it)."""
+def prepare_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, paths: CorpusPaths, *, progress: bool = True,
+                  rank: int = 0, world: int = 1, barrier: Callable[[], None] = lambda: None):
+    """Load the profile's index, or encode the corpus and save one (with a .json of what built it).
+
+    The encoding runs in shards (:mod:`~cosearch_lib.retrieval.index_shards`): the ``world``
+    processes of a job (``rank``, ``barrier``: ``cosearch build-index`` under torchrun or srun) share
+    them, each shard is kept until the index is written, and a cut build resumes where it stopped."""
     rcfg = cfg.retrieval
     on_gpu = rcfg.index_device == "gpu"
     if paths.index.exists():
@@ -132,13 +139,20 @@ def prepare_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, 
         if cfg.data.index_path:  # a user-supplied index must match; never overwrite it
             raise ValueError(f"index {paths.index} has {index.ntotal} vectors but the corpus has {len(store)} rows")
     t0 = time.perf_counter()
-    index = build_index_from_corpus(encoder, store, kind=rcfg.index_kind, hnsw_m=rcfg.hnsw_m, progress=progress)
-    if rcfg.index_kind == "hnsw":
-        index.hnsw.efSearch = rcfg.ef_search
-    save_index(index, paths.index)
-    meta = {"encoder": asdict(rcfg.encoder), "kind": rcfg.index_kind, "ntotal": index.ntotal,
-            "corpus": str(paths.corpus), "build_s": round(time.perf_counter() - t0, 2)}
-    paths.index.with_suffix(".json").write_text(json.dumps(meta, indent=2))
+    extra = {"hnsw_m": rcfg.hnsw_m} if rcfg.index_kind == "hnsw" else {}
+
+    def save(index, path: Path) -> None:
+        if rcfg.index_kind == "hnsw":
+            index.hnsw.efSearch = rcfg.ef_search
+        save_index(index, path)
+        meta = {"encoder": asdict(rcfg.encoder), "kind": rcfg.index_kind, "ntotal": index.ntotal,
+                "corpus": str(paths.corpus), "build_s": round(time.perf_counter() - t0, 2), "processes": world}
+        path.with_suffix(".json").write_text(json.dumps(meta, indent=2))
+
+    index = build_in_shards(encoder, store, paths.index, encoder_name=rcfg.encoder.model, kind=rcfg.index_kind,
+                            rank=rank, world=world, barrier=barrier, progress=progress, save=save, **extra)
+    if index is None:  # another rank merged and saved it
+        index = load_index(paths.index, mmap=rcfg.mmap_index, ef_search=rcfg.ef_search)
     return to_gpu(index) if on_gpu else index
 
 
