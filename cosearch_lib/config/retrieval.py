@@ -55,12 +55,14 @@ class RetrievalConfig:
     hnsw_m: int = 32  # HNSW graph degree (hnsw only)
     ef_search: int = 128  # HNSW search breadth (hnsw only)
     mmap_index: bool = False  # memory-map the index instead of reading it into RAM (for indexes larger than RAM)
+    index_shard_rows: int = field(default=1 << 16, metadata=SPEED_ONLY)  # passages per shard when the index is encoded (build-index: the ranks share shards; a cut build resumes)
     index_device: str = field(default="cpu", metadata=SPEED_ONLY)  # "cpu", or "gpu": the flat index on every visible GPU, replicated when it fits one, else sharded over them (faiss-gpu, the gpu extra)
     server_url: str | None = field(default=None, metadata=LOCATION_ONLY)  # search through this retrieval server (cosearch serve-retriever) instead of loading the index in each process; $COSEARCH_RETRIEVER_URL sets it for a job
 
     def __post_init__(self) -> None:
         Fields("retrieval", self).choice("index_kind", ("flat", "hnsw"))
         Fields("retrieval", self).choice("index_device", ("cpu", "gpu"))
+        Fields("retrieval", self).ints("index_shard_rows", minimum=1)
         if self.index_device == "gpu" and self.index_kind != "flat":
             raise ConfigError("retrieval.index_device: gpu moves a flat index (FAISS has no GPU HNSW); "
                               "set retrieval.index_kind: flat or index_device: cpu")

@@ -150,7 +150,8 @@ def prepare_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, 
         path.with_suffix(".json").write_text(json.dumps(meta, indent=2))
 
     index = build_in_shards(encoder, store, paths.index, encoder_name=rcfg.encoder.model, kind=rcfg.index_kind,
-                            rank=rank, world=world, barrier=barrier, progress=progress, save=save, **extra)
+                            rank=rank, world=world, barrier=barrier, shard_rows=rcfg.index_shard_rows, progress=progress,
+                            save=save, **extra)
     if index is None:  # another rank merged and saved it
         index = load_index(paths.index, mmap=rcfg.mmap_index, ef_search=rcfg.ef_search)
     return to_gpu(index) if on_gpu else index
