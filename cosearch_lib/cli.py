@@ -240,7 +240,7 @@ def _cmd_export_world(args: argparse.Namespace) -> int:
 def _cmd_prepare_relevance(args: argparse.Namespace) -> int:
     from cosearch_lib.experiment.relevance_data import prepare_relevance_data
 
-    summary = prepare_relevance_data(load_profile(args.profile), force=args.force, progress=not args.quiet)
+    summary = prepare_relevance_data(load_profile(args.profile, seed=args.seed), force=args.force, progress=not args.quiet)
     verb = "already prepared" if summary["reused"] else "wrote"
     print(f"{verb} {summary['path']}: {summary['kept']} of {summary['queries']} queries have a relevant passage in "
           f"their top {summary['topn']} ({summary['dropped']} dropped)")
@@ -389,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "($COSEARCH_RETRIEVER_URL or the index), answer-containment labels, the "
                                                  "queries without a relevant candidate dropped; written to relevance.prepared_path")
     p.add_argument("--profile", default="demo")
+    p.add_argument("--seed", type=int, help="override the profile's seed (it draws the n_queries sample)")
     p.add_argument("--force", action="store_true", help="write it again even when it is there with the same settings")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_prepare_relevance)

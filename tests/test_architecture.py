@@ -49,7 +49,8 @@ def test_no_module_imports_package_code_inside_a_function():
     import ast
 
     lazy_ok = {"vllm", "unsloth", "faiss", "wandb", "torch.utils.tensorboard", "IPython", "IPython.display",
-               "huggingface_hub", "vllm.lora.request", "vllm.inputs", "torch"}
+               "huggingface_hub", "vllm.lora.request", "vllm.inputs", "torch", "vllm.lora.ops.torch_ops",
+               "vllm.lora.punica_wrapper"}
     offenders = []
     for path in sorted((ROOT / "cosearch_lib").rglob("*.py")):
         if path.name == "cli.py":  # the top of the stack: commands import their modules when they run

@@ -298,6 +298,8 @@ def test_the_prepared_set_keeps_queries_with_an_answer_in_their_top_n_and_traini
     assert (summary["queries"], summary["kept"], summary["dropped"]) == (3, 2, 1)
     assert summary["per_source"] == {"syn_hotpotqa": {"queries": 1, "kept": 1}, "syn_nq": {"queries": 2, "kept": 1}}
     assert sidecar_path(path).is_file()
+    again = prepare_relevance_set(queries, FixedRetriever(CORPUS), 6, path, settings={"n": 3}, progress=False)
+    assert again["sha256"] == summary["sha256"]  # the same set, the same bytes: the Fixed Ranker's cache key holds
     read = read_relevance_set(path, topn=6)
     assert [(q.id, q.relevant) for q in read] == [("t1", (0, 1, 0, 0, 0, 0)), ("t2", (0, 0, 0, 0, 1, 0))]
     assert read[0].candidates == tuple(FixedRetriever(CORPUS).search(["x"], 6)[0])

@@ -29,9 +29,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -60,18 +62,30 @@ def _folder_digest(path: str | None) -> str | None:
     return h.hexdigest()
 
 
-def evaluation_key(label: str, cfg: HarnessConfig) -> str:
+def evaluation_key(label: str, cfg: HarnessConfig, context: dict | None = None) -> str:
     """What decides an evaluation's records: its label, every harness setting but the question count
-    (the questions are the parts' business), and the contents of the adapters it names."""
+    (the questions are the parts' business), the contents of the adapters it names, and ``context``
+    (what else shapes them: the models, the prompt protocol; ``context_key``)."""
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "n_per_dataset"}
     settings.update({k: _folder_digest(getattr(cfg, k)) for k in _ADAPTER_FIELDS})
-    text = json.dumps({"label": label, "settings": settings}, sort_keys=True, default=str)
+    text = json.dumps({"label": label, "settings": settings, "context": context or {}}, sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def evaluation_folder(root: str | Path, label: str, cfg: HarnessConfig) -> Path:
+def context_key(ctx: Any) -> dict:
+    """The parts of a harness context that change the records: the models the backends serve (their
+    tokenizers' names: the model folders or hub ids) and the prompt protocol."""
+    def model(backend: Any) -> Any:
+        return getattr(getattr(backend, "tokenizer", None), "name_or_path", None)
+
+    protocol = getattr(ctx, "protocol", None)
+    return {"agent": model(getattr(ctx, "agent_backend", None)), "ranker": model(getattr(ctx, "ranker_backend", None)),
+            "protocol": dataclasses.asdict(protocol) if dataclasses.is_dataclass(protocol) else None}
+
+
+def evaluation_folder(root: str | Path, label: str, cfg: HarnessConfig, context: dict | None = None) -> Path:
     slug = re.sub(r"[^0-9A-Za-z]+", "-", label).strip("-").lower()[:48]
-    return Path(root) / f"{slug}-{evaluation_key(label, cfg)}"
+    return Path(root) / f"{slug}-{evaluation_key(label, cfg, context)}"
 
 
 def read_parts(folder: Path) -> pd.DataFrame:
@@ -84,29 +98,35 @@ def read_parts(folder: Path) -> pd.DataFrame:
 def evaluate_in_shards(label: str, examples: Sequence[QAExample], cfg: HarnessConfig,
                        evaluate: Callable[[list[QAExample]], pd.DataFrame], root: str | Path, *,
                        dp: DataParallel = SINGLE_PROCESS, chunk: int = DEFAULT_CHUNK,
-                       progress: bool = True) -> pd.DataFrame:
+                       progress: bool = True, context: dict | None = None) -> pd.DataFrame:
     """The records of ``evaluate`` (questions -> records) on ``examples``, from the parts under
     ``root`` where they exist and by this rank's share of the rest (see the module doc); every rank
     returns the whole evaluation, in ``examples`` order."""
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1, got {chunk}")
-    folder = evaluation_folder(root, label, cfg)
+    folder = evaluation_folder(root, label, cfg, context)
     done = set(read_parts(folder)["question_id"].astype(str))
     todo = [ex for ex in examples if ex.id not in done]
     dp.barrier()  # every rank has read the same parts before any writes one
     mine = dp.shard(todo)
+    # every rank runs the same number of rounds (the largest share's), so that after each round the
+    # ranks can decide together whether to stop: none is left waiting at a barrier the others left
+    largest_share = math.ceil(len(todo) / dp.world_size)
+    rounds = math.ceil(largest_share / chunk)
     bar = tqdm(total=len(mine), desc=f"evaluate {label}" + (f" [rank {dp.rank}]" if dp.distributed else ""),
                unit="question", disable=not progress or not mine)
     with StopRequest() as stop:
-        for start in range(0, len(mine), chunk):
-            batch = mine[start:start + chunk]
-            records = evaluate(batch)
-            if len(records):
-                write_table(records, folder / f"part-r{dp.rank}-{_safe(batch[0].id)}-{len(batch)}.parquet")
-            bar.update(len(batch))
-            if stop.received and start + chunk < len(mine):  # the time limit is near: the parts so far stay
+        for r in range(rounds):
+            batch = mine[r * chunk:(r + 1) * chunk]
+            if batch:
+                records = evaluate(batch)
+                if len(records):
+                    write_table(records, folder / f"part-r{dp.rank}-{_part_name(batch)}.parquet")
+                bar.update(len(batch))
+            stopping = dp.sum(1.0 if stop.received else 0.0) > 0  # a signal to any rank stops them all
+            if stopping and r + 1 < rounds:  # the time limit is near: the parts so far stay
                 bar.close()
-                raise StopRequested(stop.received, start // chunk + 1, folder)
+                raise StopRequested(stop.received or "a signal to another rank", r + 1, folder)
     bar.close()
     dp.barrier()  # every part is written
     records = read_parts(folder)
@@ -120,5 +140,7 @@ def evaluate_in_shards(label: str, examples: Sequence[QAExample], cfg: HarnessCo
         .drop(columns="_order").reset_index(drop=True)
 
 
-def _safe(text: str) -> str:
-    return re.sub(r"[^0-9A-Za-z_.-]+", "_", text)[:40]
+def _part_name(batch: Sequence[QAExample]) -> str:
+    """A part's name: its first question (readable) and a hash of all its questions (unique)."""
+    digest = hashlib.sha1("\n".join(ex.id for ex in batch).encode()).hexdigest()[:10]
+    return f"{re.sub(r'[^0-9A-Za-z_.-]+', '_', batch[0].id)[:32]}-{len(batch)}-{digest}"

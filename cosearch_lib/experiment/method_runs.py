@@ -21,7 +21,7 @@ from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluat
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.experiment.building import harness_config, policy_engine, search_backend, vllm_options
 from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start, warm_start
-from cosearch_lib.experiment.evaluation_shards import evaluate_in_shards
+from cosearch_lib.experiment.evaluation_shards import context_key, evaluate_in_shards
 from cosearch_lib.experiment.preflight import engine_length
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.scoring_rankers import load_scoring_ranker
@@ -177,7 +177,7 @@ def _evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample], ct
     ecfg = replace(ecfg, methods=tuple(methods)) if methods is not None else ecfg
     return evaluate_in_shards(label, examples, ecfg,
                               lambda chunk: run_evaluation(None, chunk, ctx, ecfg, progress=False, label=label),
-                              parts, dp=dp, progress=progress)
+                              parts, dp=dp, progress=progress, context=context_key(ctx))
 
 
 def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],

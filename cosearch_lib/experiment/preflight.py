@@ -170,7 +170,8 @@ def _check_relevance_set(cfg: ProfileConfig) -> str:
         state = "was made with other settings or is incomplete" if path.is_file() else "not found"
         raise FileNotFoundError(
             f"relevance.prepared_path: {project_relative(path)} {state}; the Fixed Ranker's relevance training reads it "
-            f"(relevance.source: prepared): prepare it with `cosearch prepare-relevance --profile {cfg.profile}`")
+            f"(relevance.source: prepared): prepare it with `cosearch prepare-relevance --profile {cfg.profile}"
+            f"{f' --seed {cfg.seed}' if cfg.relevance.n_queries and cfg.seed else ''}`")
     return (f"relevance.prepared_path: {project_relative(path)} ({done['kept']} of {done['queries']} queries with a "
             f"relevant passage in the top {done['topn']})")
 

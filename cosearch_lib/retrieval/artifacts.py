@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cosearch_lib.atomic_io import build_lock
 from cosearch_lib.config import ProfileConfig
 from cosearch_lib.paths import data_dir, profile_data_path, project_relative
 from cosearch_lib.retrieval.corpus_store import CorpusStore
@@ -86,9 +87,11 @@ def relevance_set_settings(cfg: ProfileConfig) -> dict[str, Any]:
     """What decides a profile's relevance set: the split's file, the sources, the sample, N, the seed."""
     rc = cfg.relevance
     qa = corpus_paths(cfg).qa
-    return {"split": rc.split, "qa_file": project_relative(qa[rc.split]) if rc.split in qa else None,
-            "query_sources": list(rc.query_sources), "n_queries": rc.n_queries, "topn": cfg.search.topn,
-            "seed": cfg.seed}
+    settings = {"split": rc.split, "qa_file": project_relative(qa[rc.split]) if rc.split in qa else None,
+                "query_sources": list(rc.query_sources), "n_queries": rc.n_queries, "topn": cfg.search.topn}
+    if rc.n_queries:  # the seed draws the sample; without one it changes nothing
+        settings["seed"] = cfg.seed
+    return settings
 
 
 def prepared_relevance_set(cfg: ProfileConfig) -> dict[str, Any] | None:
@@ -129,7 +132,31 @@ def prepare_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, 
 
     The encoding runs in shards (:mod:`~cosearch_lib.retrieval.index_shards`): the ``world``
     processes of a job (``rank``, ``barrier``: ``cosearch build-index`` under torchrun or srun) share
-    them, each shard is kept until the index is written, and a cut build resumes where it stopped."""
+    them, each shard is kept until the index is written, and a cut build resumes where it stopped.
+    Under several ranks only rank 0 loads the index and returns it; the others return None."""
+    if world > 1 and rank != 0:  # build-index's other ranks: they encode shards, rank 0 loads and checks
+        if _needs_build(cfg, store, paths):
+            _build(cfg, encoder, store, paths, rank=rank, world=world, barrier=barrier, progress=progress)
+        return None
+    if world == 1:  # one process: a second one building the same index waits, then finds it
+        with build_lock(paths.index):
+            return _ready_index(cfg, encoder, store, paths, progress=progress)
+    return _ready_index(cfg, encoder, store, paths, rank=rank, world=world, barrier=barrier, progress=progress)
+
+
+def _needs_build(cfg: ProfileConfig, store: CorpusStore, paths: CorpusPaths) -> bool:
+    """What rank 0 decides from the index itself (:func:`_ready_index`), read without loading it: no
+    index, or one this project built (its .json) for another corpus size. A user's index is never rebuilt."""
+    if not paths.index.exists():
+        return True
+    if cfg.data.index_path:
+        return False
+    built = paths.index.with_suffix(".json")
+    return not built.is_file() or json.loads(built.read_text()).get("ntotal") != len(store)
+
+
+def _ready_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, paths: CorpusPaths, *, progress: bool,
+                 rank: int = 0, world: int = 1, barrier: Callable[[], None] = lambda: None):
     rcfg = cfg.retrieval
     on_gpu = rcfg.index_device == "gpu"
     if paths.index.exists():
@@ -138,6 +165,14 @@ def prepare_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, 
             return to_gpu(index) if on_gpu else index
         if cfg.data.index_path:  # a user-supplied index must match; never overwrite it
             raise ValueError(f"index {paths.index} has {index.ntotal} vectors but the corpus has {len(store)} rows")
+    index = _build(cfg, encoder, store, paths, rank=rank, world=world, barrier=barrier, progress=progress)
+    return to_gpu(index) if on_gpu else index
+
+
+def _build(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, paths: CorpusPaths, *, rank: int, world: int,
+           barrier: Callable[[], None], progress: bool):
+    """Encode the corpus in shards and save the index (rank 0 returns it; the others None)."""
+    rcfg = cfg.retrieval
     t0 = time.perf_counter()
     extra = {"hnsw_m": rcfg.hnsw_m} if rcfg.index_kind == "hnsw" else {}
 
@@ -149,12 +184,10 @@ def prepare_index(cfg: ProfileConfig, encoder: TextEncoder, store: CorpusStore, 
                 "corpus": str(paths.corpus), "build_s": round(time.perf_counter() - t0, 2), "processes": world}
         path.with_suffix(".json").write_text(json.dumps(meta, indent=2))
 
-    index = build_in_shards(encoder, store, paths.index, encoder_name=rcfg.encoder.model, kind=rcfg.index_kind,
-                            rank=rank, world=world, barrier=barrier, shard_rows=rcfg.index_shard_rows, progress=progress,
-                            save=save, **extra)
-    if index is None:  # another rank merged and saved it
-        index = load_index(paths.index, mmap=rcfg.mmap_index, ef_search=rcfg.ef_search)
-    return to_gpu(index) if on_gpu else index
+    encoder_key = json.dumps({**asdict(rcfg.encoder), "corpus": str(paths.corpus)}, sort_keys=True)
+    return build_in_shards(encoder, store, paths.index, encoder_name=encoder_key, kind=rcfg.index_kind,
+                           rank=rank, world=world, barrier=barrier, shard_rows=rcfg.index_shard_rows, progress=progress,
+                           save=save, **extra)
 
 
 def index_build_info(cfg: ProfileConfig) -> dict:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import random
 from collections.abc import Sequence
@@ -93,7 +94,10 @@ def prepare_relevance_set(examples: Sequence[QAExample], retriever: Any, topn: i
     kept = dropped = 0
     by_source: dict[str, list[int]] = {}
     bar = tqdm(total=len(examples), desc="relevance set", unit="query", disable=not progress)
-    with atomic_path(out_path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as out:
+    # no time stamp or file name in the gzip header: the same set gives the same bytes (its sha256 keys the Fixed Ranker)
+    with atomic_path(out_path) as tmp, open(tmp, "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as zipped, \
+            io.TextIOWrapper(zipped, encoding="utf-8") as out:
         for start in range(0, len(examples), batch_size):
             chunk = list(examples[start:start + batch_size])
             found = retriever.search([ex.question for ex in chunk], topn)
