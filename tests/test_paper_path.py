@@ -565,3 +565,26 @@ def test_a_role_without_gold_sequences_starts_from_the_model_as_shipped() -> Non
     cfg = replace(cfg, warmstart=replace(cfg.warmstart, n_ranker=0))
     assert cfg.warmstart.enabled
     assert warm_start(cfg, None, roles=("ranker",)) == {}
+
+
+def test_the_cluster_steps_of_the_readme_are_the_commands_the_miniature_runs() -> None:
+    """README and docs/USAGE.md give the cluster path as numbered steps; each cosearch command in them
+    is one tests/test_paper_mini.py runs (the same subcommand, the same --methods), with the profile,
+    ranks and host changed."""
+    import re
+
+    runner = (project_root() / "tests" / "test_paper_mini.py").read_text()
+    for doc in ("README.md", "docs/USAGE.md"):
+        text = (project_root() / doc).read_text()
+        steps = re.findall(r"^\s*\d\. \*{0,2}[^\n]*(?:\n {3}[^\n]*)*", text, flags=re.M)
+        commands = [c for step in steps for c in re.findall(r"`([^`]*cosearch[^`]*)`", step)
+                    if re.search(r"\bcosearch\)? (download|prepare-relevance|check|serve-retriever|train|evaluate|run)\b", c)]
+        found = {re.search(r"\bcosearch\)? (\S+)", c).group(1) for c in commands}
+        assert {"download", "prepare-relevance", "check", "serve-retriever", "train", "evaluate", "run"} <= found, (doc, found)
+        for command in commands:
+            sub = re.search(r"\bcosearch\)? (\S+)", command).group(1)
+            assert f'"{sub}"' in runner, (doc, command)
+            methods = re.search(r"--methods (\S+)", command)
+            if methods:
+                assert f'"--methods", "{methods.group(1)}"' in runner, (doc, command)
+            assert "-p methods" not in command, (doc, command)  # it would reach notebook 02's own methods
