@@ -1,6 +1,6 @@
 """Building a corpus' index in shards: several processes encode, each shard is kept, a cut build resumes.
 
-Encoding wiki-18 (21M passages) with e5 takes ~21 min on an H100 (../shared/GPU_COSTS.md) and hours
+Encoding wiki-18 (21M passages) with e5 takes ~21 min on an H100 (docs/GPU_COSTS.md) and hours
 on fewer or slower devices; one process that dies at 90% loses everything. Here the corpus rows are
 cut into fixed shards of ``shard_rows`` rows (shard j: rows ``j*shard_rows`` to ``(j+1)*shard_rows``)
 and the processes of a job (torchrun's or srun's ranks, or one process) encode them round-robin
