@@ -187,9 +187,10 @@ def checkpoint_folders(out_dir: str | Path) -> list[Path]:
 CHECKPOINT_MANIFEST = "MANIFEST.json"
 
 
-def _file_digest(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file, read in blocks of 1 MiB."""
     digest = hashlib.sha256()
-    with path.open("rb") as f:
+    with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -197,7 +198,7 @@ def _file_digest(path: Path) -> str:
 
 def write_checkpoint_manifest(folder: Path) -> Path:
     """List every file of a checkpoint folder with its size and SHA-256 (``MANIFEST.json``)."""
-    files = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _file_digest(p)}
+    files = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
              for p in sorted(folder.rglob("*")) if p.is_file() and p.name != CHECKPOINT_MANIFEST}
     path = folder / CHECKPOINT_MANIFEST
     path.write_text(json.dumps(files, indent=1))
@@ -224,7 +225,7 @@ def checkpoint_problem(folder: str | Path) -> str | None:
             return f"{name} missing"
         if path.stat().st_size != want["bytes"]:
             return f"{name} has {path.stat().st_size} bytes, the manifest says {want['bytes']} (truncated?)"
-        if _file_digest(path) != want["sha256"]:
+        if file_sha256(path) != want["sha256"]:
             return f"{name} does not match its SHA-256 in the manifest (corrupted)"
     return None
 

@@ -42,6 +42,7 @@ from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, empty_records
 from cosearch_lib.progress import tqdm
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
+from cosearch_lib.run_schema import file_sha256
 from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 #: Questions per part: what a rank loses at most when its job is cut.
@@ -57,8 +58,7 @@ def _folder_digest(path: str | None) -> str | None:
     h = hashlib.sha256()
     for f in sorted(Path(path).rglob("*")):
         if f.is_file() and f.suffix in (".safetensors", ".bin", ".pt", ".json"):
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
+            h.update(f"{f.name}:{file_sha256(f)}".encode())
     return h.hexdigest()
 
 

@@ -13,13 +13,10 @@ same command. Notebook 03, run afterwards, finds every part and only reads them.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import ProfileConfig
 from cosearch_lib.data.qa_formats import load_qa
 from cosearch_lib.eval.harness import select_examples
@@ -32,9 +29,8 @@ from cosearch_lib.experiment import (
     search_backend,
 )
 from cosearch_lib.experiment.preflight import check_inputs, retriever_url
-from cosearch_lib.models.generation.vllm_backend import close_engines
 from cosearch_lib.paths import run_dir
-from cosearch_lib.records.launched_training import build_starts_apart
+from cosearch_lib.records.launched_training import build_starts_apart, finish_job, name_failed_rank
 from cosearch_lib.records.training_runs import checkpoint_adapters, training_root
 from cosearch_lib.retrieval.artifacts import corpus_paths
 from cosearch_lib.rl.data_parallel import DataParallel, LaunchEnvironment
@@ -86,17 +82,9 @@ def run_evaluation_job(cfg: ProfileConfig, methods: Sequence[str], *, ceiling: b
                                       examples, ctx, ecfg, parts=parts, dp=dp, progress=progress)
             counts.update(hop.groupby("method").size().to_dict())
     except BaseException as err:
-        if dp.distributed:
-            print(f"[cosearch evaluate] rank {dp.rank} of {dp.world_size} failed: {type(err).__name__}: {err}",
-                  file=sys.stderr, flush=True)
+        name_failed_rank("evaluate", dp, err)
         raise
     record = {"step": "evaluate", "profile": cfg.profile, "seed": cfg.seed, "methods": list(methods),
               "split": ecfg.split, "questions": len(examples), "records": {k: int(v) for k, v in counts.items()},
               "world_size": dp.world_size, "launcher": launch.launcher, "wall_s": round(time.perf_counter() - t0, 2)}
-    main = dp.is_main
-    if main:
-        write_json(record, Path(out) / EVALUATE_RECORD)
-    dp.barrier()
-    close_engines()
-    dp.close()
-    return record if main else None
+    return finish_job(record, out, EVALUATE_RECORD, dp)

@@ -87,24 +87,34 @@ def run_training(cfg: ProfileConfig, methods: Sequence[str], *, steps: int | Non
         retriever = HttpRetriever(retriever_url) if retriever_url else None
         overrides = {"steps": steps} if steps else {}
         folders = train_methods(cfg, methods, retriever=retriever, dp=dp, resume=resume, progress=progress, **overrides)
-    except StopRequested:
-        raise  # not a failure: every rank stopped after the same step, and the checkpoint is written
     except BaseException as err:
-        if dp.distributed:
-            print(f"[cosearch train] rank {dp.rank} of {dp.world_size} failed: {type(err).__name__}: {err}",
-                  file=sys.stderr, flush=True)
+        name_failed_rank("train", dp, err)
         raise
     record = {"step": "train", "profile": cfg.profile, "seed": cfg.seed, "methods": list(methods),
               "steps": steps or cfg.training.steps, "resume": resume, "world_size": dp.world_size,
               "launcher": launch.launcher, "retriever": retriever_url or "in process",
               "runs": {m: project_relative(f) for m, f in folders.items()}, "wall_s": round(time.perf_counter() - t0, 2),
               "environment": environment_snapshot()}
+    return finish_job(record, Path(out_dir) if out_dir else run_dir(cfg.profile), TRAIN_RECORD, dp)
+
+
+def name_failed_rank(command: str, dp: DataParallel, err: BaseException) -> None:
+    """Under several ranks, say which rank failed before its error ends it (the launcher then stops the
+    others); a stop request is no failure: every rank stopped at the same point, with what resumes."""
+    if dp.distributed and not isinstance(err, StopRequested):
+        print(f"[cosearch {command}] rank {dp.rank} of {dp.world_size} failed: {type(err).__name__}: {err}",
+              file=sys.stderr, flush=True)
+
+
+def finish_job(record: dict[str, Any], out: Path, name: str, dp: DataParallel) -> dict[str, Any] | None:
+    """The end of a launched job on every rank: rank 0 writes ``record`` to ``out/name``; all wait,
+    shut their engines down before the job's groups go (an engine per rank joined them) and leave
+    the job. Returns the record on rank 0, None elsewhere."""
     main = dp.is_main
     if main:
-        out = Path(out_dir) if out_dir else run_dir(cfg.profile)
         out.mkdir(parents=True, exist_ok=True)
-        write_json(record, out / TRAIN_RECORD)
+        write_json(record, out / name)
     dp.barrier()
-    close_engines()  # before the job's groups go: an engine per rank joined them
+    close_engines()
     dp.close()
     return record if main else None

@@ -28,7 +28,8 @@ from cosearch_lib.retrieval.corpus_store import CorpusStore
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.faiss_index import load_index, save_index, to_gpu
 from cosearch_lib.retrieval.index_shards import build_in_shards
-from cosearch_lib.retrieval.relevance_sets import file_sha256, sidecar_path
+from cosearch_lib.retrieval.relevance_sets import sidecar_path
+from cosearch_lib.run_schema import file_sha256
 from cosearch_lib.world.io import build_world
 
 

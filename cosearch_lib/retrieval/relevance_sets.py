@@ -22,7 +22,6 @@ made it (N, the sources, the sample size and seed). The file is written whole or
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import random
@@ -36,6 +35,7 @@ from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import DataFormatError, QAExample
 from cosearch_lib.metrics import has_answer
 from cosearch_lib.progress import tqdm
+from cosearch_lib.run_schema import file_sha256
 
 #: The keys every line of a prepared relevance file carries.
 RELEVANCE_SET_KEYS = ("id", "question", "golden_answers", "data_source", "candidates", "relevant")
@@ -129,14 +129,6 @@ def sidecar_path(path: str | Path) -> Path:
     """``<file>.json``: the counts and settings of a prepared relevance file."""
     path = Path(path)
     return path.with_name(path.name + ".json")
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_relevance_set(path: str | Path, *, topn: int | None = None) -> list[RelevanceQuery]:
