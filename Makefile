@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= demo
 
-.PHONY: help demo test test-fast test-scale test-slurm test-vllm test-vllm-notebooks test-paper install-vllm check-gpu-extra lint docs install bench clean-runs
+.PHONY: help demo test test-fast test-scale test-reference test-slurm test-vllm test-vllm-notebooks test-paper install-vllm check-gpu-extra lint docs install bench clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "make %-10s %s\n", $$1, $$2}'
@@ -55,11 +55,14 @@ demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with
 # make test runs on TEST_WORKERS pytest-xdist workers (tests/conftest.py: threads per worker, the
 # longest test first, the ci starts built once under a lock); TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-test: $(STAMP)  ## run the test suite (all but the vllm and scale tests: make test-vllm, make test-scale)
+test: $(STAMP)  ## run the test suite (all but the vllm, scale, paper and reference tests: make test-vllm, test-scale, test-paper, test-reference)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-test-scale: $(STAMP)  ## the end-to-end runs of the real ci model (2 gloo ranks against 1 process; notebook 03 on ci beside a `cosearch run` stopped by SIGUSR1 and resumed) and the real judge's GRPO learning test
+test-scale: $(STAMP)  ## notebook 03 on the real ci model through `cosearch run`: GRPO in the kernel, validation, figures (CI runs it)
 	$(BIN)/python -m pytest -q -m scale
+
+test-reference: $(STAMP)  ## by hand: the real ci model against a reference run beside it (2 gloo ranks vs 1 process; notebook 03 stopped by SIGUSR1 and resumed vs uninterrupted)
+	$(BIN)/python -m pytest -q -m reference
 
 test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) tests
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -10,6 +10,7 @@
     cosearch download {cosearch-data,wiki18-corpus,wiki18-index,models,all} --profile P  (or --dest DIR)
     cosearch export-world --profile paper_mini --hub DIR  the world as the paper's artefacts, in the hub's layout
     cosearch evaluate --profile paper --methods M,...   notebook 03's evaluation as a job (torchrun/srun: sharded, resumable)
+    cosearch evaluate --profile paper --notebook 02     notebook 02's oracle-gap evaluation, the same way
     cosearch prepare-relevance --profile paper          the Fixed Ranker's relevance data (training queries, top-N, labels)
     cosearch check --profile paper [--ranks N]          the profile's inputs, checked before any GPU work
     cosearch models                                     the model registry and what is installed
@@ -25,7 +26,7 @@ import dataclasses
 import json
 import sys
 
-from cosearch_lib.config import available_profiles, load_profile
+from cosearch_lib.config import ConfigError, available_profiles, load_profile
 
 # Each command imports its modules when it runs, so `cosearch --help` and `cosearch profiles` answer
 # at once instead of loading torch, transformers and papermill first. This is the one module that
@@ -90,16 +91,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from cosearch_lib.records.launched_evaluation import run_evaluation_job
+    from cosearch_lib.records.launched_evaluation import run_evaluation_job, run_oracle_gap_job
     from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequested
 
     cfg = load_profile(args.profile, seed=args.seed)
     if args.retriever_url:
         cfg.retrieval.server_url = args.retriever_url
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
-        rec = run_evaluation_job(cfg, methods, ceiling=not args.no_ceiling, progress=not args.quiet,
-                                 profile_arg=args.profile)
+        if args.notebook == "02":
+            if args.methods is not None or args.no_ceiling:
+                raise ConfigError("cosearch evaluate --notebook 02 takes notebook 02's methods from its parameters and "
+                                  "the profile's notebooks: {\"02\": ...} entry (so that the notebook reads the parts); "
+                                  "drop --methods and --no-ceiling")
+            rec = run_oracle_gap_job(cfg, progress=not args.quiet, profile_arg=args.profile)
+        else:
+            methods = [m.strip() for m in (args.methods or "cosearch").split(",") if m.strip()]
+            rec = run_evaluation_job(cfg, methods, ceiling=not args.no_ceiling, progress=not args.quiet,
+                                     profile_arg=args.profile)
     except StopRequested as stop:  # the parts written so far stay: the same command continues
         print(f"cosearch evaluate: stopped on {stop.signal_name} after {stop.step} part(s) of this rank; the same "
               f"command continues (exit {EXIT_STOPPED})", file=sys.stderr, flush=True)
@@ -312,10 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_train)
 
     p = sub.add_parser("evaluate", help="notebook 03's evaluation of trained methods (before/after GRPO, the hop-level "
-                                        "ceiling) as a job: one process or every rank of a torchrun/srun job, each "
-                                        "evaluating its share into parts that resume and that notebook 03 then reads")
+                                        "ceiling), or with --notebook 02 notebook 02's oracle-gap evaluation, as a job: "
+                                        "one process or every rank of a torchrun/srun job, each evaluating its share "
+                                        "into parts that resume and that the notebook then reads")
     p.add_argument("--profile", default="demo")
-    p.add_argument("--methods", default="cosearch", help="comma-separated trained methods (their checkpoints must exist)")
+    p.add_argument("--notebook", choices=("02", "03"), default="03", help="whose evaluation (default 03)")
+    p.add_argument("--methods", help="notebook 03: comma-separated trained methods, their checkpoints must exist "
+                                     "(default cosearch); notebook 02 reads its own")
     p.add_argument("--seed", type=int, help="override the profile's seed")
     p.add_argument("--no-ceiling", action="store_true", help="skip the hop-level oracle row (notebook 03: evaluate_ceiling=False)")
     p.add_argument("--retriever-url", help="search through this retrieval server instead of loading the index in every rank")

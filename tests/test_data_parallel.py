@@ -4,7 +4,8 @@ adapters and step records of one process.
 The joint trainer runs under torchrun with gloo on CPU (2 ranks fit on 2 cores): the scripted
 trainer of tests.doubles (a tiny random Llama, real updates) in tests/data_parallel_worker.py, a
 few seconds per launch. The same comparison on the `ci` profile's real model, through
-`cosearch train`, is the `scale` test at the end (`make test-scale`).
+`cosearch train`, is the `reference` test at the end (`make test-reference`, by hand: ~7 min; CI runs
+the real model on 2 gloo ranks in the paper miniature, `make test-paper`, with its validation).
 
 Tolerance: the adapters of 1 and 2 ranks agree to 1e-5 (float32 sums in another order: measured
 <= 6.3e-7 on the scripted trainer after 3 steps, while the weights moved by 4e-2; <= 3.2e-6 on `ci`).
@@ -297,7 +298,7 @@ def _adapters(run: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.scale
+@pytest.mark.reference
 @pytest.mark.timeout(1800)  # two trainings of the real model, side by side
 def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     """`torchrun --nproc-per-node 2 -m cosearch_lib.cli train` against `cosearch train`: the real
@@ -309,7 +310,8 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     further steps add (optimizer state, sampling from updated weights, the epoch wrapping) the
     scripted trainer's 3-step comparisons above check on every `make test`; this test is the real
     model, the CLI under torchrun and the validation under data parallelism, and each step here
-    costs ~4 min of `make test-scale`. Adam's first step moves an entry by at most the learning
+    costs ~4 min (`make test-reference`, by hand; CI's real-model run on 2 gloo ranks is the paper
+    miniature's, `make test-paper`, which validates under data parallelism too). Adam's first step moves an entry by at most the learning
     rate, so the per-entry tolerance (1e-5) says little here; the relative agreement is the check.
     At a learning rate of 1e-3 (2 steps) the records were still equal but single adapter entries
     differed by more than 1e-5: Adam divides by the gradient's running scale, so an entry whose

@@ -84,3 +84,62 @@ def test_the_paper_evaluates_every_question_of_the_test_splits():
     """The evaluation size is a profile setting (evaluation.n_per_dataset); the paper's: all of them."""
     assert load_profile("paper").evaluation.n_per_dataset is None
     assert load_profile("paper_mini").evaluation.n_per_dataset == 1
+
+
+def test_notebook_02s_evaluation_in_parts_gives_the_records_of_one_pass_and_a_rerun_only_reads_them(tok, chat, tmp_path):
+    """Notebook 02 keeps its evaluation in parts (experiment.evaluate_policies): several methods, the
+    questions in chunks, the records in method order as one run_evaluation gives them; the
+    trajectories of what was evaluated here come back for the browser; a second run with the same
+    settings evaluates nothing (what the notebook does after `cosearch evaluate --notebook 02`)."""
+    from cosearch_lib.eval.harness import run_evaluation
+    from cosearch_lib.experiment import evaluate_policies
+    from cosearch_lib.experiment.evaluation_shards import context_key
+
+    from tests.doubles import answer_turn, search_turn
+    from tests.test_evaluation import Q1, Q2, make_ctx, small_cfg
+
+    q3 = Q1.__class__(id="q3", question="Who wrote atlases?", golden_answers=["Tellis"], data_source="syn_nq")
+
+    def respond(prompt, key):
+        if key[0] in ("direct", "cot", "rag"):
+            return "<answer>Kessmere</answer>"
+        return search_turn(f"about {key[2]}", reason="I look it up.") if key[-1] == 0 else answer_turn("Kessmere")
+
+    methods = ("direct", "agent_retrieval", "agent_oracle")
+    cfg = small_cfg(methods=methods)
+    ctx, backend = make_ctx(tok, chat, respond)
+    whole = run_evaluation(None, [Q1, Q2, q3], ctx, cfg, progress=False)
+    kept: dict = {}
+    ctx, backend = make_ctx(tok, chat, respond)
+    parts = tmp_path / "evaluation"  # two chunks: q1, q2 then q3
+    records = evaluate_policies([Q1, Q2, q3], ctx, cfg, parts=parts, progress=False, trajectories=kept, chunk=2)
+    folder = evaluation_folder(parts, "oracle gap study", cfg, context_key(ctx))
+    assert len(list(folder.glob("part-*.parquet"))) == 2
+    assert list(dict.fromkeys(records["method"])) == list(methods)  # method by method, as in one pass
+    pd.testing.assert_frame_equal(records.drop(columns="wall_s"), whole.drop(columns="wall_s"), check_dtype=False)  # parquet: string dtypes
+    assert {m: [t.question_id for t in ts] for m, ts in kept.items()} == {m: ["q1", "q2", "q3"] for m in methods[1:]}
+    calls = len(backend.calls)
+    again: dict = {}
+    rerun = evaluate_policies([Q1, Q2, q3], ctx, cfg, parts=parts, progress=False, trajectories=again)
+    assert len(backend.calls) == calls and again == {}  # read, not evaluated
+    pd.testing.assert_frame_equal(rerun, records)
+
+
+def test_cosearch_evaluate_for_notebook_02_takes_the_notebooks_settings_and_refuses_its_own(tmp_path, capsys):
+    """`cosearch evaluate --notebook 02` evaluates with notebook 02's parameters as `cosearch run` gives
+    them (the notebook's defaults under the profile's notebooks entry), so that the notebook finds the
+    parts; a --methods of its own would write parts the notebook never reads, and is refused."""
+    import yaml
+
+    from cosearch_lib.cli import main
+    from cosearch_lib.records.launched_evaluation import oracle_gap_settings
+
+    assert oracle_gap_settings(load_profile("paper"))["methods"].split(",") == [
+        "direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_oracle"]
+    profile = tmp_path / "two_methods.yaml"
+    profile.write_text(yaml.safe_dump({"extends": "ci", "notebooks": {"02": {"methods": "direct,agent_oracle",
+                                                                               "policies": "base"}}}))
+    settings = oracle_gap_settings(load_profile(profile))
+    assert (settings["methods"], settings["policies"]) == ("direct,agent_oracle", "base")
+    assert main(["evaluate", "--profile", "ci", "--notebook", "02", "--methods", "rag"]) == 2
+    assert "notebook 02's methods from its parameters" in capsys.readouterr().err

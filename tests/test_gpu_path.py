@@ -414,3 +414,35 @@ def test_served_adapters_register_each_step_once_again_after_an_update_and_after
     quiet.serve(0)
     quiet.push(1)
     assert not quiet.enabled and quiet.step is None and untouched.saved == []
+
+
+def test_methods_trained_one_after_another_in_a_process_share_one_unsloth_model_and_engine(tok, tmp_path, monkeypatch):
+    """Issue 47, item 4: notebook 03 trains its methods one after another in one kernel, and each
+    loaded Unsloth again: a second model and a second vLLM engine (``fast_inference``) on the same
+    GPU. Now the next method gets the process's patched model and engine back, with its own
+    adapters, starting from the weights a process of its own would give it."""
+    from peft.utils import load_peft_weights
+
+    from cosearch_lib.models.generation.vllm_backend import close_engines
+
+    calls = fake_unsloth(monkeypatch, tok)
+    close_engines()
+    warm = warm_adapter(tok, tmp_path / "warm")
+    first, _, engine = load_policy_model(MODEL, {"agent": warm, "ranker": None}, LORA, backend="unsloth", seed=7)
+    with torch.no_grad():  # the first method trains both adapters
+        for p in [*adapter_parameters(first, "agent").values(), *adapter_parameters(first, "ranker").values()]:
+            p.add_(0.5)
+    second, _, engine2 = load_policy_model(MODEL, {"agent": warm, "ranker": None}, LORA, backend="unsloth", seed=7)
+    assert second is first and engine2 is engine and len(calls["from_pretrained"]) == 1
+    assert list(second.peft_config) == ["agent", "ranker"] and second.active_adapter == "agent"
+    assert same(adapter_weights(second, "agent"), load_peft_weights(str(warm)))  # the warm start again, not the trained one
+    reused_ranker = adapter_weights(second, "ranker")
+    assert all(not v.any() for k, v in reused_ranker.items() if "lora_B" in k)
+    close_engines()  # a process of its own: the same fresh ranker, bit for bit
+    alone, _, _ = load_policy_model(MODEL, {"agent": warm, "ranker": None}, LORA, backend="unsloth", seed=7)
+    assert alone is not first and len(calls["from_pretrained"]) == 2
+    assert same(adapter_weights(alone, "ranker"), reused_ranker)
+    # another method with one shared adapter
+    shared, _, _ = load_policy_model(MODEL, {"shared": None}, LORA, backend="unsloth", seed=7)
+    assert shared is alone and list(shared.peft_config) == ["shared"] and len(calls["from_pretrained"]) == 2
+    close_engines()

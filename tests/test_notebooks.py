@@ -75,69 +75,59 @@ def test_02_oracle_gap_study_runs_on_ci_profile(ci_agent_start, isolated_outputs
     assert re.search(r"=== agent_\w+: test_", text)  # each printed trajectory names its method
 
 
-@pytest.mark.slow
-@pytest.mark.scale
-@pytest.mark.timeout(2400)  # two runs side by side at one thread each, then the resumed one
-def test_03_runs_on_ci_and_a_run_stopped_by_sigusr1_resumes_to_its_training_records(ci_starts, tmp_path):
-    """Notebook 03 end to end on `ci` through the path a cluster takes (`cosearch run` in a subprocess):
-    2 GRPO steps of CoSearch, the validation after the last, the evaluation before and after, the
-    Fixed Ranker's quality, the hop oracle, every figure. Beside it the same command, sent SIGUSR1
-    while its first step runs (once the kernel's trainer has armed its stop handler), passes the
-    signal to papermill's kernel, whose trainer finishes the step, checkpoints and stops; the command
-    exits 75; the same command with resume=true continues to the uninterrupted run's training
-    records and weights, bit for bit. One test, not two: both need the same uninterrupted run, the
-    longest part of the suite (`make test-scale` runs it)."""
+def _cosearch_run_03(tmp_path: Path, name: str, *params: str, threads: int | None = None) -> tuple:
+    """`cosearch run --profile ci --notebooks 03` in a subprocess, as a cluster job runs it, with its
+    records under ``tmp_path/name``; output to a file (no run blocks on a full pipe while another is
+    awaited). Returns the process and its log file."""
     import os
     import subprocess
     import sys
-    import time
 
+    from cosearch_lib.paths import project_root
+
+    env = {**os.environ, "COSEARCH_RUNS": str(tmp_path / name), "COSEARCH_FIGURES": str(tmp_path / f"figures-{name}")}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    args = [sys.executable, "-m", "cosearch_lib.cli", "run", "--profile", "ci", "--notebooks", "03", "--quiet",
+            *[x for p in params for x in ("-p", p)]]
+    log = tmp_path / f"run-{name}-{len(list(tmp_path.glob('run-*.log')))}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(args, cwd=project_root(), env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    return proc, log
+
+
+@pytest.mark.slow
+@pytest.mark.scale
+@pytest.mark.timeout(1800)
+def test_03_runs_on_ci_through_cosearch_run(ci_starts, tmp_path):
+    """Notebook 03 end to end on `ci` through the path a cluster takes (`cosearch run` in a
+    subprocess): 2 GRPO steps of CoSearch trained in the kernel, the validation after the last, the
+    Fixed Ranker's quality, the training figures (`make test-scale`, CI). Without the evaluation
+    before and after GRPO and the hop oracle (~21 trajectories of HF generation): CI runs those
+    cells in the paper miniature (`make test-paper`, the same functions through `cosearch evaluate`'s
+    parts), and the reference test below runs them here. The same run stopped by SIGUSR1 and resumed bit for bit is
+    :func:`test_03_on_ci_stopped_by_sigusr1_resumes_to_the_records_of_the_uninterrupted_run`
+    (`make test-reference`, by hand); CI checks the stop's parts apart: the trainer's stop and
+    resume on every `make test` (tests/test_training_faults.py), the command passing the signal
+    on to the kernel (tests/test_stop_signals.py), the launched ranks' stop (tests/test_evaluation_shards.py)."""
+    proc, log = _cosearch_run_03(tmp_path, "full", "evaluate_policies=false")
+    assert proc.wait(timeout=1500) == 0, log.read_text()[-3000:]
+    _check_notebook_03_on_ci(tmp_path / "full" / "ci", tmp_path / "figures-full" / "ci", evaluated=False)
+
+
+def _check_notebook_03_on_ci(runs: Path, figs: Path, evaluated: bool = True) -> Path:
+    """What an uninterrupted `cosearch run --profile ci --notebooks 03` leaves: the executed notebook
+    without errors, 2 GRPO steps of CoSearch that moved both adapters off the warm start, the
+    validation after the last step, the figures, and (``evaluated``) the evaluation before and
+    after. Returns the last checkpoint's folder."""
     import pandas as pd
 
     from cosearch_lib.config import load_profile
     from cosearch_lib.eval.tables import load_records
     from cosearch_lib.experiment import warmstart_dir
     from cosearch_lib.models.lora_policies import adapter_change, lora_b_max_abs
-    from cosearch_lib.paths import project_root
-    from cosearch_lib.records.compare import compare_tables
     from cosearch_lib.run_schema import STEP_GLOSSARY, describe_step_metric
-    from cosearch_lib.stop_signals import EXIT_STOPPED
 
-    logs: dict[subprocess.Popen, Path] = {}
-
-    def cosearch(name: str, *params: str) -> subprocess.Popen:
-        # one thread per run: the uninterrupted run goes beside the stopped one, and its numbers must not depend on that
-        env = {**os.environ, "COSEARCH_RUNS": str(tmp_path / name), "COSEARCH_FIGURES": str(tmp_path / f"figures-{name}"),
-               "OMP_NUM_THREADS": "1"}
-        args = [sys.executable, "-m", "cosearch_lib.cli", "run", "--profile", "ci", "--notebooks", "03", "--quiet",
-                *[x for p in params for x in ("-p", p)]]
-        log = tmp_path / f"run-{len(logs)}.log"
-        with log.open("w") as out:  # a file, not a pipe: no run blocks on a full pipe while another is awaited
-            proc = subprocess.Popen(args, cwd=project_root(), env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
-        logs[proc] = log
-        return proc
-
-    full = cosearch("full")
-    stopped = cosearch("stopped", "evaluate_policies=false")
-    first = tmp_path / "stopped" / "ci" / "training" / "cosearch" / "checkpoints" / "step_000001"
-    deadline = time.monotonic() + 900
-    while not _stop_handler_armed(stopped) and stopped.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # the trainer catches stop signals from its first step on: the loading and the starts before it take ~1 min
-    assert _stop_handler_armed(stopped), logs[stopped].read_text()[-3000:]
-    assert not first.parent.exists()  # no step has finished yet
-    stopped.send_signal(signal.SIGUSR1)  # to the command, not to the kernel: it must pass it on
-    assert stopped.wait(timeout=900) == EXIT_STOPPED
-    out = logs[stopped].read_text()
-    assert "stopped on SIGUSR1" in out and "resume=true" in out
-    assert [p.name for p in first.parent.iterdir()] == ["step_000001"]  # the step under way finished
-    assert len(pd.read_csv(first.parent.parent / "steps.csv")) == 1  # and training stopped there
-    resumed = cosearch("stopped", "evaluate_policies=false", "resume=true")
-    assert resumed.wait(timeout=1500) == 0, logs[resumed].read_text()[-3000:]
-    assert full.wait(timeout=1500) == 0, logs[full].read_text()[-3000:]
-
-    runs, figs = tmp_path / "full" / "ci", tmp_path / "figures-full" / "ci"
-    table = compare_tables(runs, tmp_path / "stopped" / "ci", only=[r"^training/"])
-    assert len(table) >= 3 and (table["status"] == "identical").all(), table.to_string()
     nb = nbformat.read(runs / "03_joint_grpo_training.ipynb", as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     steps = pd.read_csv(runs / "training" / "cosearch" / "steps.csv")
@@ -151,28 +141,76 @@ def test_03_runs_on_ci_and_a_run_stopped_by_sigusr1_resumes_to_its_training_reco
     assert [c.name for c in ckpts] == ["step_000002"]  # keep_checkpoints=1
     assert {p.name for p in (ckpts[0] / "adapters").iterdir()} == {"agent", "ranker"}
     # ci trains for real: the warm start moved both adapters off the base model (lora_B != 0), both
-    # roles had non-zero advantages in some step, GRPO moved both adapters off the warm start, and the
-    # resumed run ends on the uninterrupted run's weights
+    # roles had non-zero advantages in some step, and GRPO moved both adapters off the warm start
     assert (steps["agent_n_forwarded"] > 0).any() and (steps["ranker_n_forwarded"] > 0).any(), steps.to_string()
     warm = warmstart_dir(load_profile("ci"))
-    resumed_last = tmp_path / "stopped" / "ci" / "training" / "cosearch" / "checkpoints" / "step_000002" / "adapters"
     for adapter in ("agent", "ranker"):
         assert lora_b_max_abs(warm / adapter) > 0, adapter
         assert adapter_change(warm / adapter, ckpts[0] / "adapters" / adapter)["changed"] > 0, adapter
-        assert adapter_change(ckpts[0] / "adapters" / adapter, resumed_last / adapter)["changed"] == 0, adapter
     for name in ("warmstart_loss", "training_curves", "ranker_dynamics_cosearch", "validation_curves"):
         assert (figs / f"{name}.png").stat().st_size > 10_000
-    records = load_records(runs / "03_eval_records.parquet")
-    assert records.groupby("method", sort=False).size().to_dict() == {"cosearch: warm start": 7, "cosearch: after GRPO": 7}
-    assert set(records["eval_method"]) == {"agent_trained_ranker"}
     metrics = json.loads((runs / "03_joint_grpo_training.metrics.json").read_text())
     assert metrics["steps"] == 2 and set(metrics["warmstart"]) == {"agent", "ranker"}
-    assert set(metrics["eval_f1"]) == {"cosearch: warm start", "cosearch: after GRPO"}
+    if evaluated:
+        records = load_records(runs / "03_eval_records.parquet")
+        assert records.groupby("method", sort=False).size().to_dict() == {"cosearch: warm start": 7, "cosearch: after GRPO": 7}
+        assert set(records["eval_method"]) == {"agent_trained_ranker"}
+        assert set(metrics["eval_f1"]) == {"cosearch: warm start", "cosearch: after GRPO"}
+    else:
+        assert not (runs / "03_eval_records.parquet").exists()
     validation = pd.read_csv(runs / "training" / "cosearch" / "validation.csv")
     assert set(validation["step"]) == {1} and set(validation["kind"]) == {"agent", "ranker"}
     assert (validation["kind"] == "agent").sum() == 7  # val_per_dataset=1: one dev question per family
     # one validation, no start: nothing to pair, and the results say so rather than inventing an interval
     assert metrics["validation_comparisons"] == {"agent": [], "ranker": []}
+    return ckpts[0]
+
+
+@pytest.mark.slow
+@pytest.mark.reference
+@pytest.mark.timeout(2400)  # two runs side by side at one thread each, then the resumed one
+def test_03_on_ci_stopped_by_sigusr1_resumes_to_the_records_of_the_uninterrupted_run(ci_starts, tmp_path):
+    """Beside an uninterrupted `cosearch run --profile ci --notebooks 03`, the same command sent
+    SIGUSR1 while its first step runs (once the kernel's trainer has armed its stop handler) passes
+    the signal to papermill's kernel, whose trainer finishes the step, checkpoints and stops; the
+    command exits 75; the same command with resume=true continues to the uninterrupted run's training
+    records and weights, bit for bit. Two runs side by side at one thread each, then the resumed one:
+    ~11 min of 2 cores, so `make test-reference` (by hand) runs it, not CI (which runs the
+    uninterrupted run alone, :func:`test_03_runs_on_ci_through_cosearch_run`)."""
+    import time
+
+    import pandas as pd
+
+    from cosearch_lib.models.lora_policies import adapter_change
+    from cosearch_lib.records.compare import compare_tables
+    from cosearch_lib.stop_signals import EXIT_STOPPED
+
+    # one thread per run: the uninterrupted run goes beside the stopped one, and its numbers must not depend on that
+    full, full_log = _cosearch_run_03(tmp_path, "full", threads=1)
+    stopped, stopped_log = _cosearch_run_03(tmp_path, "stopped", "evaluate_policies=false", threads=1)
+    first = tmp_path / "stopped" / "ci" / "training" / "cosearch" / "checkpoints" / "step_000001"
+    deadline = time.monotonic() + 900
+    while not _stop_handler_armed(stopped) and stopped.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the trainer catches stop signals from its first step on: the loading and the starts before it take ~1 min
+    assert _stop_handler_armed(stopped), stopped_log.read_text()[-3000:]
+    assert not first.parent.exists()  # no step has finished yet
+    stopped.send_signal(signal.SIGUSR1)  # to the command, not to the kernel: it must pass it on
+    assert stopped.wait(timeout=900) == EXIT_STOPPED
+    out = stopped_log.read_text()
+    assert "stopped on SIGUSR1" in out and "resume=true" in out
+    assert [p.name for p in first.parent.iterdir()] == ["step_000001"]  # the step under way finished
+    assert len(pd.read_csv(first.parent.parent / "steps.csv")) == 1  # and training stopped there
+    resumed, resumed_log = _cosearch_run_03(tmp_path, "stopped", "evaluate_policies=false", "resume=true", threads=1)
+    assert resumed.wait(timeout=1500) == 0, resumed_log.read_text()[-3000:]
+    assert full.wait(timeout=1500) == 0, full_log.read_text()[-3000:]
+
+    runs, figs = tmp_path / "full" / "ci", tmp_path / "figures-full" / "ci"
+    table = compare_tables(runs, tmp_path / "stopped" / "ci", only=[r"^training/"])
+    assert len(table) >= 3 and (table["status"] == "identical").all(), table.to_string()
+    last = _check_notebook_03_on_ci(runs, figs)
+    resumed_last = tmp_path / "stopped" / "ci" / "training" / "cosearch" / "checkpoints" / last.name / "adapters"
+    for adapter in ("agent", "ranker"):  # the resumed run ends on the uninterrupted run's weights
+        assert adapter_change(last / "adapters" / adapter, resumed_last / adapter)["changed"] == 0, adapter
 
 
 def _stop_handler_armed(proc) -> bool:

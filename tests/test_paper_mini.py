@@ -11,10 +11,10 @@ Every step is the command docs/USAGE.md gives a cluster user, with only the prof
 5. ``torchrun --nproc-per-node 2 cosearch train --profile paper_mini --retriever-url URL``: gloo,
    one vLLM CPU engine per rank;
 6. ``torchrun --nproc-per-node 2 cosearch evaluate --profile paper_mini --retriever-url URL``: notebook
-   03's evaluation, sharded over the ranks into parts;
+   03's evaluation, sharded over the ranks into parts; the same with ``--notebook 02``: notebook 02's,
+   after the Fixed Ranker's relevance training on the prepared set (in one process apart);
 7. ``cosearch run --profile paper_mini --notebooks 02 03`` with ``COSEARCH_RETRIEVER_URL``:
-   papermill: first the Fixed Ranker's relevance training on the prepared set, then notebook 02's
-   evaluation, notebook 03 reading the parts, and the figures.
+   papermill: notebooks 02 and 03 reading the parts, and the figures.
 """
 
 from __future__ import annotations
@@ -97,6 +97,10 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
              "evaluate", "--profile", PROFILE, "--methods", "cosearch", "--retriever-url", url, "--quiet"],
             env, logs / "evaluate.log", 1500)
+        times["evaluate 02 (2 ranks)"] = _run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
+             "evaluate", "--profile", PROFILE, "--notebook", "02", "--retriever-url", url, "--quiet"],
+            env, logs / "evaluate_02.log", 1500)
         parts_written = {p: p.stat().st_mtime_ns for p in (runs / PROFILE / "evaluation").glob("*/part-*.parquet")}
         times["notebooks 02 03"] = _run(
             [cosearch, "run", "--profile", PROFILE, "--notebooks", "02", "03", "--quiet"],
@@ -120,20 +124,30 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
         last = sorted((out / "training" / method / "checkpoints").iterdir())[-1] / "adapters"
         assert adapter_change(warmstart_dir(cfg) / "agent", last / "agent")["changed"] > 0
     assert steps["n_ranker_calls"].iloc[0] > 0  # CoSearch's ranker was called on the N candidates and scored
+    # the validation after the last step (paper's eval_every), shared by the 2 ranks and gathered: one
+    # test question per benchmark (training.val_per_dataset), the paper's val_split
+    validation = pd.read_csv(out / "training" / "cosearch" / "validation.csv")
+    assert steps["val_f1"].notna().all() and set(validation["step"]) == {0}  # the step record it joins
+    assert (validation["kind"] == "agent").sum() == 7 and validation.loc[validation["kind"] == "agent", "question_id"].is_unique
     # the Fixed Ranker was relevance-trained on the prepared set (world questions of the NQ family), by
-    # `cosearch run` before notebook 02, whose agent_fixed_ranker reads it
+    # `cosearch evaluate --notebook 02` before its ranks started, whose agent_fixed_ranker reads it
     relevance = json.loads((relevance_dir(cfg) / "relevance.json").read_text())
     assert relevance["steps"] == cfg.relevance.steps and relevance["pool"]["answerable"] > 0
     assert "nq" in (logs / "relevance.log").read_text()
     evaluated = json.loads((out / "evaluate.run.json").read_text())
     assert evaluated["world_size"] == 2 and evaluated["questions"] == 7  # one per benchmark (evaluation.n_per_dataset)
     assert {p.name.split("-")[1] for p in parts_written} == {"r0", "r1"}  # both ranks evaluated a share
-    # notebook 03 read the job's parts: it wrote none and rewrote none
+    oracle_gap = json.loads((out / "evaluate_02.run.json").read_text())
+    assert oracle_gap["world_size"] == 2 and oracle_gap["questions"] == 7 and len(oracle_gap["records"]) == 6
+    assert {p.name.split("-")[1] for p in (out / "evaluation").glob("oracle-gap-study-*/part-*.parquet")} == {"r0", "r1"}
+    # notebooks 02 and 03 read the job's parts: they wrote none and rewrote none
     assert {p: p.stat().st_mtime_ns for p in (out / "evaluation").glob("*/part-*.parquet")} == parts_written
     evaluated = load_records(out / "03_eval_records.parquet")  # the parts, read by notebook 03
     assert list(evaluated.columns) == [*RECORD_COLUMNS, "eval_method"]  # as on the transformers backend
     assert {"cosearch: warm start", "cosearch: after GRPO"} <= set(evaluated["method"])
     assert evaluated.groupby("method").size().eq(evaluated["question_id"].nunique()).all()
+    oracle_records = load_records(out / "02_eval_records.parquet")
+    assert oracle_records.groupby("method", sort=False).size().to_dict() == oracle_gap["records"]
     for name in ("02_oracle_gap_study.ipynb", "03_joint_grpo_training.ipynb"):
         assert (out / name).is_file()
     assert any((tmp_path / "figures" / PROFILE).glob("*.png"))

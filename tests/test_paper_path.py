@@ -426,7 +426,6 @@ PAPER_MINI_OVERRIDES = {
     "warmstart.warmup_ratio", "warmstart.batch_size",
     "training.steps", "training.questions_per_step", "training.minibatches",  # sizes
     "training.val_per_dataset", "evaluation.n_per_dataset",  # sizes
-    "training.eval_every",  # no validation: 79 s a method on 2 cores; make test-scale's gloo test validates on 2 ranks
     "relevance.steps", "relevance.prompts_per_step", "relevance.val_per_dataset",  # sizes
 }
 
@@ -588,3 +587,6 @@ def test_the_cluster_steps_of_the_readme_are_the_commands_the_miniature_runs() -
             if methods:
                 assert f'"--methods", "{methods.group(1)}"' in runner, (doc, command)
             assert "-p methods" not in command, (doc, command)  # it would reach notebook 02's own methods
+            notebook = re.search(r"--notebook (\S+)", command)
+            if notebook:
+                assert f'"--notebook", "{notebook.group(1)}"' in runner, (doc, command)

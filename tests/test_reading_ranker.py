@@ -185,8 +185,7 @@ def test_ranker_only_training_of_the_real_judge_raises_held_out_hit_at_1_within_
                               atol=1e-5)
 
 
-@pytest.mark.slow
-@pytest.mark.scale  # ~2 min of the 135M judge on 2 cores: make test-scale (CI runs it)
+@pytest.mark.slow  # ~1.5 min of the 135M judge on one core: one pytest-xdist worker of make test
 def test_ranker_only_grpo_of_the_real_judge_raises_held_out_hit_at_1_within_a_few_steps():
     """Issue 35, item 3: the update CoSearch gives its LLM judge (K picks sampled from the
     Plackett-Luce distribution of its scores, group-relative advantages of r_rel,

@@ -43,19 +43,21 @@ from cosearch_lib.experiment.cached_starts import (
 from cosearch_lib.experiment.method_runs import (
     BEFORE_AFTER_LABELS,
     HOP_ORACLE_LABEL,
+    ORACLE_GAP_LABEL,
     POLICY_SOURCES,
     before_after_pairs,
     build_trainer,
     evaluate_before_after,
     evaluate_hop_oracle,
+    evaluate_policies,
     policy_adapters,
     train_methods,
     trained_eval_settings,
 )
 
-__all__ = ["BEFORE_AFTER_LABELS", "FIXED_RANKER_METHODS", "HOP_ORACLE_LABEL", "LLM_JUDGE_VERSION", "POLICY_SOURCES",
+__all__ = ["BEFORE_AFTER_LABELS", "FIXED_RANKER_METHODS", "HOP_ORACLE_LABEL", "LLM_JUDGE_VERSION", "ORACLE_GAP_LABEL", "POLICY_SOURCES",
            "RELEVANCE_VERSION", "before_after_pairs", "build_backends", "build_retriever", "build_trainer", "search_backend",
-           "cross_encoder_dir", "cross_encoder_start", "evaluate_before_after", "evaluate_hop_oracle", "fixed_ranker",
+           "cross_encoder_dir", "cross_encoder_start", "evaluate_before_after", "evaluate_hop_oracle", "evaluate_policies", "fixed_ranker",
            "fixed_ranker_cached", "harness_config",
            "harness_context", "held_out_ranker_rows", "llm_judge_dir", "llm_judge_start", "method_starts",
            "policy_adapters", "policy_starts", "relevance_dir", "relevance_held_out", "relevance_ranker",

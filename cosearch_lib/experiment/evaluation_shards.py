@@ -135,9 +135,12 @@ def evaluate_in_shards(label: str, examples: Sequence[QAExample], cfg: HarnessCo
     order = {ex.id: i for i, ex in enumerate(examples)}
     records = records[records["question_id"].astype(str).isin(order)]
     records = records.drop_duplicates(["method", "question_id", "sample"], keep="last")
-    sort_key = records["question_id"].astype(str).map(order)
-    return records.assign(_order=sort_key).sort_values(["_order", "sample"], kind="stable") \
-        .drop(columns="_order").reset_index(drop=True)
+    # as one process gives them (harness.run_evaluation): method by method in the settings' order, then question, sample
+    method_order = {m: i for i, m in enumerate(cfg.methods)}
+    keys = {"_method": records["method"].map(method_order).fillna(len(method_order)),
+            "_order": records["question_id"].astype(str).map(order)}
+    return records.assign(**keys).sort_values(["_method", "_order", "sample"], kind="stable") \
+        .drop(columns=list(keys)).reset_index(drop=True)
 
 
 def _part_name(batch: Sequence[QAExample]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from cosearch_lib.agent.rollout import Trajectory
 from cosearch_lib.config import ProfileConfig
 from cosearch_lib.config.methods import method_spec
 from cosearch_lib.data.qa_formats import QAExample, load_qa
@@ -21,7 +22,7 @@ from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluat
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.experiment.building import harness_config, policy_engine, search_backend, vllm_options
 from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start, warm_start
-from cosearch_lib.experiment.evaluation_shards import context_key, evaluate_in_shards
+from cosearch_lib.experiment.evaluation_shards import DEFAULT_CHUNK, context_key, evaluate_in_shards
 from cosearch_lib.experiment.preflight import engine_length
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
 from cosearch_lib.models.scoring_rankers import load_scoring_ranker
@@ -169,15 +170,42 @@ BEFORE_AFTER_LABELS = ("warm start", "after GRPO")
 
 
 def _evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample], ctx: HarnessContext, ecfg: HarnessConfig,
-                label: str, *, parts: str | Path | None, dp: DataParallel, progress: bool) -> pd.DataFrame:
+                label: str, *, parts: str | Path | None, dp: DataParallel, progress: bool,
+                trajectories: dict[str, list[Trajectory]] | None = None, chunk: int = DEFAULT_CHUNK) -> pd.DataFrame:
     """:func:`run_evaluation` of ``label``; with ``parts`` (a folder), sharded over ``dp``'s ranks,
-    written part by part and resumed from the parts there (``experiment.evaluation_shards``)."""
+    written part by part and resumed from the parts there (``experiment.evaluation_shards``).
+    ``trajectories`` (a dict) gets the agent methods' trajectories of the questions evaluated here:
+    with parts, those of this rank's chunks, none of what was read back."""
     if parts is None:
-        return run_evaluation(methods, examples, ctx, ecfg, progress=progress, label=label)
+        return run_evaluation(methods, examples, ctx, ecfg, progress=progress, label=label, trajectories=trajectories)
     ecfg = replace(ecfg, methods=tuple(methods)) if methods is not None else ecfg
-    return evaluate_in_shards(label, examples, ecfg,
-                              lambda chunk: run_evaluation(None, chunk, ctx, ecfg, progress=False, label=label),
-                              parts, dp=dp, progress=progress, context=context_key(ctx))
+
+    def chunk_records(chunk: list[QAExample]) -> pd.DataFrame:
+        kept: dict[str, list[Trajectory]] | None = {} if trajectories is not None else None
+        records = run_evaluation(None, chunk, ctx, ecfg, progress=False, label=label, trajectories=kept)
+        for method, trajs in (kept or {}).items():
+            trajectories.setdefault(method, []).extend(trajs)
+        return records
+
+    return evaluate_in_shards(label, examples, ecfg, chunk_records, parts, dp=dp, progress=progress,
+                              context=context_key(ctx), chunk=chunk)
+
+
+#: The label of notebook 02's evaluation (its parts' folder name; ``cosearch evaluate --notebook 02`` writes the same).
+ORACLE_GAP_LABEL = "oracle gap study"
+
+
+def evaluate_policies(examples: Sequence[QAExample], ctx: HarnessContext, ecfg: HarnessConfig, *,
+                      label: str = ORACLE_GAP_LABEL, parts: str | Path | None = None,
+                      dp: DataParallel = SINGLE_PROCESS, progress: bool = True,
+                      trajectories: dict[str, list[Trajectory]] | None = None, chunk: int = DEFAULT_CHUNK) -> pd.DataFrame:
+    """Notebook 02's evaluation: every method of ``ecfg`` with the policies its fields name, records
+    in method order as :func:`run_evaluation` gives them. ``parts`` (a folder): kept in parts there,
+    sharded over ``dp``'s ranks and resumed (a kernel or a job cut at its time limit continues with
+    the questions no part holds; ``cosearch evaluate --notebook 02`` fills the same parts on many
+    ranks first). ``trajectories``: as :func:`_evaluation`; ``chunk``: questions per part."""
+    return _evaluation(None, examples, ctx, ecfg, label, parts=parts, dp=dp, progress=progress, trajectories=trajectories,
+                       chunk=chunk)
 
 
 def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path],

@@ -14,6 +14,7 @@ its vLLM engine (GPU; rollouts on vLLM, which reads each adapter from a saved fo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Iterable
@@ -287,12 +288,28 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
         options = {"max_lora_rank": vllm_max_lora_rank(lora.r), "max_model_len": max_seq_length,
                    "gpu_memory_utilization": gpu_memory_utilization, **(vllm_options or {})}
         return model, tokenizer, VLLMBackend.keep_unsloth_engine(model_name, VLLMBackend.shared(model_name, **options))
+    key = repr((str(resolved_model_path(model_name)), max_seq_length, load_in_4bit, dataclasses.astuple(lora)))
+    kept, engine = _UNSLOTH_MODELS.get(key), VLLMBackend.kept_unsloth_engine(model_name)
+    if kept is not None and engine is not None and engine.model is kept[0]:
+        # the next method trained in this process: the same patched model and its engine, new adapters
+        model, tokenizer = kept
+        _replace_unsloth_adapters(model, adapters, lora, seed=seed)
+        return model, tokenizer, engine
     base, tokenizer = FastLanguageModel.from_pretrained(
         model_name=resolved_model_path(model_name), max_seq_length=max_seq_length, load_in_4bit=load_in_4bit,
         fast_inference=True, max_lora_rank=vllm_max_lora_rank(lora.r), gpu_memory_utilization=gpu_memory_utilization)
     align_chat_tokens(tokenizer, base.config)
     model = _unsloth_adapters(FastLanguageModel, base, adapters, lora, seed=seed)
+    _UNSLOTH_MODELS.clear()  # one patched model per process: it holds the process's engine
+    _UNSLOTH_MODELS[key] = (model, tokenizer)
     return model, tokenizer, VLLMBackend.keep_unsloth_engine(model_name, VLLMBackend.from_unsloth(model, tokenizer))
+
+
+#: The Unsloth model of this process loaded with ``fast_inference`` (its vLLM engine on the same
+#: weights takes a share of the GPU), by model and loading settings. Another method trained in the
+#: same process (notebook 03's methods, one after the other in one kernel) gets it back with its
+#: own adapters, instead of a second model and a second engine on the same GPU.
+_UNSLOTH_MODELS: dict[str, tuple[Any, Any]] = {}
 
 
 def vllm_max_lora_rank(r: int) -> int:
@@ -317,6 +334,26 @@ def _unsloth_adapters(fast_lm: Any, base: Any, adapters: dict[str, str | Path | 
     model = fast_lm.get_peft_model(
         base, r=lora.r, target_modules=list(lora.target_modules), lora_alpha=lora.alpha, lora_dropout=lora.dropout,
         bias="none", use_gradient_checkpointing="unsloth", random_state=seed)
+    _add_named_adapters(model, adapters, lora, seed=seed)
+    return model
+
+
+def _replace_unsloth_adapters(model: Any, adapters: dict[str, str | Path | None], lora: LoraSettings, *, seed: int) -> None:
+    """Give a kept Unsloth peft model (:data:`_UNSLOTH_MODELS`) exactly the named adapters, as a fresh
+    load would: a placeholder ``"default"`` adapter holds the model while the previous method's
+    adapters are deleted (peft keeps at least one), then :func:`_add_named_adapters`."""
+    model.add_adapter(UNSLOTH_DEFAULT_ADAPTER, peft_lora_config(lora))
+    model.set_adapter(UNSLOTH_DEFAULT_ADAPTER)
+    for name in [n for n in model.peft_config if n != UNSLOTH_DEFAULT_ADAPTER]:
+        model.delete_adapter(name)
+    _add_named_adapters(model, adapters, lora, seed=seed)
+
+
+def _add_named_adapters(model: Any, adapters: dict[str, str | Path | None], lora: LoraSettings, *, seed: int) -> None:
+    """Add each named adapter to a peft model that holds only ``"default"``, then delete that one. The
+    fresh adapters' initial weights come from ``seed`` alone, so a method trained second in a process
+    starts where it would start alone."""
+    torch.manual_seed(seed)
     for name, path in adapters.items():
         if path:
             with quiet_loading():
@@ -330,4 +367,3 @@ def _unsloth_adapters(fast_lm: Any, base: Any, adapters: dict[str, str | Path | 
             model.add_adapter(name, peft_lora_config(lora))
     model.set_adapter(next(iter(adapters)))
     model.delete_adapter(UNSLOTH_DEFAULT_ADAPTER)
-    return model

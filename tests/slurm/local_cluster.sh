@@ -18,8 +18,16 @@
 # twice its cores (SlurmdParameters=config_overrides) so that the mostly idle server and the two
 # ranks are scheduled at once.
 #
+# The `paper` part (not in the default run: ~15 min, and it needs `make install-vllm`): the paper
+# profile's miniature as the cluster path writes it, `cosearch slurm train --profile paper_mini
+# --nodes 1 --gpus-per-node 2`. The node declares 2 GPUs as a generic resource without devices
+# (gres.conf `Count=2`, no `File`): the jobs ask for `--gres=gpu:2` as on a GPU cluster and get the
+# CPU, where paper_mini's vLLM engines run. The data is the world exported in the paper's formats
+# and fetched through the hub stand-in, as in `make test-paper`; a profile extending paper_mini
+# gives the jobs this machine's CPUs and memory (the slurm section's only change).
+#
 #   tests/slurm/local_cluster.sh            # the whole test (what `make test-slurm` runs)
-#   tests/slurm/local_cluster.sh --parts data-parallel    # some of: grid, requeue, data-parallel
+#   tests/slurm/local_cluster.sh --parts data-parallel    # some of: grid, requeue, data-parallel, paper
 #   tests/slurm/local_cluster.sh --stop     # stop the daemons it started
 #
 # Runs go to $COSEARCH_RUNS (default: a fresh folder under /tmp), so the repository is not touched.
@@ -40,9 +48,9 @@ stop() {
 if [ "${1:-}" = "--stop" ]; then stop; exit 0; fi
 PARTS="grid,requeue,data-parallel"
 if [ "${1:-}" = "--parts" ]; then
-  PARTS="${2:?--parts takes a comma-separated list of grid, requeue, data-parallel}"
+  PARTS="${2:?--parts takes a comma-separated list of grid, requeue, data-parallel, paper}"
   for part in ${PARTS//,/ }; do
-    case "$part" in grid|requeue|data-parallel) ;; *) echo "unknown part '$part': grid, requeue, data-parallel"; exit 2 ;; esac
+    case "$part" in grid|requeue|data-parallel|paper) ;; *) echo "unknown part '$part': grid, requeue, data-parallel, paper"; exit 2 ;; esac
   done
 fi
 want() { [[ ",$PARTS," == *",$1,"* ]]; }
@@ -111,9 +119,13 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 JobCompType=jobcomp/none
 SlurmdParameters=config_overrides
-NodeName=$HOST CPUs=$(( CPUS * 2 )) RealMemory=$MEM_MB State=UNKNOWN
+GresTypes=gpu
+NodeName=$HOST CPUs=$(( CPUS * 2 )) RealMemory=$MEM_MB Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+
+# two GPUs as a count without devices: jobs that ask for --gres=gpu:N are scheduled, and run on the CPU
+echo "NodeName=$HOST Name=gpu Count=2" > /etc/slurm/gres.conf
 
 stop
 slurmdbd
@@ -296,5 +308,71 @@ print("\n".join(problems) if problems else
 sys.exit(1 if problems else 0)
 PY
 echo "[test-slurm] data-parallel test: $(( $(date +%s) - T3 )) s"
+fi
+# --- the paper profile's miniature as the cluster path writes it: cosearch slurm train, 2 "GPUs"
+if want paper; then
+T5=$(date +%s)
+[ -x "$BIN/vllm" ] || "$BIN/python" -c "import vllm" 2>/dev/null || { echo "[test-slurm] the paper part needs vLLM: make install-vllm"; exit 2; }
+HUB="$COSEARCH_RUNS/hub"
+PYTHONPATH="$ROOT" "$BIN/python" - "$HUB" <<'PY'
+import os, subprocess, sys
+from pathlib import Path
+from tests.hub_standin import HubStandin
+hub = Path(sys.argv[1])
+run = lambda *a, **env: subprocess.run(["cosearch", *a], check=True, env={**os.environ, **env})
+run("export-world", "--profile", "paper_mini", "--hub", str(hub), "--quiet")
+with HubStandin(hub) as standin:
+    run("download", "all", "--profile", "paper_mini", HF_ENDPOINT=standin.url)
+run("prepare-relevance", "--profile", "paper_mini", "--quiet")
+PY
+PM="$COSEARCH_RUNS/paper_mini_slurm.yaml"
+printf 'extends: paper_mini\nprofile: paper_mini_slurm\nslurm:\n  cpus_per_task: 1\n  mem: 10G\n  time: "02:00:00"\n  retriever_time: "03:00:00"\n' > "$PM"
+rm -rf "$COSEARCH_RUNS/paper_mini_slurm"
+T6=$(date +%s)
+OUT=$("$BIN/cosearch" slurm train --profile "$PM" --methods cosearch --nodes 1 --gpus-per-node 2)
+SERVER=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['retriever_job'])")
+TRAIN=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['train_job'])")
+EVAL=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['evaluate_job'])")
+while squeue -h -j "$TRAIN,$EVAL" 2>/dev/null | grep -q .; do
+  [ $(( $(date +%s) - T6 )) -gt $(( 2 * TIMEOUT_S )) ] && { echo "[test-slurm] paper jobs timed out after $(( 2 * TIMEOUT_S )) s"; scancel "$TRAIN" "$SERVER" "$EVAL"; exit 1; }
+  sleep 5
+done
+sleep 3
+sacct -j "$SERVER,$TRAIN,$EVAL" --format=JobID%-14,JobName%-34,State,ExitCode,Elapsed,NTasks,AllocTRES%-44
+PYTHONPATH="$ROOT" "$BIN/python" - "$COSEARCH_RUNS" "$SERVER" "$TRAIN" "$EVAL" <<'PY'
+import json, subprocess, sys
+from pathlib import Path
+import pandas as pd
+runs, server, train, evaluate = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+states = dict(line.split("|") for line in subprocess.run(
+    ["sacct", "-X", "-n", "-P", "-j", f"{server},{train},{evaluate}", "--format=JobID,State"],
+    capture_output=True, text=True, check=True).stdout.splitlines())
+tres = subprocess.run(["sacct", "-X", "-n", "-P", "-j", train, "--format=AllocTRES"], capture_output=True, text=True).stdout
+out = runs / "paper_mini_slurm"
+problems = []
+if states.get(train) != "COMPLETED" or not states.get(server, "").startswith("CANCELLED"):
+    problems.append(f"job states {states}: want the training COMPLETED and the server CANCELLED by it")
+if states.get(evaluate) != "COMPLETED" or not (out / "03_joint_grpo_training.ipynb").is_file():
+    problems.append(f"notebook 03's job {evaluate}: {states.get(evaluate)}, executed notebook missing or job failed")
+if "gres/gpu=2" not in tres:
+    problems.append(f"the training job's allocation names no 2 GPUs: {tres.strip()}")
+for step in ("train", "evaluate"):
+    record = json.loads((out / f"{step}.run.json").read_text()) if (out / f"{step}.run.json").exists() else {}
+    if (record.get("world_size"), record.get("launcher")) != (2, "srun") or not str(record.get("retriever", "")).startswith("http://"):
+        problems.append(f"{step}.run.json: {record and {k: record.get(k) for k in ('world_size', 'launcher', 'retriever')}}")
+if not problems:
+    steps = pd.read_csv(out / "training" / "cosearch" / "steps.csv")
+    parts = sorted(p.name for p in (out / "evaluation").glob("*/part-*.parquet"))
+    if steps["n_trajectories"].tolist() != [16] or not (steps["agent_n_forwarded"] > 0).all():
+        problems.append(f"steps.csv: {steps[['step', 'n_trajectories', 'agent_n_forwarded']].to_dict('records')}")
+    if {p.split("-")[1] for p in parts} != {"r0", "r1"}:
+        problems.append(f"evaluation parts: {parts}")
+print("\n".join(problems) if problems else
+      f"[test-slurm] paper_mini: cosearch slurm train on 1 node x 2 GPUs (gres) -> 2 srun ranks through the retrieval "
+      f"server, 1 step of {steps['n_trajectories'].iloc[0]} trajectories (G = 8), validation F1 {steps['val_f1'].iloc[0]:.3f}, "
+      f"then cosearch evaluate on the same ranks: {len(parts)} parts from both; notebook 03's job read them")
+sys.exit(1 if problems else 0)
+PY
+echo "[test-slurm] paper test: $(( $(date +%s) - T5 )) s"
 fi
 echo "[test-slurm] parts $PARTS passed in $(( $(date +%s) - T0 )) s"

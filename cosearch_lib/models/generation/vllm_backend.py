@@ -222,6 +222,11 @@ class VLLMBackend:
         return _UNSLOTH_ENGINES[key]
 
     @staticmethod
+    def kept_unsloth_engine(model_name: str) -> VLLMBackend | None:
+        """This process's Unsloth engine for ``model_name`` if one is kept (None after :func:`close_engines`)."""
+        return _UNSLOTH_ENGINES.get(str(resolved_model_path(model_name)))
+
+    @staticmethod
     def keep_unsloth_engine(model_name: str, backend: VLLMBackend) -> VLLMBackend:
         """Make ``backend`` (a trainer's Unsloth engine) this process's engine for ``model_name``."""
         _UNSLOTH_ENGINES[str(resolved_model_path(model_name))] = backend
