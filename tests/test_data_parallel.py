@@ -122,13 +122,16 @@ def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp
     assert '--retriever-url "$RETRIEVER_URL" --resume' in run and "--steps 5" in run
     # then notebook 03's evaluation, sharded over the same ranks and server (issue 47, break 5), resumable
     runs = [line for line in train if line.startswith("run_stoppable")]
-    assert runs[0] == run and len(runs) == 2
+    assert runs[0] == run and len(runs) == 3
     assert 'srun --kill-on-bad-exit=1 cosearch evaluate --profile ci --methods cosearch,fixed_ranker --retriever-url "$RETRIEVER_URL"' in runs[1]
+    # and notebook 02's, with the notebook's own methods
+    assert 'srun --kill-on-bad-exit=1 cosearch evaluate --profile ci --notebook 02 --retriever-url "$RETRIEVER_URL"' in runs[2]
     assert any(line.startswith("export MASTER_ADDR=$(scontrol show hostnames") for line in train)
     assert "srun --nodes=1 --ntasks=1 cosearch warm-start --profile ci --quiet" in train  # built once, before the ranks
     assert "trap stop_server EXIT" in train  # the server ends with the job, unless it is requeued (exit 75)
     assert "serve-retriever --profile ci --host 0.0.0.0" in scripts["retriever"]
     assert "--notebooks 03 -p resume=true -p methods=cosearch,fixed_ranker" in scripts["evaluate"]
+    assert "cosearch run --profile ci --notebooks 02 --quiet" in scripts["evaluate"]  # no -p methods: it has its own
     for name, text in scripts.items():  # valid bash
         (tmp_path / f"{name}.sh").write_text(text)
         assert subprocess.run(["bash", "-n", str(tmp_path / f"{name}.sh")]).returncode == 0, name

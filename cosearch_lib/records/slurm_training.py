@@ -100,6 +100,8 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
     train_cmd += ["--steps", str(steps)] if steps else []
     eval_job_cmd = ["srun", "--kill-on-bad-exit=1", "cosearch", "evaluate", "--profile", profile_arg,
                     "--methods", ",".join(methods), "--retriever-url", '"$RETRIEVER_URL"', "--quiet"]
+    oracle_gap_cmd = ["srun", "--kill-on-bad-exit=1", "cosearch", "evaluate", "--profile", profile_arg,
+                      "--notebook", "02", "--retriever-url", '"$RETRIEVER_URL"', "--quiet"]
     train += ["", prelude,
               ": \"${COSEARCH_RETRIEVER_JOB:?submit with cosearch slurm train, or export COSEARCH_RETRIEVER_JOB}\"",
               "# whatever ends this script but a stop before the time limit (exit 75: requeued) ends the server too",
@@ -114,13 +116,16 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
               f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> every rank checkpoints, exit {EXIT_STOPPED}, requeue",
               f'run_stoppable "$SLURM_JOB_ID" {" ".join(train_cmd)}',
               "# notebook 03's evaluation, sharded over the same ranks and server, in parts that resume",
-              f'run_stoppable "$SLURM_JOB_ID" {" ".join(eval_job_cmd)}']
+              f'run_stoppable "$SLURM_JOB_ID" {" ".join(eval_job_cmd)}',
+              "# notebook 02's (the oracle gap: its methods with the warm-started policies), the same way",
+              f'run_stoppable "$SLURM_JOB_ID" {" ".join(oracle_gap_cmd)}']
 
     evaluate = sbatch_header(f"cosearch-{cfg.profile}-evaluate", cfg, time_limit=s.aggregate_time, gres=s.gres,
                              log=str(folder / "evaluate-%j.log"))
     eval_cmd = f"cosearch run --profile {profile_arg} --notebooks 03 -p resume=true -p methods={','.join(methods)} --quiet"
     eval_cmd += f" -p steps={steps}" if steps else ""
-    evaluate += ["", prelude, eval_cmd]
+    # the notebooks read the parts the training job's ranks wrote (notebook 02's own methods: no -p methods)
+    evaluate += ["", prelude, f"cosearch run --profile {profile_arg} --notebooks 02 --quiet", eval_cmd]
     return {name: "\n".join(lines) + "\n" for name, lines in
             (("retriever", retriever), ("train", train), ("evaluate", evaluate))}
 
