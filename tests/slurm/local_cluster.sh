@@ -20,9 +20,9 @@
 #
 # The `paper` part (not in the default run: ~15 min, and it needs `make install-vllm`): the paper
 # profile's miniature as the cluster path writes it, `cosearch slurm train --profile paper_mini
-# --nodes 1 --gpus-per-node 2`. The node declares 2 GPUs as a generic resource without devices
-# (gres.conf `Count=2`, no `File`): the jobs ask for `--gres=gpu:2` as on a GPU cluster and get the
-# CPU, where paper_mini's vLLM engines run. The data is the world exported in the paper's formats
+# --nodes 1 --gpus-per-node 2`. The node declares 2 GPUs on two stand-in device files (no driver,
+# no CUDA): the jobs ask for `--gres=gpu:2` as on a GPU cluster and get the CPU, where paper_mini's
+# vLLM engines run. The data is the world exported in the paper's formats
 # and fetched through the hub stand-in, as in `make test-paper`; a profile extending paper_mini
 # gives the jobs this machine's CPUs and memory (the slurm section's only change).
 #
@@ -124,8 +124,11 @@ NodeName=$HOST CPUs=$(( CPUS * 2 )) RealMemory=$MEM_MB Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 
-# two GPUs as a count without devices: jobs that ask for --gres=gpu:N are scheduled, and run on the CPU
-echo "NodeName=$HOST Name=gpu Count=2" > /etc/slurm/gres.conf
+# two GPUs that are not there: slurmd counts a GPU per device file (a count alone registers 0 and
+# drains the node), so two character devices with NVIDIA's major number stand in for /dev/nvidia0-1,
+# outside /dev; jobs that ask for --gres=gpu:N are scheduled, and run on the CPU
+for i in 0 1; do [ -e "/run/cosearch-gpu$i" ] || mknod -m 666 "/run/cosearch-gpu$i" c 195 "$i"; done
+printf 'AutoDetect=off\nNodeName=%s Name=gpu File=/run/cosearch-gpu[0-1]\n' "$HOST" > /etc/slurm/gres.conf
 
 stop
 slurmdbd
@@ -319,7 +322,8 @@ import os, subprocess, sys
 from pathlib import Path
 from tests.hub_standin import HubStandin
 hub = Path(sys.argv[1])
-run = lambda *a, **env: subprocess.run(["cosearch", *a], check=True, env={**os.environ, **env})
+cosearch = str(Path(sys.executable).parent / "cosearch")
+run = lambda *a, **env: subprocess.run([cosearch, *a], check=True, env={**os.environ, **env})
 run("export-world", "--profile", "paper_mini", "--hub", str(hub), "--quiet")
 with HubStandin(hub) as standin:
     run("download", "all", "--profile", "paper_mini", HF_ENDPOINT=standin.url)
