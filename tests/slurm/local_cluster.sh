@@ -117,6 +117,7 @@ SchedulerType=sched/backfill
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
+AccountingStorageTRES=gres/gpu
 JobCompType=jobcomp/none
 SlurmdParameters=config_overrides
 GresTypes=gpu
@@ -362,7 +363,8 @@ if "gres/gpu=2" not in tres:
     problems.append(f"the training job's allocation names no 2 GPUs: {tres.strip()}")
 for step in ("train", "evaluate"):
     record = json.loads((out / f"{step}.run.json").read_text()) if (out / f"{step}.run.json").exists() else {}
-    if (record.get("world_size"), record.get("launcher")) != (2, "srun") or not str(record.get("retriever", "")).startswith("http://"):
+    if (record.get("world_size"), record.get("launcher")) != (2, "srun") or \
+            (step == "train" and not str(record.get("retriever", "")).startswith("http://")):
         problems.append(f"{step}.run.json: {record and {k: record.get(k) for k in ('world_size', 'launcher', 'retriever')}}")
 if not problems:
     steps = pd.read_csv(out / "training" / "cosearch" / "steps.csv")
