@@ -127,6 +127,7 @@ def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp
     # and notebook 02's, with the notebook's own methods
     assert 'srun --kill-on-bad-exit=1 cosearch evaluate --profile ci --notebook 02 --retriever-url "$RETRIEVER_URL"' in runs[2]
     assert any(line.startswith("export MASTER_ADDR=$(scontrol show hostnames") for line in train)
+    assert 'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"' in train  # a rank's CPUs, not the node's
     assert "srun --nodes=1 --ntasks=1 cosearch warm-start --profile ci --quiet" in train  # built once, before the ranks
     assert "trap stop_server EXIT" in train  # the server ends with the job, unless it is requeued (exit 75)
     assert "serve-retriever --profile ci --host 0.0.0.0" in scripts["retriever"]
