@@ -9,8 +9,7 @@
     cosearch serve-retriever --profile demo [--port N]  Search-R1-compatible HTTP retrieval server
     cosearch download {cosearch-data,wiki18-corpus,wiki18-index,models,all} --profile P  (or --dest DIR)
     cosearch export-world --profile paper_mini --hub DIR  the world as the paper's artefacts, in the hub's layout
-    cosearch evaluate --profile paper --methods M,...   notebook 03's evaluation as a job (torchrun/srun: sharded, resumable)
-    cosearch evaluate --profile paper --notebook 02     notebook 02's oracle-gap evaluation, the same way
+    cosearch evaluate --profile paper --methods M,...   notebooks 03's and 02's evaluations as a job (torchrun/srun: sharded, resumable)
     cosearch prepare-relevance --profile paper          the Fixed Ranker's relevance data (training queries, top-N, labels)
     cosearch check --profile paper [--ranks N]          the profile's inputs, checked before any GPU work
     cosearch models                                     the model registry and what is installed
@@ -91,29 +90,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from cosearch_lib.records.launched_evaluation import run_evaluation_job, run_oracle_gap_job
+    from cosearch_lib.records.launched_evaluation import run_evaluation_job
     from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequested
 
     cfg = load_profile(args.profile, seed=args.seed)
     if args.retriever_url:
         cfg.retrieval.server_url = args.retriever_url
+    notebooks = list(dict.fromkeys(args.notebooks))
+    if "03" not in notebooks and (args.methods is not None or args.no_ceiling):
+        raise ConfigError("--methods and --no-ceiling are notebook 03's: notebook 02 takes its methods from its "
+                          "parameters and the profile's notebooks: {\"02\": ...} entry (so that the notebook reads the "
+                          "parts); drop them, or add 03 to --notebooks")
+    methods = [m.strip() for m in (args.methods or "cosearch").split(",") if m.strip()]
     try:
-        if args.notebook == "02":
-            if args.methods is not None or args.no_ceiling:
-                raise ConfigError("cosearch evaluate --notebook 02 takes notebook 02's methods from its parameters and "
-                                  "the profile's notebooks: {\"02\": ...} entry (so that the notebook reads the parts); "
-                                  "drop --methods and --no-ceiling")
-            rec = run_oracle_gap_job(cfg, progress=not args.quiet, profile_arg=args.profile)
-        else:
-            methods = [m.strip() for m in (args.methods or "cosearch").split(",") if m.strip()]
-            rec = run_evaluation_job(cfg, methods, ceiling=not args.no_ceiling, progress=not args.quiet,
+        records = run_evaluation_job(cfg, notebooks, methods, ceiling=not args.no_ceiling, progress=not args.quiet,
                                      profile_arg=args.profile)
     except StopRequested as stop:  # the parts written so far stay: the same command continues
         print(f"cosearch evaluate: stopped on {stop.signal_name} after {stop.step} part(s) of this rank; the same "
               f"command continues (exit {EXIT_STOPPED})", file=sys.stderr, flush=True)
         return EXIT_STOPPED
-    if rec is not None:  # rank 0
-        print(json.dumps(rec, indent=2))
+    if records is not None:  # rank 0
+        print(json.dumps(records, indent=2))
     return 0
 
 
@@ -319,12 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_train)
 
-    p = sub.add_parser("evaluate", help="notebook 03's evaluation of trained methods (before/after GRPO, the hop-level "
-                                        "ceiling), or with --notebook 02 notebook 02's oracle-gap evaluation, as a job: "
-                                        "one process or every rank of a torchrun/srun job, each evaluating its share "
-                                        "into parts that resume and that the notebook then reads")
+    p = sub.add_parser("evaluate", help="the evaluations notebooks 03 (trained methods before/after GRPO, the hop-level "
+                                        "ceiling) and 02 (the oracle gap) read, as one job: one process or every rank "
+                                        "of a torchrun/srun job, each evaluating its share into parts that resume and "
+                                        "that the notebooks then read")
     p.add_argument("--profile", default="demo")
-    p.add_argument("--notebook", choices=("02", "03"), default="03", help="whose evaluation (default 03)")
+    p.add_argument("--notebooks", nargs="+", choices=("02", "03"), default=["02", "03"],
+                   help="whose evaluations (default both: 03, then 02)")
     p.add_argument("--methods", help="notebook 03: comma-separated trained methods, their checkpoints must exist "
                                      "(default cosearch); notebook 02 reads its own")
     p.add_argument("--seed", type=int, help="override the profile's seed")

@@ -120,12 +120,12 @@ def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp
     run = next(line for line in train if line.startswith("run_stoppable"))
     assert "srun --kill-on-bad-exit=1 cosearch train --profile ci --methods cosearch,fixed_ranker" in run
     assert '--retriever-url "$RETRIEVER_URL" --resume' in run and "--steps 5" in run
-    # then notebook 03's evaluation, sharded over the same ranks and server (issue 47, break 5), resumable
+    # then the evaluations of notebooks 03 and 02 (its own methods), sharded over the same ranks and
+    # server (issue 47, break 5), resumable: one srun, whose default is both notebooks
     runs = [line for line in train if line.startswith("run_stoppable")]
-    assert runs[0] == run and len(runs) == 3
+    assert runs[0] == run and len(runs) == 2
     assert 'srun --kill-on-bad-exit=1 cosearch evaluate --profile ci --methods cosearch,fixed_ranker --retriever-url "$RETRIEVER_URL"' in runs[1]
-    # and notebook 02's, with the notebook's own methods
-    assert 'srun --kill-on-bad-exit=1 cosearch evaluate --profile ci --notebook 02 --retriever-url "$RETRIEVER_URL"' in runs[2]
+    assert "--notebooks" not in runs[1]
     assert any(line.startswith("export MASTER_ADDR=$(scontrol show hostnames") for line in train)
     assert 'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"' in train  # a rank's CPUs, not the node's
     assert "srun --nodes=1 --ntasks=1 cosearch warm-start --profile ci --quiet" in train  # built once, before the ranks

@@ -90,7 +90,7 @@ def test_notebook_02s_evaluation_in_parts_gives_the_records_of_one_pass_and_a_re
     """Notebook 02 keeps its evaluation in parts (experiment.evaluate_policies): several methods, the
     questions in chunks, the records in method order as one run_evaluation gives them; the
     trajectories of what was evaluated here come back for the browser; a second run with the same
-    settings evaluates nothing (what the notebook does after `cosearch evaluate --notebook 02`)."""
+    settings evaluates nothing (what the notebook does after `cosearch evaluate`)."""
     from cosearch_lib.eval.harness import run_evaluation
     from cosearch_lib.experiment import evaluate_policies
     from cosearch_lib.experiment.evaluation_shards import context_key
@@ -126,7 +126,7 @@ def test_notebook_02s_evaluation_in_parts_gives_the_records_of_one_pass_and_a_re
 
 
 def test_cosearch_evaluate_for_notebook_02_takes_the_notebooks_settings_and_refuses_its_own(tmp_path, capsys):
-    """`cosearch evaluate --notebook 02` evaluates with notebook 02's parameters as `cosearch run` gives
+    """`cosearch evaluate` evaluates notebook 02 with its's parameters as `cosearch run` gives
     them (the notebook's defaults under the profile's notebooks entry), so that the notebook finds the
     parts; a --methods of its own would write parts the notebook never reads, and is refused."""
     import yaml
@@ -141,5 +141,5 @@ def test_cosearch_evaluate_for_notebook_02_takes_the_notebooks_settings_and_refu
                                                                                "policies": "base"}}}))
     settings = oracle_gap_settings(load_profile(profile))
     assert (settings["methods"], settings["policies"]) == ("direct,agent_oracle", "base")
-    assert main(["evaluate", "--profile", "ci", "--notebook", "02", "--methods", "rag"]) == 2
-    assert "notebook 02's methods from its parameters" in capsys.readouterr().err
+    assert main(["evaluate", "--profile", "ci", "--notebooks", "02", "--methods", "rag"]) == 2
+    assert "notebook 02 takes its methods from its parameters" in capsys.readouterr().err

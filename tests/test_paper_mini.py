@@ -10,9 +10,9 @@ Every step is the command docs/USAGE.md gives a cluster user, with only the prof
 4. ``cosearch serve-retriever``: one retrieval server for the job;
 5. ``torchrun --nproc-per-node 2 cosearch train --profile paper_mini --retriever-url URL``: gloo,
    one vLLM CPU engine per rank;
-6. ``torchrun --nproc-per-node 2 cosearch evaluate --profile paper_mini --retriever-url URL``: notebook
-   03's evaluation, sharded over the ranks into parts; the same with ``--notebook 02``: notebook 02's,
-   after the Fixed Ranker's relevance training on the prepared set (in one process apart);
+6. ``torchrun --nproc-per-node 2 cosearch evaluate --profile paper_mini --methods cosearch --retriever-url URL``:
+   the evaluations of notebooks 03 and 02 in one job, sharded over the ranks into parts, after the
+   Fixed Ranker's relevance training on the prepared set (in one process apart, before the ranks start);
 7. ``cosearch run --profile paper_mini --notebooks 02 03`` with ``COSEARCH_RETRIEVER_URL``:
    papermill: notebooks 02 and 03 reading the parts, and the figures.
 """
@@ -93,14 +93,10 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
              "train", "--profile", PROFILE, "--methods", "cosearch", "--retriever-url", url, "--quiet"],
             env, logs / "train.log", 1500)
-        times["evaluate (2 ranks)"] = _run(
+        times["evaluate 03 02 (2 ranks)"] = _run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
              "evaluate", "--profile", PROFILE, "--methods", "cosearch", "--retriever-url", url, "--quiet"],
             env, logs / "evaluate.log", 1500)
-        times["evaluate 02 (2 ranks)"] = _run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
-             "evaluate", "--profile", PROFILE, "--notebook", "02", "--retriever-url", url, "--quiet"],
-            env, logs / "evaluate_02.log", 1500)
         parts_written = {p: p.stat().st_mtime_ns for p in (runs / PROFILE / "evaluation").glob("*/part-*.parquet")}
         times["notebooks 02 03"] = _run(
             [cosearch, "run", "--profile", PROFILE, "--notebooks", "02", "03", "--quiet"],
@@ -130,7 +126,7 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
     assert steps["val_f1"].notna().all() and set(validation["step"]) == {0}  # the step record it joins
     assert (validation["kind"] == "agent").sum() == 7 and validation.loc[validation["kind"] == "agent", "question_id"].is_unique
     # the Fixed Ranker was relevance-trained on the prepared set (world questions of the NQ family), by
-    # `cosearch evaluate --notebook 02` before its ranks started, whose agent_fixed_ranker reads it
+    # `cosearch evaluate` before its ranks started, whose notebook-02 method agent_fixed_ranker reads it
     relevance = json.loads((relevance_dir(cfg) / "relevance.json").read_text())
     assert relevance["steps"] == cfg.relevance.steps and relevance["pool"]["answerable"] > 0
     assert "nq" in (logs / "relevance.log").read_text()

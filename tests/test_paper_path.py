@@ -587,6 +587,7 @@ def test_the_cluster_steps_of_the_readme_are_the_commands_the_miniature_runs() -
             if methods:
                 assert f'"--methods", "{methods.group(1)}"' in runner, (doc, command)
             assert "-p methods" not in command, (doc, command)  # it would reach notebook 02's own methods
-            notebook = re.search(r"--notebook (\S+)", command)
-            if notebook:
-                assert f'"--notebook", "{notebook.group(1)}"' in runner, (doc, command)
+            notebooks = re.search(r"--notebooks((?: \d\d)+)", command)
+            if notebooks:  # the same notebooks, in the same order
+                listed = ", ".join(f'"{n}"' for n in notebooks.group(1).split())
+                assert f'"{sub}", "--profile", PROFILE, "--notebooks", {listed}' in runner, (doc, command)

@@ -50,9 +50,12 @@ from cosearch_lib.experiment.method_runs import (
     evaluate_before_after,
     evaluate_hop_oracle,
     evaluate_policies,
+    oracle_gap_config,
     policy_adapters,
+    reads_fixed_ranker,
     train_methods,
     trained_eval_settings,
+    with_policies,
 )
 
 __all__ = ["BEFORE_AFTER_LABELS", "FIXED_RANKER_METHODS", "HOP_ORACLE_LABEL", "LLM_JUDGE_VERSION", "ORACLE_GAP_LABEL", "POLICY_SOURCES",
@@ -60,6 +63,6 @@ __all__ = ["BEFORE_AFTER_LABELS", "FIXED_RANKER_METHODS", "HOP_ORACLE_LABEL", "L
            "cross_encoder_dir", "cross_encoder_start", "evaluate_before_after", "evaluate_hop_oracle", "evaluate_policies", "fixed_ranker",
            "fixed_ranker_cached", "harness_config",
            "harness_context", "held_out_ranker_rows", "llm_judge_dir", "llm_judge_start", "method_starts",
-           "policy_adapters", "policy_starts", "relevance_dir", "relevance_held_out", "relevance_ranker",
-           "resolve_profile", "scoring_ranker_start", "train_methods", "trained_eval_settings", "vllm_options",
-           "warm_roles", "warm_start", "warmstart_dir"]
+           "oracle_gap_config", "policy_adapters", "policy_starts", "relevance_dir", "relevance_held_out", "relevance_ranker",
+           "reads_fixed_ranker", "resolve_profile", "scoring_ranker_start", "train_methods", "trained_eval_settings",
+           "vllm_options", "warm_roles", "warm_start", "warmstart_dir", "with_policies"]

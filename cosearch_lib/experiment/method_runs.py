@@ -1,6 +1,7 @@
 """Running the training methods and evaluating them: the joint trainer for a method
 (``build_trainer``), several methods in turn (``train_methods``, the entry point of ``cosearch
-train``), the policies a notebook evaluates (``policy_adapters``), and the evaluation of trained
+train``), the policies a notebook evaluates (``policy_adapters``; notebook 02's settings with them:
+``oracle_gap_config``, ``with_policies``), and the evaluation of trained
 policies before and after GRPO (``evaluate_before_after``) with its diagnostic ceiling
 (``evaluate_hop_oracle``) and the paired comparisons they feed (``before_after_pairs``)."""
 
@@ -158,6 +159,29 @@ def policy_adapters(cfg: ProfileConfig, retriever: SearchBackend, source: str, *
     return fields
 
 
+def oracle_gap_config(cfg: ProfileConfig, methods: str | Sequence[str], n_per_dataset: int = 0) -> HarnessConfig:
+    """Notebook 02's harness settings: ``methods`` (comma-separated, as the notebook's parameter, or a
+    list) in table order, ``n_per_dataset`` questions per family (0: the profile's). The notebook and
+    ``cosearch evaluate`` both build them here (then :func:`with_policies`), so that the parts a job
+    writes are the ones the notebook reads."""
+    names = methods.split(",") if isinstance(methods, str) else list(methods)
+    overrides = {"n_per_dataset": n_per_dataset} if n_per_dataset else {}
+    return harness_config(cfg, methods=[m.strip() for m in names if m.strip()], **overrides)
+
+
+def with_policies(cfg: ProfileConfig, retriever: SearchBackend, ecfg: HarnessConfig, source: str, *,
+                  agent_adapter: str | Path | None = None, progress: bool = True) -> HarnessConfig:
+    """``ecfg`` with the adapters of the policy ``source`` (:func:`policy_adapters`); the Fixed Ranker
+    is built (or read) only when one of ``ecfg``'s methods reads it."""
+    return replace(ecfg, **policy_adapters(cfg, retriever, source, agent_adapter=agent_adapter or None,
+                                           fixed_ranker=reads_fixed_ranker(ecfg), progress=progress))
+
+
+def reads_fixed_ranker(ecfg: HarnessConfig) -> bool:
+    """Whether a method of ``ecfg`` reads the Fixed Ranker (else a warm start of the agent is all it needs)."""
+    return "agent_fixed_ranker" in ecfg.methods
+
+
 def trained_eval_settings(method: str, adapters: dict[str, str | Path], warm: dict[str, str | Path]) -> dict[str, Any]:
     """HarnessConfig fields that evaluate a training method's policies (``eval.method_settings``):
     its spec's evaluation method, its agent adapter and its ranker; a frozen ranker is the
@@ -191,7 +215,7 @@ def _evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample], ct
                               context=context_key(ctx), chunk=chunk)
 
 
-#: The label of notebook 02's evaluation (its parts' folder name; ``cosearch evaluate --notebook 02`` writes the same).
+#: The label of notebook 02's evaluation (its parts' folder name; ``cosearch evaluate`` writes the same).
 ORACLE_GAP_LABEL = "oracle gap study"
 
 
@@ -202,7 +226,7 @@ def evaluate_policies(examples: Sequence[QAExample], ctx: HarnessContext, ecfg: 
     """Notebook 02's evaluation: every method of ``ecfg`` with the policies its fields name, records
     in method order as :func:`run_evaluation` gives them. ``parts`` (a folder): kept in parts there,
     sharded over ``dp``'s ranks and resumed (a kernel or a job cut at its time limit continues with
-    the questions no part holds; ``cosearch evaluate --notebook 02`` fills the same parts on many
+    the questions no part holds; ``cosearch evaluate`` fills the same parts on many
     ranks first). ``trajectories``: as :func:`_evaluation`; ``chunk``: questions per part."""
     return _evaluation(None, examples, ctx, ecfg, label, parts=parts, dp=dp, progress=progress, trajectories=trajectories,
                        chunk=chunk)

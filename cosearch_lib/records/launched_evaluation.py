@@ -1,27 +1,26 @@
-"""``cosearch evaluate``: notebook 03's (or 02's) evaluation as a launched job, sharded over its ranks.
+"""``cosearch evaluate``: the evaluations notebooks 02 and 03 read, as one launched job sharded over its ranks.
 
-At paper size the evaluation (every question of the Search-R1 test splits, each trained method
-before and after GRPO, and the hop-level ceiling) is the longest stage after training. This runs
-exactly what notebook 03's evaluation cells run, with the same settings (the profile's
-``evaluation`` section, the methods' checkpoints in the run folder, their starts), in one process
-or as every rank of a torchrun or srun job: each rank evaluates its share of the questions not yet
-evaluated and writes parts under ``papermill_runs/<profile>/evaluation/``
-(:mod:`~cosearch_lib.experiment.evaluation_shards`). A job cut by its time limit resumes with the
-same command. Notebook 03, run afterwards, finds every part and only reads them. Rank 0 writes
-``evaluate.run.json``.
+At paper size the evaluation is the longest stage after training: every question of the Search-R1
+test splits, for notebook 03 each trained method before and after GRPO and the hop-level ceiling,
+for notebook 02 six methods with the warm-started policies. This runs exactly what the notebooks'
+evaluation cells run, with the same settings, in one process or as every rank of a torchrun or srun
+job: each rank evaluates its share of the questions not yet evaluated and writes parts under
+``papermill_runs/<profile>/evaluation/`` (:mod:`~cosearch_lib.experiment.evaluation_shards`). Both
+notebooks' evaluations share the job's start: one child process that builds the starts they read,
+one engine and one retriever connection per rank. A job cut by its time limit resumes with the same
+command. The notebooks, run afterwards, find every part and only read them.
 
-``--notebook 02`` does the same for notebook 02's oracle-gap evaluation (every method of its
-``methods`` parameter, the warm-started or shipped policies of its ``policies``; the notebook's
-parameters with the profile's ``notebooks: {"02": ...}`` entries over them, as ``cosearch run``
-passes them): at paper size six methods on every test question. Rank 0 writes
-``evaluate_02.run.json``.
+* notebook 03: the profile's ``evaluation`` section, the methods' checkpoints in the run folder and
+  their starts; rank 0 writes ``evaluate.run.json``;
+* notebook 02: its ``methods``, ``policies`` and ``n_per_dataset`` parameters with the profile's
+  ``notebooks: {"02": ...}`` entries over them, as ``cosearch run`` passes them; rank 0 writes
+  ``evaluate_02.run.json``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from cosearch_lib.config import ProfileConfig
@@ -34,8 +33,10 @@ from cosearch_lib.experiment import (
     harness_config,
     harness_context,
     method_starts,
-    policy_adapters,
+    oracle_gap_config,
+    reads_fixed_ranker,
     search_backend,
+    with_policies,
 )
 from cosearch_lib.experiment.preflight import check_inputs, retriever_url
 from cosearch_lib.paths import run_dir
@@ -46,9 +47,11 @@ from cosearch_lib.retrieval.artifacts import corpus_paths
 from cosearch_lib.rl.data_parallel import DataParallel, LaunchEnvironment
 from cosearch_lib.seeding import seed_everything
 
-#: The record ``cosearch evaluate`` leaves in the profile's run folder (``--notebook 02``: the second).
+#: The records ``cosearch evaluate`` leaves in the profile's run folder: notebook 03's evaluation, notebook 02's.
 EVALUATE_RECORD = "evaluate.run.json"
 ORACLE_GAP_RECORD = "evaluate_02.run.json"
+#: The notebooks whose evaluation ``cosearch evaluate`` runs, in the order it runs them.
+NOTEBOOKS = ("03", "02")
 #: The folder under the run folder that holds the evaluation's parts (notebook 03 reads the same).
 EVALUATION_PARTS = "evaluation"
 
@@ -56,49 +59,6 @@ EVALUATION_PARTS = "evaluation"
 def ceiling_method(methods: Sequence[str]) -> str:
     """The method whose trained agent reads the hop-level oracle (notebook 03's choice)."""
     return "search_r1" if "search_r1" in methods else methods[0]
-
-
-def run_evaluation_job(cfg: ProfileConfig, methods: Sequence[str], *, ceiling: bool = True, progress: bool = True,
-                       dp: DataParallel | None = None, profile_arg: str | None = None) -> dict[str, Any] | None:
-    """Evaluate ``methods`` of ``cfg`` (trained: their checkpoints must exist) under whatever launched
-    this process, into the run folder's parts; rank 0 returns the record, the others None. The
-    retriever is the job's server when ``$COSEARCH_RETRIEVER_URL`` names one. ``profile_arg`` (the
-    ``--profile`` given): under several ranks, rank 0 first makes sure the methods' starts are in
-    the cache, in a child process (as ``cosearch train`` does), so that no two ranks train one."""
-    launch = LaunchEnvironment.detect()
-    dp = dp or DataParallel.from_environment()
-    check_inputs(cfg, world_size=dp.world_size)
-    t0 = time.perf_counter()
-    seed_everything(cfg.seed)
-    root, out = training_root(cfg.profile), run_dir(cfg.profile)
-    parts = out / EVALUATION_PARTS
-    try:
-        if dp.distributed and profile_arg is not None:
-            if dp.is_main:
-                build_starts_apart(profile_arg, cfg.seed, methods, retriever_url(cfg), progress)
-            dp.barrier()
-        retriever = search_backend(cfg, progress=progress and dp.is_main)
-        ecfg = harness_config(cfg)
-        examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)
-        ctx = harness_context(cfg, retriever)
-        counts = {}
-        for method in methods:
-            adapters, starts = checkpoint_adapters(root, method), method_starts(cfg, retriever, method, progress=False)
-            records = evaluate_before_after(method, adapters, starts, examples, ctx, ecfg, parts=parts, dp=dp,
-                                            progress=progress)
-            counts.update(records.groupby("method").size().to_dict())
-        if ceiling and methods:
-            m = ceiling_method(methods)
-            hop = evaluate_hop_oracle(m, checkpoint_adapters(root, m), method_starts(cfg, retriever, m, progress=False),
-                                      examples, ctx, ecfg, parts=parts, dp=dp, progress=progress)
-            counts.update(hop.groupby("method").size().to_dict())
-    except BaseException as err:
-        name_failed_rank("evaluate", dp, err)
-        raise
-    record = {"step": "evaluate", "profile": cfg.profile, "seed": cfg.seed, "methods": list(methods),
-              "split": ecfg.split, "questions": len(examples), "records": {k: int(v) for k, v in counts.items()},
-              "world_size": dp.world_size, "launcher": launch.launcher, "wall_s": round(time.perf_counter() - t0, 2)}
-    return finish_job(record, out, EVALUATE_RECORD, dp)
 
 
 def oracle_gap_settings(cfg: ProfileConfig) -> dict[str, Any]:
@@ -109,40 +69,84 @@ def oracle_gap_settings(cfg: ProfileConfig) -> dict[str, Any]:
     return {k: params[k] for k in ("methods", "n_per_dataset", "policies", "agent_adapter")}
 
 
-def run_oracle_gap_job(cfg: ProfileConfig, *, progress: bool = True, dp: DataParallel | None = None,
-                       profile_arg: str | None = None) -> dict[str, Any] | None:
-    """Notebook 02's evaluation (:func:`oracle_gap_settings`) under whatever launched this process,
-    into the run folder's parts, with exactly the notebook's settings, so that the notebook then
-    reads them; rank 0 returns the record, the others None. Under several ranks, rank 0 first builds
-    the policies' starts (warm start, Fixed Ranker) in a child process."""
+def run_evaluation_job(cfg: ProfileConfig, notebooks: Sequence[str] = NOTEBOOKS, methods: Sequence[str] = ("cosearch",), *,
+                       ceiling: bool = True, progress: bool = True, dp: DataParallel | None = None,
+                       profile_arg: str | None = None) -> dict[str, dict[str, Any]] | None:
+    """The evaluations of ``notebooks`` ("03": ``methods`` of ``cfg``, trained: their checkpoints must
+    exist, with the hop-level ``ceiling``; "02": the oracle-gap study with the notebook's settings)
+    under whatever launched this process, into the run folder's parts. Rank 0 returns {record file:
+    record}, the others None. The retriever is the job's server when ``$COSEARCH_RETRIEVER_URL``
+    names one. ``profile_arg`` (the ``--profile`` given): under several ranks, rank 0 first makes
+    sure the starts both evaluations read are in the cache, in one child process (as ``cosearch
+    train`` does), so that no two ranks train one."""
+    unknown = sorted(set(notebooks) - set(NOTEBOOKS))
+    if unknown or not notebooks:
+        raise ValueError(f"cosearch evaluate runs the evaluations of notebooks {NOTEBOOKS}, got {list(notebooks)}")
     launch = LaunchEnvironment.detect()
     dp = dp or DataParallel.from_environment()
     check_inputs(cfg, world_size=dp.world_size)
-    t0 = time.perf_counter()
     seed_everything(cfg.seed)
     out = run_dir(cfg.profile)
-    settings = oracle_gap_settings(cfg)
-    methods = [m.strip() for m in str(settings["methods"]).split(",") if m.strip()]
-    uses_fixed = "agent_fixed_ranker" in methods  # as the notebook: else only the agent's warm start is read
+    gap = oracle_gap_settings(cfg) if "02" in notebooks else None
+    records: dict[str, dict[str, Any]] = {}
     try:
-        if dp.distributed and profile_arg is not None and settings["policies"] == "warmstart":
-            if dp.is_main:
-                build_starts_apart(profile_arg, cfg.seed, ["fixed_ranker" if uses_fixed else "search_r1"],
-                                   retriever_url(cfg), progress)
+        if dp.distributed and profile_arg is not None:
+            starts = [*(methods if "03" in notebooks else ()), *(_oracle_gap_starts(cfg, gap) if gap else ())]
+            if dp.is_main and starts:
+                build_starts_apart(profile_arg, cfg.seed, list(dict.fromkeys(starts)), retriever_url(cfg), progress)
             dp.barrier()
         retriever = search_backend(cfg, progress=progress and dp.is_main)
-        overrides = {"n_per_dataset": settings["n_per_dataset"]} if settings["n_per_dataset"] else {}
-        ecfg = harness_config(cfg, methods=methods, **overrides)
-        examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)
-        ecfg = replace(ecfg, **policy_adapters(cfg, retriever, settings["policies"], agent_adapter=settings["agent_adapter"] or None,
-                                               fixed_ranker=uses_fixed, progress=False))
-        ctx = harness_context(cfg, retriever)
-        records = evaluate_policies(examples, ctx, ecfg, parts=out / EVALUATION_PARTS, dp=dp, progress=progress)
+        ctx = harness_context(cfg, retriever)  # one engine per process for both
+        job = {"profile": cfg.profile, "seed": cfg.seed, "world_size": dp.world_size, "launcher": launch.launcher}
+        for notebook in (n for n in NOTEBOOKS if n in notebooks):  # each record's wall_s: its own evaluation
+            t0 = time.perf_counter()
+            if notebook == "03":
+                done = _trained_methods(cfg, methods, ceiling, retriever, ctx, dp, progress)
+                records[EVALUATE_RECORD] = {"step": "evaluate", **job, "methods": list(methods), **done}
+            else:
+                done = _oracle_gap(cfg, gap, retriever, ctx, dp, progress)
+                records[ORACLE_GAP_RECORD] = {"step": "evaluate", "notebook": "02", **job, **done}
+            records[EVALUATE_RECORD if notebook == "03" else ORACLE_GAP_RECORD]["wall_s"] = round(time.perf_counter() - t0, 2)
     except BaseException as err:
         name_failed_rank("evaluate", dp, err)
         raise
-    record = {"step": "evaluate", "notebook": "02", "profile": cfg.profile, "seed": cfg.seed, "methods": methods,
-              "policies": settings["policies"], "split": ecfg.split, "questions": len(examples),
-              "records": {k: int(v) for k, v in records.groupby("method", sort=False).size().items()},
-              "world_size": dp.world_size, "launcher": launch.launcher, "wall_s": round(time.perf_counter() - t0, 2)}
-    return finish_job(record, out, ORACLE_GAP_RECORD, dp)
+    return finish_job(records, out, dp)
+
+
+def _trained_methods(cfg: ProfileConfig, methods: Sequence[str], ceiling: bool, retriever: Any, ctx: Any,
+                     dp: DataParallel, progress: bool) -> dict[str, Any]:
+    """Notebook 03's evaluation cells: each method before and after GRPO, then the hop-level ceiling."""
+    root, parts = training_root(cfg.profile), run_dir(cfg.profile) / EVALUATION_PARTS
+    ecfg = harness_config(cfg)
+    examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)
+    counts = {}
+    for method in methods:
+        adapters, starts = checkpoint_adapters(root, method), method_starts(cfg, retriever, method, progress=False)
+        records = evaluate_before_after(method, adapters, starts, examples, ctx, ecfg, parts=parts, dp=dp,
+                                        progress=progress)
+        counts.update(records.groupby("method").size().to_dict())
+    if ceiling and methods:
+        m = ceiling_method(methods)
+        hop = evaluate_hop_oracle(m, checkpoint_adapters(root, m), method_starts(cfg, retriever, m, progress=False),
+                                  examples, ctx, ecfg, parts=parts, dp=dp, progress=progress)
+        counts.update(hop.groupby("method").size().to_dict())
+    return {"split": ecfg.split, "questions": len(examples), "records": {k: int(v) for k, v in counts.items()}}
+
+
+def _oracle_gap_starts(cfg: ProfileConfig, settings: dict[str, Any]) -> list[str]:
+    """The methods whose starts notebook 02's policies read: the Fixed Ranker's (warm start included)
+    when a method reads it, else the agent's warm start (search_r1's); none for the shipped models."""
+    if settings["policies"] != "warmstart":
+        return []
+    return ["fixed_ranker" if reads_fixed_ranker(oracle_gap_config(cfg, settings["methods"])) else "search_r1"]
+
+
+def _oracle_gap(cfg: ProfileConfig, settings: dict[str, Any], retriever: Any, ctx: Any, dp: DataParallel,
+                progress: bool) -> dict[str, Any]:
+    """Notebook 02's evaluation cells, with the notebook's settings (:func:`oracle_gap_settings`)."""
+    ecfg = oracle_gap_config(cfg, settings["methods"], settings["n_per_dataset"] or 0)
+    examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)
+    ecfg = with_policies(cfg, retriever, ecfg, settings["policies"], agent_adapter=settings["agent_adapter"], progress=False)
+    records = evaluate_policies(examples, ctx, ecfg, parts=run_dir(cfg.profile) / EVALUATION_PARTS, dp=dp, progress=progress)
+    return {"methods": list(ecfg.methods), "policies": settings["policies"], "split": ecfg.split, "questions": len(examples),
+            "records": {k: int(v) for k, v in records.groupby("method", sort=False).size().items()}}

@@ -95,7 +95,8 @@ def run_training(cfg: ProfileConfig, methods: Sequence[str], *, steps: int | Non
               "launcher": launch.launcher, "retriever": retriever_url or "in process",
               "runs": {m: project_relative(f) for m, f in folders.items()}, "wall_s": round(time.perf_counter() - t0, 2),
               "environment": environment_snapshot()}
-    return finish_job(record, Path(out_dir) if out_dir else run_dir(cfg.profile), TRAIN_RECORD, dp)
+    written = finish_job({TRAIN_RECORD: record}, Path(out_dir) if out_dir else run_dir(cfg.profile), dp)
+    return written[TRAIN_RECORD] if written is not None else None
 
 
 def name_failed_rank(command: str, dp: DataParallel, err: BaseException) -> None:
@@ -106,15 +107,16 @@ def name_failed_rank(command: str, dp: DataParallel, err: BaseException) -> None
               file=sys.stderr, flush=True)
 
 
-def finish_job(record: dict[str, Any], out: Path, name: str, dp: DataParallel) -> dict[str, Any] | None:
-    """The end of a launched job on every rank: rank 0 writes ``record`` to ``out/name``; all wait,
-    shut their engines down before the job's groups go (an engine per rank joined them) and leave
-    the job. Returns the record on rank 0, None elsewhere."""
+def finish_job(records: dict[str, dict[str, Any]], out: Path, dp: DataParallel) -> dict[str, dict[str, Any]] | None:
+    """The end of a launched job on every rank: rank 0 writes each record to ``out/<its file name>``
+    (``records``: {file name: record}); all wait, shut their engines down before the job's groups go
+    (an engine per rank joined them) and leave the job. Returns ``records`` on rank 0, None elsewhere."""
     main = dp.is_main
     if main:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(record, out / name)
+        for name, record in records.items():
+            write_json(record, out / name)
     dp.barrier()
     close_engines()
     dp.close()
-    return record if main else None
+    return records if main else None

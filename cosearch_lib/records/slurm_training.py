@@ -100,8 +100,6 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
     train_cmd += ["--steps", str(steps)] if steps else []
     eval_job_cmd = ["srun", "--kill-on-bad-exit=1", "cosearch", "evaluate", "--profile", profile_arg,
                     "--methods", ",".join(methods), "--retriever-url", '"$RETRIEVER_URL"', "--quiet"]
-    oracle_gap_cmd = ["srun", "--kill-on-bad-exit=1", "cosearch", "evaluate", "--profile", profile_arg,
-                      "--notebook", "02", "--retriever-url", '"$RETRIEVER_URL"', "--quiet"]
     train += ["", prelude,
               ": \"${COSEARCH_RETRIEVER_JOB:?submit with cosearch slurm train, or export COSEARCH_RETRIEVER_JOB}\"",
               "# whatever ends this script but a stop before the time limit (exit 75: requeued) ends the server too",
@@ -118,10 +116,9 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
               _WAIT_FOR_SERVER.format(url_dir=shlex.quote(str(folder)), wait_s=RETRIEVER_WAIT_S),
               f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> every rank checkpoints, exit {EXIT_STOPPED}, requeue",
               f'run_stoppable "$SLURM_JOB_ID" {" ".join(train_cmd)}',
-              "# notebook 03's evaluation, sharded over the same ranks and server, in parts that resume",
-              f'run_stoppable "$SLURM_JOB_ID" {" ".join(eval_job_cmd)}',
-              "# notebook 02's (the oracle gap: its methods with the warm-started policies), the same way",
-              f'run_stoppable "$SLURM_JOB_ID" {" ".join(oracle_gap_cmd)}']
+              "# the evaluations notebooks 03 and 02 read (02: the oracle gap, its methods with the warm-started",
+              "# policies), sharded over the same ranks and server, in parts that resume",
+              f'run_stoppable "$SLURM_JOB_ID" {" ".join(eval_job_cmd)}']
 
     evaluate = sbatch_header(f"cosearch-{cfg.profile}-evaluate", cfg, time_limit=s.aggregate_time, gres=s.gres,
                              log=str(folder / "evaluate-%j.log"))
