@@ -181,6 +181,37 @@ def test_oracle_and_retrieval_agents_see_different_observations(tok, chat):
     assert records["format_ok"].all() and list(records["finish"]) == ["answer", "answer"]
 
 
+def test_agent_methods_roll_out_together_one_generation_per_turn_with_the_records_of_each_alone(tok, chat):
+    """The agent methods of one evaluation share the agent and differ in the ranker: each turn decodes
+    the rows of all of them in one batch (3 methods x 2 questions: 6 rows in one call), and every
+    method gets the records it gets alone. A method that cannot run is skipped; the others still run."""
+    def respond(prompt, key):
+        if key[0] == "ranker":
+            return "<reason>3 names the birthplace.</reason><rerank>[3] > [1]</rerank>"
+        if key[-1] == 0:
+            return search_turn_short("Orvane Tellis birthplace")
+        return answer_turn("Kessmere" if "born in Kessmere" in tok.decode(prompt) else "Drask")
+
+    methods = ["agent_retrieval", "agent_fixed_ranker", "agent_oracle"]
+    ctx, backend = make_ctx(tok, chat, respond)
+    kept = {}
+    with pytest.warns(MethodSkippedWarning, match="agent_trained_ranker"):
+        together = run_evaluation([*methods, "agent_trained_ranker"], [Q1, Q2], ctx, small_cfg(), progress=False,
+                                  trajectories=kept)
+    agent_calls = [len(c[0]) for c in backend.calls if c[3][0][0] == "agent"]
+    assert agent_calls == [6, 6]  # turn 0 (searches) and turn 1 (answers), every method's rows at once
+    alone = []
+    for method in methods:
+        ctx, backend = make_ctx(tok, chat, respond)
+        alone.append(evaluate(method, [Q1, Q2], ctx, small_cfg(), progress=False))
+        assert [len(c[0]) for c in backend.calls if c[3][0][0] == "agent"] == [2, 2]
+    alone = pd.concat(alone, ignore_index=True)
+    assert list(together["method"]) == [m for m in methods for _ in (Q1, Q2)]
+    pd.testing.assert_frame_equal(together.drop(columns="wall_s"), alone.drop(columns="wall_s"))
+    assert set(together["prediction"]) == {"Kessmere", "Drask"}  # the rankers made the methods differ
+    assert list(kept) == methods and [len(v) for v in kept.values()] == [2, 2, 2]
+
+
 def test_fixed_and_trained_llm_rankers_use_their_adapters(tok, chat):
     def respond(prompt, key):
         if key[0] == "ranker":

@@ -12,6 +12,9 @@ Token ids are never re-tokenised: a trajectory is the prompt ids, then each gene
 exactly as sampled (mask 1, with its old-policy log-probs), then each observation segment
 rendered by the chat template (mask 0). Records are plain dataclasses; ``trajectories_frame`` and ``ranker_calls_frame`` give
 tidy tables. Training (GRPO) consumes :class:`Trajectory` and :class:`RankerCall` directly.
+
+``run_together`` rolls several engines out on the same questions in lockstep (the evaluation's agent
+methods: one agent, a different ranker each): step 1 is then one batch over all their rows.
 """
 
 from __future__ import annotations
@@ -165,31 +168,12 @@ class RolloutEngine:
             desc: str | None = None) -> list[Trajectory]:
         """G (``n_samples``) trajectories per question, turn by turn, all rows batched; ``desc`` names
         the progress bar (default "rollout step <step>")."""
-        trajs = self.new_trajectories(questions, n_samples)
-        active = list(trajs)
-        bar = tqdm(total=len(trajs), desc=desc or f"rollout step {step}", unit="traj", disable=not progress)
-        turn = 0
-        # Weights are fixed during a rollout: backends that cache prompt prefixes keep them until it
-        # ends, so the instructions run once and each turn runs only the observation and new tokens.
-        with ExitStack() as scopes:
-            scopes.enter_context(prefix_scope(self.agent, keep_rows_for=(self.agent_adapter,)))
-            ranker_backend = getattr(self.ranker, "backend", None)
-            if ranker_backend is not None and ranker_backend is not self.agent:
-                scopes.enter_context(prefix_scope(ranker_backend))
-            while active:
-                searching = self._agent_turn(active, turn, seed, step)
-                if searching:
-                    self._search_and_observe(searching, turn, seed, step)
-                still = [t for t in active if t.finish == "running"]
-                bar.update(len(active) - len(still))
-                active, turn = still, turn + 1
-        bar.close()
-        return trajs
+        return run_together([self], questions, n_samples=n_samples, seed=seed, step=step, progress=progress,
+                            desc=desc)[0]
 
-    def _agent_turn(self, active: list[Trajectory], turn: int, seed: int, step: int) -> list[tuple[Trajectory, str]]:
-        """One batched generation; returns the (trajectory, query) pairs that searched."""
-        gens = self.agent.generate([t.token_ids for t in active], self.cfg.agent_sampling(seed),
-                                   adapter=self.agent_adapter, row_keys=[("agent", *_row_key(step, t, turn)) for t in active])
+    def _take_turn(self, active: list[Trajectory], gens: list[Any], turn: int) -> list[tuple[Trajectory, str]]:
+        """Append one generation per active trajectory and act on it; returns the (trajectory,
+        query) pairs that searched."""
         searching = []
         for t, gen in zip(active, gens):
             t.append(list(gen.token_ids), 1, list(gen.logprobs))
@@ -235,6 +219,63 @@ class RolloutEngine:
 
     def _append_observation(self, t: Trajectory, text: str) -> None:
         t.append(self.chat.observation_ids(text, generated_ended_with_eos=t.last_eos), 0)
+
+
+def run_together(engines: list[RolloutEngine], questions, *, n_samples: int = 1, seed: int = 0, step: int = 0,
+                 progress: bool = False, desc: str | None = None) -> list[list[Trajectory]]:
+    """Each engine's rollouts of the same ``questions`` (:meth:`RolloutEngine.run`), in lockstep: every
+    turn, the active rows of the engines that share an agent backend, adapter and sampling settings
+    go to the backend in one batched generation, then each engine searches and ranks for its own
+    rows. Engines that differ only in their ranker (the evaluation's agent methods) thus decode
+    together, at about the cost of the longest row of any of them rather than the sum of their
+    runs. A row's sampling seed depends on its own key, not on the rows beside it, so each engine's
+    trajectories are those it rolls out alone (up to the backend's batch numerics). Returns the
+    trajectories per engine, in ``engines`` order."""
+    trajs = [engine.new_trajectories(questions, n_samples) for engine in engines]
+    active = [list(rows) for rows in trajs]
+    bar = tqdm(total=sum(map(len, trajs)), desc=desc or f"rollout step {step}", unit="traj", disable=not progress)
+    turn = 0
+    # Weights are fixed during a rollout: backends that cache prompt prefixes keep them until it
+    # ends, so the instructions run once and each turn runs only the observation and new tokens.
+    with ExitStack() as scopes:
+        for engine in engines:
+            scopes.enter_context(prefix_scope(engine.agent, keep_rows_for=(engine.agent_adapter,)))
+            ranker_backend = getattr(engine.ranker, "backend", None)
+            if ranker_backend is not None and ranker_backend is not engine.agent:
+                scopes.enter_context(prefix_scope(ranker_backend))
+        while any(active):
+            gens = _generate_turn(engines, active, turn, seed, step)
+            for engine, rows, generated in zip(engines, active, gens):
+                if rows:
+                    searching = engine._take_turn(rows, generated, turn)
+                    if searching:
+                        engine._search_and_observe(searching, turn, seed, step)
+            still = [[t for t in rows if t.finish == "running"] for rows in active]
+            bar.update(sum(map(len, active)) - sum(map(len, still)))
+            active, turn = still, turn + 1
+    bar.close()
+    return trajs
+
+
+def _generate_turn(engines: list[RolloutEngine], active: list[list[Trajectory]], turn: int, seed: int,
+                   step: int) -> list[list[Any]]:
+    """One agent generation per active row of every engine: one batched call per (backend, adapter,
+    sampling) that the engines share. Returns the generations per engine, in row order."""
+    calls: dict[tuple, list[tuple[int, int]]] = {}  # call -> (engine, row) positions
+    for e, (engine, rows) in enumerate(zip(engines, active)):
+        sampling = engine.cfg.agent_sampling(seed)  # a dataclass: its repr tells settings apart
+        key = (id(engine.agent), engine.agent_adapter, repr(sampling))
+        calls.setdefault(key, []).extend((e, r) for r in range(len(rows)))
+    out: list[list[Any]] = [[None] * len(rows) for rows in active]
+    for positions in calls.values():
+        engine = engines[positions[0][0]]
+        rows = [active[e][r] for e, r in positions]
+        gens = engine.agent.generate([t.token_ids for t in rows], engine.cfg.agent_sampling(seed),
+                                     adapter=engine.agent_adapter,
+                                     row_keys=[("agent", *_row_key(step, t, turn)) for t in rows])
+        for (e, r), gen in zip(positions, gens):
+            out[e][r] = gen
+    return out
 
 
 def trajectories_frame(trajs: list[Trajectory]) -> pd.DataFrame:

@@ -45,7 +45,7 @@ from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.parsers import parse_answer_only
 from cosearch_lib.agent.prompts import cot_messages, direct_messages, rag_messages
 from cosearch_lib.agent.rankers import RANKING_MODES, Ranker, RankerContext, make_ranker
-from cosearch_lib.agent.rollout import RolloutEngine, Trajectory
+from cosearch_lib.agent.rollout import RolloutEngine, Trajectory, run_together
 from cosearch_lib.config import BASELINE_REPLIES, ProtocolConfig, RolloutConfig, RuleSet, SamplingConfig, SearchBudget
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group
@@ -241,25 +241,66 @@ def evaluate(method: str, examples: Sequence[QAExample], ctx: HarnessContext, cf
     except _Skip as why:
         warnings.warn(f"skipping method {method!r}: {why}", MethodSkippedWarning, stacklevel=2)
         return empty_records()
-    frame = missing_as_none(pd.DataFrame(rows, columns=RECORD_COLUMNS))
-    frame["split"] = cfg.split
-    frame["wall_s"] = (time.perf_counter() - start) / max(len(frame), 1)
-    return frame
+    return _records_frame(rows, cfg, time.perf_counter() - start)
 
 
 def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample], ctx: HarnessContext,
                    cfg: HarnessConfig, *, progress: bool = True,
                    trajectories: dict[str, list[Trajectory]] | None = None, label: str | None = None) -> pd.DataFrame:
     """:func:`evaluate` for each method (None: ``cfg.methods``), records concatenated in method order;
-    ``label`` goes into the progress bars' names."""
+    ``label`` goes into the progress bars' names. The agent methods run together
+    (:func:`evaluate_agents`): one rollout whose turns decode every method's rows in one batch."""
     methods = [check_method(m) for m in (cfg.methods if methods is None else methods)]
+    agents = [m for m in methods if _agent_ranker_factory(m) is not None]
+    together = evaluate_agents(agents, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label) \
+        if len(agents) > 1 else {}
     frames = []
     bar = tqdm(methods, desc="evaluate" + (f" ({label})" if label else ""), unit="method", disable=not progress)
     for method in bar:
         bar.set_postfix_str(method)
-        frames.append(evaluate(method, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label))
+        frames.append(together[method] if method in together else
+                      evaluate(method, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label))
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else empty_records()
+
+
+def evaluate_agents(methods: Sequence[str], examples: Sequence[QAExample], ctx: HarnessContext, cfg: HarnessConfig, *,
+                    progress: bool = True, trajectories: dict[str, list[Trajectory]] | None = None,
+                    label: str | None = None) -> dict[str, pd.DataFrame]:
+    """:func:`evaluate` of several agent methods on the same questions, rolled out together
+    (:func:`~cosearch_lib.agent.rollout.run_together`): they share the agent and differ in the
+    ranker, so each turn decodes all their rows in one batch. Records per method, as :func:`evaluate`
+    gives them; ``wall_s`` is the shared rollout's time per row. A method that cannot run warns and
+    gets no rows, as in :func:`evaluate`."""
+    chosen = select_examples(examples, cfg.n_per_dataset)
+    start = time.perf_counter()
+    engines: dict[str, RolloutEngine] = {}
+    for method in methods:
+        factory = _agent_ranker_factory(check_method(method))
+        if factory is None:
+            raise ValueError(f"{method!r} is not an agent method; evaluate it with evaluate()")
+        try:
+            engines[method] = _rollout_engine(factory(ctx, cfg, chosen), ctx, cfg)
+        except _Skip as why:
+            warnings.warn(f"skipping method {method!r}: {why}", MethodSkippedWarning, stacklevel=2)
+    desc = f"evaluate {'+'.join(engines)}" + (f" ({label})" if label else "")
+    trajs = run_together(list(engines.values()), chosen, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress,
+                         desc=desc) if chosen and engines else [[] for _ in engines]
+    seconds = (time.perf_counter() - start) / max(sum(map(len, trajs)), 1)
+    out = {method: empty_records() for method in methods}
+    for method, rows in zip(engines, trajs):
+        if trajectories is not None:
+            trajectories[method] = rows
+        out[method] = _records_frame([_agent_row(method, t, cfg) for t in rows], cfg, seconds * len(rows))
+    return out
+
+
+def _records_frame(rows: list[dict], cfg: HarnessConfig, seconds: float) -> pd.DataFrame:
+    """The records of one method: ``seconds`` spread over its rows as ``wall_s``."""
+    frame = missing_as_none(pd.DataFrame(rows, columns=RECORD_COLUMNS))
+    frame["split"] = cfg.split
+    frame["wall_s"] = seconds / max(len(frame), 1)
+    return frame
 
 
 def empty_records() -> pd.DataFrame:
@@ -426,11 +467,14 @@ def _agent_ranker_factory(method: str) -> Any:
     return None
 
 
+def _rollout_engine(ranker: Ranker, ctx: HarnessContext, cfg: HarnessConfig) -> RolloutEngine:
+    return RolloutEngine(ctx.agent_backend, ctx.chat, ctx.retriever, ranker, cfg.rollout_config(),
+                         ctx.protocol_for(cfg), agent_adapter=register_adapter(ctx.agent_backend, cfg.agent_adapter))
+
+
 def _run_agent(method: str, make: Any, examples: list[QAExample], ctx: HarnessContext, cfg: HarnessConfig,
                progress: bool, desc: str) -> list[Trajectory]:
-    ranker = make(ctx, cfg, examples)  # may skip the method, before any generation
-    engine = RolloutEngine(ctx.agent_backend, ctx.chat, ctx.retriever, ranker, cfg.rollout_config(),
-                           ctx.protocol_for(cfg), agent_adapter=register_adapter(ctx.agent_backend, cfg.agent_adapter))
+    engine = _rollout_engine(make(ctx, cfg, examples), ctx, cfg)  # the ranker may skip the method, before any generation
     return engine.run(examples, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress, desc=desc) if examples else []
 
 
