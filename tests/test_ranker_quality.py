@@ -19,3 +19,23 @@ def test_quality_comparisons_pair_every_ranker_with_the_retriever_and_count_sub_
     assert table["diff"].round(3).tolist() == [-0.25, 0.25, 0.5]
     lines = verdicts(table)  # "... = +0.250 mean hit@1 (95% CI +0.000 to +0.500, 4 sub-queries): ..."
     assert len(lines) == 3 and all(", 4 sub-queries):" in line and "questions" not in line for line in lines)
+
+
+def test_relevance_curves_per_k_beside_the_retriever_and_none_without_held_out_rows():
+    """Notebook 03's relevance-training figure: one Hit@k panel per k from the run's ranker
+    validation rows, the retriever's order on the same items as the reference level; a run validated
+    on no item (relevance.val_per_dataset: 0) has no curve, and says why instead of a KeyError."""
+    import pytest
+
+    from cosearch_lib.records.ranker_quality import relevance_curves
+
+    rows = [{"method": "relevance", "kind": "ranker", "step": step, "dataset": "nq", "question_id": f"q{i}/hop0",
+             "hit@1": float(step == 0 or i == 0), "hit@5": 1.0} for step in (-1, 0) for i in range(2)]
+    retriever = [{"hit@1": 0.0, "hit@5": 1.0}, {"hit@1": 1.0, "hit@5": 1.0}]
+    panels, refs = relevance_curves(pd.DataFrame(rows), retriever)
+    assert list(panels) == ["held-out Hit@1", "held-out Hit@5"]
+    assert panels["held-out Hit@1"]["estimate"].tolist() == [0.5, 1.0]  # before the first update, after it
+    assert refs == {"held-out Hit@1": {RETRIEVER_ORDER: 0.5}, "held-out Hit@5": {RETRIEVER_ORDER: 1.0}}
+    for empty in (pd.DataFrame(), pd.DataFrame(rows).assign(kind="agent")):
+        with pytest.raises(ValueError, match="val_per_dataset: 0"):
+            relevance_curves(empty, retriever)

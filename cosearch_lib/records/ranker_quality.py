@@ -140,7 +140,11 @@ def relevance_curves(validation: pd.DataFrame, retriever_rows: Sequence[dict[str
                      seed: int = 0) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, float]]]:
     """The relevance run's held-out Hit@k curves (``training_runs.validation_curves``, one panel per k)
     and, per panel, the retriever's order on the same items as a reference level: the arguments of
-    ``viz.plots.plot_validation_curves``."""
+    ``viz.plots.plot_validation_curves``. A run validated on no held-out item (``relevance.val_per_dataset: 0``)
+    has no curve: ValueError saying so."""
+    if "kind" not in validation.columns or not (validation["kind"] == "ranker").any():
+        raise ValueError("the relevance run has no ranker validation rows, so no held-out curve "
+                         "(relevance.val_per_dataset: 0?)")
     retriever = pd.DataFrame(list(retriever_rows))
     panels, refs = {}, {}
     for k in ks:
