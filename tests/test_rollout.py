@@ -173,3 +173,39 @@ def test_the_step_column_hit_at_k_reads_all_k_shown_passages_not_the_first_five(
     shown_sixth = call([0, 1, 2, 3, 4, 6])
     assert shown_sixth.shown_hit == 1.0 and hit_at_k([shown_sixth.relevant[i] for i in shown_sixth.order], 5) == 0.0
     assert call([0, 1, 2, 3, 4, 5]).shown_hit == 0.0 and call([]).shown_hit == 0.0
+
+
+def test_engines_rolled_out_together_batch_what_they_share_and_each_gets_its_own_rollouts(tok, chat):
+    """run_together: engines with one agent backend and adapter decode each turn in one call; an
+    engine with another adapter gets calls of its own, and keeps going after the others ended
+    (its rows answer a turn later). Every engine's trajectories are those it rolls out alone."""
+    from cosearch_lib.agent.rollout import run_together
+
+    def respond(prompt, key):
+        searches_first = key[-1] == 0 and "search first" in tok.decode(prompt)
+        return search_turn("Orvane Tellis birthplace") if searches_first else answer_turn("Kessmere")
+
+    def engines(backend, adapters):
+        budget = SearchBudget(topn=5, topk=2)
+        return [RolloutEngine(backend, chat, FixedRetriever(CORPUS), ranker, RolloutConfig(search=budget),
+                              ProtocolConfig(search=SearchBudget(topk=2)), agent_adapter=adapter)
+                for ranker, adapter in zip((RetrievalOnlyRanker(), OracleRanker(), RetrievalOnlyRanker()), adapters)]
+
+    questions = [QUESTION, QAExample(id="q2", question="search first: where was Orvane Tellis born?",
+                                     golden_answers=["Kessmere"], data_source="syn_nq")]
+    backend = ScriptedBackend(tok, respond)
+    together = run_together(engines(backend, ["a", "a", "b"]), questions, n_samples=2)
+    # turn 0: adapter a's 8 rows in one call, b's 4 in another; turn 1: only the q2 rows still run
+    assert [(c[2], len(c[0])) for c in backend.calls] == [("a", 8), ("b", 4), ("a", 4), ("b", 2)]
+    for engine, trajs in zip(engines(ScriptedBackend(tok, respond), ["a", "a", "b"]), together):
+        alone = engine.run(questions, n_samples=2)
+        assert [t.token_ids for t in trajs] == [t.token_ids for t in alone]
+        assert [t.n_searches for t in trajs] == [0, 0, 1, 1] and {t.answer for t in trajs} == {"Kessmere"}
+    # an engine whose rows have all ended sits out the turns another, with its own adapter, still takes
+    from cosearch_lib.agent.rollout import _generate_turn
+
+    backend = ScriptedBackend(tok, respond)
+    pair = engines(backend, ["a", "b"])
+    running = pair[1].new_trajectories(questions[1:], 1)
+    gens = _generate_turn(pair, [[], running], turn=1, seed=0, step=0)
+    assert gens[0] == [] and len(gens[1]) == 1 and [(c[2], len(c[0])) for c in backend.calls] == [("b", 1)]

@@ -263,6 +263,8 @@ def _generate_turn(engines: list[RolloutEngine], active: list[list[Trajectory]],
     sampling) that the engines share. Returns the generations per engine, in row order."""
     calls: dict[tuple, list[tuple[int, int]]] = {}  # call -> (engine, row) positions
     for e, (engine, rows) in enumerate(zip(engines, active)):
+        if not rows:  # this engine's rollouts have all ended
+            continue
         sampling = engine.cfg.agent_sampling(seed)  # a dataclass: its repr tells settings apart
         key = (id(engine.agent), engine.agent_adapter, repr(sampling))
         calls.setdefault(key, []).extend((e, r) for r in range(len(rows)))

@@ -86,7 +86,7 @@ RECORD_GLOSSARY: dict[str, str] = {
     "ranker_hit@5": "as ranker_hit@1, Hit@5",
     "ranker_valid_rate": "share of the row's ranker calls that followed the protocol (rule rankers: 1.0); NaN if none",
     "n_generated_tokens": "tokens the agent / answerer generated (ranker tokens not included)",
-    "wall_s": "wall-clock seconds of the method's batch divided evenly over its rows",
+    "wall_s": "wall-clock seconds of the method's batch divided evenly over its rows (agent methods evaluated together: the shared rollout's)",
 }
 RECORD_COLUMNS = list(RECORD_GLOSSARY)
 

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from cosearch_lib.config import ProfileConfig
-from cosearch_lib.data.qa_formats import load_qa
-from cosearch_lib.eval.harness import select_examples
+from cosearch_lib.data.qa_formats import QAExample, load_qa
+from cosearch_lib.eval.harness import HarnessConfig, select_examples
 from cosearch_lib.experiment import (
     evaluate_before_after,
     evaluate_hop_oracle,
@@ -91,20 +91,24 @@ def run_evaluation_job(cfg: ProfileConfig, notebooks: Sequence[str] = NOTEBOOKS,
     records: dict[str, dict[str, Any]] = {}
     try:
         if dp.distributed and profile_arg is not None:
-            starts = [*(methods if "03" in notebooks else ()), *(_oracle_gap_starts(cfg, gap) if gap else ())]
-            if dp.is_main and starts:
-                build_starts_apart(profile_arg, cfg.seed, list(dict.fromkeys(starts)), retriever_url(cfg), progress)
+            needed = [*(methods if "03" in notebooks else ()), *(_oracle_gap_starts(cfg, gap) if gap else ())]
+            if dp.is_main and needed:
+                build_starts_apart(profile_arg, cfg.seed, list(dict.fromkeys(needed)), retriever_url(cfg), progress)
             dp.barrier()
         retriever = search_backend(cfg, progress=progress and dp.is_main)
+        # what the evaluations read, built (one process) or read from the cache before the engine loads
+        shown = progress and dp.is_main
+        starts = {m: method_starts(cfg, retriever, m, progress=shown) for m in methods} if "03" in notebooks else {}
+        gap_run = _oracle_gap_inputs(cfg, gap, retriever, shown) if gap else None
         ctx = harness_context(cfg, retriever)  # one engine per process for both
         job = {"profile": cfg.profile, "seed": cfg.seed, "world_size": dp.world_size, "launcher": launch.launcher}
         for notebook in (n for n in NOTEBOOKS if n in notebooks):  # each record's wall_s: its own evaluation
             t0 = time.perf_counter()
             if notebook == "03":
-                done = _trained_methods(cfg, methods, ceiling, retriever, ctx, dp, progress)
+                done = _trained_methods(cfg, methods, starts, ceiling, ctx, dp, progress)
                 records[EVALUATE_RECORD] = {"step": "evaluate", **job, "methods": list(methods), **done}
             else:
-                done = _oracle_gap(cfg, gap, retriever, ctx, dp, progress)
+                done = _oracle_gap(cfg, gap, *gap_run, ctx, dp, progress)
                 records[ORACLE_GAP_RECORD] = {"step": "evaluate", "notebook": "02", **job, **done}
             records[EVALUATE_RECORD if notebook == "03" else ORACLE_GAP_RECORD]["wall_s"] = round(time.perf_counter() - t0, 2)
     except BaseException as err:
@@ -113,22 +117,22 @@ def run_evaluation_job(cfg: ProfileConfig, notebooks: Sequence[str] = NOTEBOOKS,
     return finish_job(records, out, dp)
 
 
-def _trained_methods(cfg: ProfileConfig, methods: Sequence[str], ceiling: bool, retriever: Any, ctx: Any,
-                     dp: DataParallel, progress: bool) -> dict[str, Any]:
-    """Notebook 03's evaluation cells: each method before and after GRPO, then the hop-level ceiling."""
+def _trained_methods(cfg: ProfileConfig, methods: Sequence[str], starts: dict[str, dict[str, Any]], ceiling: bool,
+                     ctx: Any, dp: DataParallel, progress: bool) -> dict[str, Any]:
+    """Notebook 03's evaluation cells: each method before and after GRPO (``starts``: its warm
+    start, {method: {role: folder}}), then the hop-level ceiling."""
     root, parts = training_root(cfg.profile), run_dir(cfg.profile) / EVALUATION_PARTS
     ecfg = harness_config(cfg)
     examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)
     counts = {}
     for method in methods:
-        adapters, starts = checkpoint_adapters(root, method), method_starts(cfg, retriever, method, progress=False)
-        records = evaluate_before_after(method, adapters, starts, examples, ctx, ecfg, parts=parts, dp=dp,
-                                        progress=progress)
+        records = evaluate_before_after(method, checkpoint_adapters(root, method), starts[method], examples, ctx, ecfg,
+                                        parts=parts, dp=dp, progress=progress)
         counts.update(records.groupby("method").size().to_dict())
     if ceiling and methods:
         m = ceiling_method(methods)
-        hop = evaluate_hop_oracle(m, checkpoint_adapters(root, m), method_starts(cfg, retriever, m, progress=False),
-                                  examples, ctx, ecfg, parts=parts, dp=dp, progress=progress)
+        hop = evaluate_hop_oracle(m, checkpoint_adapters(root, m), starts[m], examples, ctx, ecfg, parts=parts, dp=dp,
+                                  progress=progress)
         counts.update(hop.groupby("method").size().to_dict())
     return {"split": ecfg.split, "questions": len(examples), "records": {k: int(v) for k, v in counts.items()}}
 
@@ -141,12 +145,20 @@ def _oracle_gap_starts(cfg: ProfileConfig, settings: dict[str, Any]) -> list[str
     return ["fixed_ranker" if reads_fixed_ranker(oracle_gap_config(cfg, settings["methods"])) else "search_r1"]
 
 
-def _oracle_gap(cfg: ProfileConfig, settings: dict[str, Any], retriever: Any, ctx: Any, dp: DataParallel,
-                progress: bool) -> dict[str, Any]:
-    """Notebook 02's evaluation cells, with the notebook's settings (:func:`oracle_gap_settings`)."""
+def _oracle_gap_inputs(cfg: ProfileConfig, settings: dict[str, Any], retriever: Any,
+                       progress: bool) -> tuple[HarnessConfig, list[QAExample]]:
+    """Notebook 02's harness settings with its policies (built on first use: the Fixed Ranker) and its
+    questions, as its cells make them (:func:`oracle_gap_settings`)."""
     ecfg = oracle_gap_config(cfg, settings["methods"], settings["n_per_dataset"] or 0)
     examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)
-    ecfg = with_policies(cfg, retriever, ecfg, settings["policies"], agent_adapter=settings["agent_adapter"], progress=False)
+    ecfg = with_policies(cfg, retriever, ecfg, settings["policies"], agent_adapter=settings["agent_adapter"],
+                         progress=progress)
+    return ecfg, examples
+
+
+def _oracle_gap(cfg: ProfileConfig, settings: dict[str, Any], ecfg: HarnessConfig, examples: list[QAExample], ctx: Any,
+                dp: DataParallel, progress: bool) -> dict[str, Any]:
+    """Notebook 02's evaluation cells."""
     records = evaluate_policies(examples, ctx, ecfg, parts=run_dir(cfg.profile) / EVALUATION_PARTS, dp=dp, progress=progress)
     return {"methods": list(ecfg.methods), "policies": settings["policies"], "split": ecfg.split, "questions": len(examples),
             "records": {k: int(v) for k, v in records.groupby("method", sort=False).size().items()}}

@@ -16,10 +16,10 @@ Three job scripts, written to ``papermill_runs/<profile>/slurm/`` and submitted 
    dies ends the step, naming the rank. ``--resume`` makes a requeued or resubmitted job continue
    from the newest checkpoint. SIGUSR1 before the time limit reaches every rank through srun; the
    ranks stop together after the step, checkpoint, and the job requeues itself. Then ``srun
-   cosearch evaluate``: notebook 03's evaluation, sharded over the same ranks and server, in parts
-   that a requeued job resumes (``records.launched_evaluation``).
-3. ``evaluate.sbatch`` (``--dependency=afterok:<train>``): notebook 03 on one GPU with
-   ``resume=true``. It finds the methods trained and evaluated and goes on to its figures.
+   cosearch evaluate``: the evaluations of notebooks 03 and 02, sharded over the same ranks and
+   server, in parts that a requeued job resumes (``records.launched_evaluation``).
+3. ``evaluate.sbatch`` (``--dependency=afterok:<train>``): notebooks 02 and 03 (``resume=true``) on
+   one GPU. They find the methods trained and evaluated and go on to their tables and figures.
 """
 
 from __future__ import annotations
