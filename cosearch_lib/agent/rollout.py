@@ -261,19 +261,18 @@ def _generate_turn(engines: list[RolloutEngine], active: list[list[Trajectory]],
                    step: int) -> list[list[Any]]:
     """One agent generation per active row of every engine: one batched call per (backend, adapter,
     sampling) that the engines share. Returns the generations per engine, in row order."""
-    calls: dict[tuple, list[tuple[int, int]]] = {}  # call -> (engine, row) positions
+    calls: dict[tuple, tuple[Any, list[tuple[int, int]]]] = {}  # call -> (sampling, its (engine, row) positions)
     for e, (engine, rows) in enumerate(zip(engines, active)):
         if not rows:  # this engine's rollouts have all ended
             continue
         sampling = engine.cfg.agent_sampling(seed)  # a dataclass: its repr tells settings apart
         key = (id(engine.agent), engine.agent_adapter, repr(sampling))
-        calls.setdefault(key, []).extend((e, r) for r in range(len(rows)))
+        calls.setdefault(key, (sampling, []))[1].extend((e, r) for r in range(len(rows)))
     out: list[list[Any]] = [[None] * len(rows) for rows in active]
-    for positions in calls.values():
+    for sampling, positions in calls.values():
         engine = engines[positions[0][0]]
         rows = [active[e][r] for e, r in positions]
-        gens = engine.agent.generate([t.token_ids for t in rows], engine.cfg.agent_sampling(seed),
-                                     adapter=engine.agent_adapter,
+        gens = engine.agent.generate([t.token_ids for t in rows], sampling, adapter=engine.agent_adapter,
                                      row_keys=[("agent", *_row_key(step, t, turn)) for t in rows])
         for (e, r), gen in zip(positions, gens):
             out[e][r] = gen

@@ -226,21 +226,11 @@ def evaluate(method: str, examples: Sequence[QAExample], ctx: HarnessContext, cf
     e.g. for the trajectory browser; records alone are what gets saved. The progress bar reads
     "evaluate <method>", followed by ``label`` (e.g. which policies) when given.
     """
-    ranker_factory = _agent_ranker_factory(check_method(method))  # None: a one-generation baseline
-    chosen = select_examples(examples, cfg.n_per_dataset)
+    if _agent_ranker_factory(check_method(method)) is not None:  # an agent method: the rollout engine
+        return evaluate_agents([method], examples, ctx, cfg, progress=progress, trajectories=trajectories,
+                               label=label)[method]
     start = time.perf_counter()
-    try:
-        if ranker_factory is None:
-            rows = _run_prompted(method, chosen, ctx, cfg)
-        else:
-            desc = f"evaluate {method}" + (f" ({label})" if label else "")
-            trajs = _run_agent(method, ranker_factory, chosen, ctx, cfg, progress, desc)
-            rows = [_agent_row(method, t, cfg) for t in trajs]
-            if trajectories is not None:
-                trajectories[method] = trajs
-    except _Skip as why:
-        warnings.warn(f"skipping method {method!r}: {why}", MethodSkippedWarning, stacklevel=2)
-        return empty_records()
+    rows = _run_prompted(method, select_examples(examples, cfg.n_per_dataset), ctx, cfg)
     return _records_frame(rows, cfg, time.perf_counter() - start)
 
 
@@ -252,8 +242,7 @@ def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample],
     (:func:`evaluate_agents`): one rollout whose turns decode every method's rows in one batch."""
     methods = [check_method(m) for m in (cfg.methods if methods is None else methods)]
     agents = [m for m in methods if _agent_ranker_factory(m) is not None]
-    together = evaluate_agents(agents, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label) \
-        if len(agents) > 1 else {}
+    together = evaluate_agents(agents, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label)
     frames = []
     bar = tqdm(methods, desc="evaluate" + (f" ({label})" if label else ""), unit="method", disable=not progress)
     for method in bar:
@@ -280,7 +269,7 @@ def evaluate_agents(methods: Sequence[str], examples: Sequence[QAExample], ctx: 
         if factory is None:
             raise ValueError(f"{method!r} is not an agent method; evaluate it with evaluate()")
         try:
-            engines[method] = _rollout_engine(factory(ctx, cfg, chosen), ctx, cfg)
+            engines[method] = _rollout_engine(factory(ctx, cfg, chosen), ctx, cfg)  # the ranker may skip the method
         except _Skip as why:
             warnings.warn(f"skipping method {method!r}: {why}", MethodSkippedWarning, stacklevel=2)
     desc = f"evaluate {'+'.join(engines)}" + (f" ({label})" if label else "")
@@ -470,12 +459,6 @@ def _agent_ranker_factory(method: str) -> Any:
 def _rollout_engine(ranker: Ranker, ctx: HarnessContext, cfg: HarnessConfig) -> RolloutEngine:
     return RolloutEngine(ctx.agent_backend, ctx.chat, ctx.retriever, ranker, cfg.rollout_config(),
                          ctx.protocol_for(cfg), agent_adapter=register_adapter(ctx.agent_backend, cfg.agent_adapter))
-
-
-def _run_agent(method: str, make: Any, examples: list[QAExample], ctx: HarnessContext, cfg: HarnessConfig,
-               progress: bool, desc: str) -> list[Trajectory]:
-    engine = _rollout_engine(make(ctx, cfg, examples), ctx, cfg)  # the ranker may skip the method, before any generation
-    return engine.run(examples, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress, desc=desc) if examples else []
 
 
 def _agent_row(method: str, t: Trajectory, cfg: HarnessConfig) -> dict:

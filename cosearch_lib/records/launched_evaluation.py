@@ -105,12 +105,11 @@ def run_evaluation_job(cfg: ProfileConfig, notebooks: Sequence[str] = NOTEBOOKS,
         for notebook in (n for n in NOTEBOOKS if n in notebooks):  # each record's wall_s: its own evaluation
             t0 = time.perf_counter()
             if notebook == "03":
-                done = _trained_methods(cfg, methods, starts, ceiling, ctx, dp, progress)
-                records[EVALUATE_RECORD] = {"step": "evaluate", **job, "methods": list(methods), **done}
+                name, done = EVALUATE_RECORD, {"methods": list(methods),
+                                               **_trained_methods(cfg, methods, starts, ceiling, ctx, dp, progress)}
             else:
-                done = _oracle_gap(cfg, gap, *gap_run, ctx, dp, progress)
-                records[ORACLE_GAP_RECORD] = {"step": "evaluate", "notebook": "02", **job, **done}
-            records[EVALUATE_RECORD if notebook == "03" else ORACLE_GAP_RECORD]["wall_s"] = round(time.perf_counter() - t0, 2)
+                name, done = ORACLE_GAP_RECORD, {"notebook": "02", **_oracle_gap(cfg, gap, *gap_run, ctx, dp, progress)}
+            records[name] = {"step": "evaluate", **job, **done, "wall_s": round(time.perf_counter() - t0, 2)}
     except BaseException as err:
         name_failed_rank("evaluate", dp, err)
         raise
