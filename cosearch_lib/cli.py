@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_grid)
 
     p = sub.add_parser("train", help="GRPO-train methods of a profile: one process, or every rank of a torchrun/srun job "
-                                     "(data parallel over questions; docs/USAGE.md)")
+                                     "(data parallel over the rollouts of a step; docs/USAGE.md)")
     p.add_argument("--profile", default="demo")
     p.add_argument("--methods", default="cosearch", help="comma-separated: search_r1, fixed_ranker, cosearch, oracle")
     p.add_argument("--steps", type=int, help="GRPO steps per method (default: training.steps of the profile)")

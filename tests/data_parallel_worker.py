@@ -2,12 +2,13 @@
 tests/test_data_parallel.py::
 
     python -m torch.distributed.run --nproc-per-node N tests/data_parallel_worker.py OUT \
-        [--method cosearch] [--steps 3] [--minibatches 1] [--kill-rank R] [--resume]
+        [--method cosearch] [--steps 3] [--minibatches 1] [--questions-per-step 2] [--kill-rank R] [--resume]
 
 The trainer checkpoints after every step into OUT/run. ``--kill-rank R``: rank R SIGKILLs itself in
 step 2, right after its agent update (the other ranks are then inside the ranker's update: a node
 lost mid-step). ``--resume``: continue from the newest checkpoint. Rank 0 saves the adapters the run
-started from, the adapters at the end and the step records to OUT/result.pt.
+started from, the adapters at the end, the step records and the trajectories each rank rolled out in
+each step to OUT/result.pt.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--method", default="cosearch")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--minibatches", type=int, default=1)
+    p.add_argument("--questions-per-step", type=int, default=2)
     p.add_argument("--kill-rank", type=int)
     p.add_argument("--resume", action="store_true")
     args = p.parse_args(argv)
@@ -41,13 +43,22 @@ def main(argv: list[str]) -> None:
     dp = DataParallel.from_environment()
     tok = load_tokenizer("smollm2-135m-instruct")
     t = trainer(tok, tiny_model(tok), args.out / "run", method=args.method, steps=args.steps,
-                minibatches=args.minibatches, checkpoint_every=1, dp=dp)
+                minibatches=args.minibatches, questions_per_step=args.questions_per_step, checkpoint_every=1, dp=dp)
     adapters = sorted(t.policies.params)
 
     def weights() -> dict[str, torch.Tensor]:
         return {f"{a}/{n}": p.detach().clone() for a in adapters for n, p in adapter_parameters(t.policies.model, a).items()}
 
     start = weights()
+    rolled: list[int] = []  # trajectories this rank rolled out, per step
+    run = t.engine.run
+
+    def counted_run(*a, **kw):
+        out = run(*a, **kw)
+        rolled.append(len(out))
+        return out
+
+    t.engine.run = counted_run
     if args.resume:
         t.load_checkpoint()
     if args.kill_rank == dp.rank:
@@ -62,8 +73,10 @@ def main(argv: list[str]) -> None:
 
         trainer_mod.grpo_update = update_then_die
     t.run()
+    rolled_per_rank = dp.gather(rolled)
     if dp.is_main:
-        torch.save({"start": start, "end": weights(), "records": t.records, "world_size": dp.world_size}, args.out / "result.pt")
+        torch.save({"start": start, "end": weights(), "records": t.records, "world_size": dp.world_size,
+                    "rolled_per_rank": rolled_per_rank}, args.out / "result.pt")
     dp.close()
 
 

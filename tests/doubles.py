@@ -181,7 +181,7 @@ def script(prompt, key):
 
 
 def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, val_questions=(), eval_every=0,
-            cross_encoder=None, rules=None, dp=None, **kw):
+            cross_encoder=None, rules=None, dp=None, questions_per_step=2, **kw):
     """The scripted joint trainer; ``rules`` (a config.RuleSet; None: the paper's) reaches every stage by
     construction, as a profile's ``rules:`` does. ``dp``: this rank of a data-parallel job (None: one process)."""
     rules = PAPER_RULES if rules is None else rules
@@ -189,7 +189,7 @@ def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, va
     # log-probs of the ratio come from the model being trained, as they do behind any engine that
     # is not the trainer's own (GRPOConfig.old_logprobs); a test of the backend's own path passes grpo=.
     kw.setdefault("grpo", GRPOConfig(old_logprobs="recompute"))
-    cfg = TrainConfig(method=method, steps=steps, questions_per_step=2, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
+    cfg = TrainConfig(method=method, steps=steps, questions_per_step=questions_per_step, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
                       micro_batch=1, eval_every=eval_every, shared_backbone=shared,
                       grouping=GroupingConfig(k_min=2, rules=rules), rules=rules, **kw)
     roles = cfg.roles()

@@ -37,6 +37,13 @@ ADAPTER_ATOL = 1e-5
 # ------------------------------------------------------------------------------ sharding, launch variables
 
 
+def test_blocks_split_a_steps_rows_evenly_in_order_and_the_engine_rolls_out_just_those_rows():
+    ranks = [DataParallel(r, 3) for r in range(3)]
+    assert [list(dp.block(8)) for dp in ranks] == [[0, 1, 2], [3, 4, 5], [6, 7]]  # sizes differ by one at most
+    assert [list(dp.block(2)) for dp in ranks] == [[0], [1], []]
+    assert list(DataParallel().block(5)) == [0, 1, 2, 3, 4] and DataParallel().gather_blocks("ab") == ["a", "b"]
+
+
 def test_shards_split_the_questions_once_and_unshard_restores_their_order():
     items = list("abcdefg")
     ranks = [DataParallel(r, 3) for r in range(3)]
@@ -249,25 +256,36 @@ def assert_same_adapters(a: dict, b: dict) -> None:
     assert_same_adapters_close(a["end"], b["end"])
 
 
+#: The 2-rank runs compared with one process: (minibatches, questions per step).
+TWO_RANK_CASES = {1: 2, 2: 1}
+
+
 @pytest.fixture(scope="module")
 def one_rank(tmp_path_factory):
     """The 1-process runs the 2-rank ones are compared with, one per minibatches setting."""
     runs = {}
-    for minibatches in (1, 2):
+    for minibatches, questions in TWO_RANK_CASES.items():
         out = tmp_path_factory.mktemp(f"one_rank_mb{minibatches}")
-        _launch(out, 1, "--minibatches", str(minibatches))
+        _launch(out, 1, "--minibatches", str(minibatches), "--questions-per-step", str(questions))
         runs[minibatches] = _result(out)
     return runs
 
 
-@pytest.mark.parametrize("minibatches", [1, 2])
+@pytest.mark.parametrize("minibatches", list(TWO_RANK_CASES))
 def test_two_gloo_ranks_train_cosearch_to_the_adapters_and_records_of_one_process(tmp_path, one_rank, minibatches):
-    """Both policies (agent and ranker adapters), 3 steps: step 2 holds one question twice (the
-    epoch wraps), which stays on one rank per copy. ``minibatches=2``: two optimizer steps per step,
-    each on the same slice of the whole batch as in one process."""
-    _launch(tmp_path, 2, "--minibatches", str(minibatches))
+    """Both policies (agent and ranker adapters), 3 steps, each rank rolling out and updating half
+    of every step's G = 4 rows per question. ``minibatches=1``, 2 questions per step: a rank holds
+    whole questions, and step 2 holds one question twice (the epoch wraps), one copy per rank.
+    ``minibatches=2``, 1 question per step: its rollouts are split over the ranks (2 and 2), whose
+    groups, advantages and loss denominators are still the whole step's; two optimizer steps per
+    step, each on the same slice of the whole batch as in one process."""
+    questions = TWO_RANK_CASES[minibatches]
+    _launch(tmp_path, 2, "--minibatches", str(minibatches), "--questions-per-step", str(questions))
     two = _result(tmp_path)
     assert two["world_size"] == 2 and one_rank[minibatches]["world_size"] == 1
+    # every rank rolled out its half of each step: none idled while the other held the step's questions
+    assert two["rolled_per_rank"] == [[questions * 4 // 2] * 3] * 2
+    assert one_rank[minibatches]["rolled_per_rank"] == [[questions * 4] * 3]
     assert_same_adapters(one_rank[minibatches], two)
     assert_same_records(one_rank[minibatches]["records"], two["records"])
     assert {"agent", "ranker"} <= {k.split("/")[0] for k in two["end"]}

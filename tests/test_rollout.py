@@ -51,6 +51,23 @@ def _engine(tok, chat, agent_responses, ranker=None, **cfg):
     return engine, backend, retriever
 
 
+def test_rows_roll_out_just_those_samples_each_the_trajectory_it_is_among_all(tok, chat):
+    """A data-parallel rank's block of a step's rows (question-major, G per question) rolls out just
+    those samples, each the trajectory it is in the whole step (its seeds are its own row's)."""
+    def per_key(key):  # sample s searches s times, then answers
+        sample, turn = key[-2], key[-1]
+        return search_turn(f"tellis {sample}") if turn < sample else answer_turn("Kessmere")
+
+    engine, _, _ = _engine(tok, chat, per_key)
+    questions = [QUESTION, QAExample(id="q2", question="Who wrote atlases?", golden_answers=["Tellis"], data_source="syn_nq")]
+    every = engine.run(questions, n_samples=3)
+    some = engine.run(questions, n_samples=3, rows=[2, 3])  # the last sample of q1, the first of q2
+    assert [(t.question_id, t.sample, t.n_searches) for t in some] == [("q1", 2, 2), ("q2", 0, 0)]
+    assert [t.token_ids for t in some] == [every[2].token_ids, every[3].token_ids]
+    with pytest.raises(ValueError, match=r"rows \[6\] outside 2 question\(s\) x 3 sample"):
+        engine.run(questions, n_samples=3, rows=[6])
+
+
 def test_masks_logprobs_and_template_equality(tok, chat):
     engine, backend, _ = _engine(tok, chat, [search_turn("tellis birthplace"), answer_turn("Kessmere")])
     (t,) = engine.run([QUESTION], n_samples=1)

@@ -19,6 +19,7 @@ methods: one agent, a different ranker each): step 1 is then one batch over all 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,11 +154,19 @@ class RolloutEngine:
         self.protocol_cfg = protocol_cfg or ProtocolConfig(search=cfg.search)
         self.agent_adapter = agent_adapter
 
-    def new_trajectories(self, questions, n_samples: int) -> list[Trajectory]:
+    def new_trajectories(self, questions, n_samples: int, rows: Sequence[int] | None = None) -> list[Trajectory]:
+        """The empty trajectories of ``rows``: positions in the question-major order of ``n_samples``
+        rollouts per question (row ``q * n_samples + s`` is sample ``s`` of question ``q``); None: all."""
+        wanted = None if rows is None else set(rows)
+        if wanted is not None and not wanted <= set(range(len(questions) * n_samples)):
+            raise ValueError(f"rows {sorted(wanted)} outside {len(questions)} question(s) x {n_samples} sample(s)")
         out = []
-        for ex in questions:
+        for q, ex in enumerate(questions):
+            samples = [s for s in range(n_samples) if wanted is None or q * n_samples + s in wanted]
+            if not samples:
+                continue
             prompt = self.chat.prompt_ids(agent_messages(ex.question, self.protocol_cfg))
-            for s in range(n_samples):
+            for s in samples:
                 t = Trajectory(traj_id=f"{ex.id}/{s}", question_id=ex.id, sample=s, data_source=ex.data_source,
                                question=ex.question, golds=list(ex.golden_answers), prompt_len=len(prompt))
                 t.append(prompt, 0)
@@ -165,11 +174,12 @@ class RolloutEngine:
         return out
 
     def run(self, questions, *, n_samples: int = 1, seed: int = 0, step: int = 0, progress: bool = False,
-            desc: str | None = None) -> list[Trajectory]:
-        """G (``n_samples``) trajectories per question, turn by turn, all rows batched; ``desc`` names
-        the progress bar (default "rollout step <step>")."""
+            desc: str | None = None, rows: Sequence[int] | None = None) -> list[Trajectory]:
+        """G (``n_samples``) trajectories per question, turn by turn, all rows batched; ``rows`` keeps
+        some of them (:meth:`new_trajectories`: a data-parallel rank's block of a step), each the
+        trajectory it is among all; ``desc`` names the progress bar (default "rollout step <step>")."""
         return run_together([self], questions, n_samples=n_samples, seed=seed, step=step, progress=progress,
-                            desc=desc)[0]
+                            desc=desc, rows=rows)[0]
 
     def _take_turn(self, active: list[Trajectory], gens: list[Any], turn: int) -> list[tuple[Trajectory, str]]:
         """Append one generation per active trajectory and act on it; returns the (trajectory,
@@ -222,7 +232,8 @@ class RolloutEngine:
 
 
 def run_together(engines: list[RolloutEngine], questions, *, n_samples: int = 1, seed: int = 0, step: int = 0,
-                 progress: bool = False, desc: str | None = None) -> list[list[Trajectory]]:
+                 progress: bool = False, desc: str | None = None,
+                 rows: Sequence[int] | None = None) -> list[list[Trajectory]]:
     """Each engine's rollouts of the same ``questions`` (:meth:`RolloutEngine.run`), in lockstep: every
     turn, the active rows of the engines that share an agent backend, adapter and sampling settings
     go to the backend in one batched generation, then each engine searches and ranks for its own
@@ -230,8 +241,8 @@ def run_together(engines: list[RolloutEngine], questions, *, n_samples: int = 1,
     together, at about the cost of the longest row of any of them rather than the sum of their
     runs. A row's sampling seed depends on its own key, not on the rows beside it, so each engine's
     trajectories are those it rolls out alone (up to the backend's batch numerics). Returns the
-    trajectories per engine, in ``engines`` order."""
-    trajs = [engine.new_trajectories(questions, n_samples) for engine in engines]
+    trajectories per engine, in ``engines`` order; ``rows`` as :meth:`RolloutEngine.run`."""
+    trajs = [engine.new_trajectories(questions, n_samples, rows) for engine in engines]
     active = [list(rows) for rows in trajs]
     bar = tqdm(total=sum(map(len, trajs)), desc=desc or f"rollout step {step}", unit="traj", disable=not progress)
     turn = 0

@@ -1,26 +1,36 @@
-"""Data parallel training over questions, on torch.distributed (torchrun on a node, srun across nodes).
+"""Data parallel training over a step's rollouts, on torch.distributed (torchrun on a node, srun across nodes).
 
-Why over questions: GRPO's groups live inside a question. The agent's group is a question's G
-rollouts, and the ranker's semantic groups are formed among the search calls of those rollouts
-(``rl.semantic_grouping``). Keeping every rollout of a question on one rank keeps both kinds of
-group whole, so no group is ever split between ranks.
+What is split: the rows of a step, a row being one of the G rollouts of one of its questions. GRPO's
+groups live inside a question: the agent's group is a question's G rollouts, and the ranker's
+semantic groups are formed among the search calls of those rollouts (``rl.semantic_grouping``).
+Every rank therefore computes the rewards, groups and advantages of the whole step after the
+rollouts are exchanged; only generation and the update are split. The rows are dealt in contiguous
+blocks (:meth:`DataParallel.block`), so a question's rollouts stay on one rank (sharing its prompt in
+the engine's prefix cache and in the update's shared prefix) except where a block boundary cuts
+one; and a step with fewer questions than ranks, or a number that does not divide evenly, still
+gives every rank the same number of rows within one, so no rank idles while another rolls out and
+updates a whole question more.
 
 A step under :class:`DataParallel` (``rl.trainer.JointTrainer.train_step``):
 
-1. each rank rolls out its share of the step's questions (:meth:`DataParallel.shard`: every
-   ``world``-th question from ``rank``). Sampling is keyed by (seed, step, question, sample, turn)
+1. each rank rolls out its block of the step's rows (questions in step order, G rows each).
+   Sampling is keyed by (seed, step, question, sample, turn)
    (``models.generation.contract.row_seeds``), so a trajectory's tokens do not depend on which rank,
    or which batch, generated it;
-2. the ranks exchange their rollouts (:meth:`DataParallel.gather`, objects) and put them back in the
-   step's question order, so every rank computes the rewards, groups and advantages of the whole
-   step, exactly as one process does, and every rank holds the same step record;
-3. each rank runs the policy update on the sequences of its own questions only. The token-mean
+2. the ranks exchange their rollouts (:meth:`DataParallel.gather_blocks`, objects), in the step's
+   row order, so every rank computes the rewards, groups and advantages of the whole step, exactly
+   as one process does, and every rank holds the same step record;
+3. each rank runs the policy update on the sequences of its own rows only (its trajectories, and
+   the ranker calls made in them). The token-mean
    denominators are summed over ranks first (:meth:`DataParallel.sum`), so each rank's loss is its
    share of the global batch's loss. The LoRA gradients are then summed (:meth:`DataParallel.sum_grads`)
    before clipping and the optimizer step. Every rank thus steps with the single-process gradient,
    and the adapters stay identical on every rank (only floating-point summation order differs);
 4. rank 0 writes records and checkpoints (atomically, ``rl.run_checkpoints``); the others wait at a
    barrier. On resume every rank reads the same checkpoint.
+
+Validation and evaluation split their questions instead (:meth:`DataParallel.shard`): one greedy
+rollout each, with no group to keep.
 
 Only the rollouts, the loss denominators, the LoRA gradients and the update's statistics cross
 ranks. Collectives run on the process group's backend: gloo on CPU (how this is tested), nccl on
@@ -162,6 +172,13 @@ class DataParallel:
         """The positions of :meth:`shard` among ``n`` items."""
         return list(range(self.rank, n, self.world_size))
 
+    def block(self, n: int) -> range:
+        """This rank's contiguous share of ``n`` items: the first ``n % world_size`` ranks hold one
+        more than the others."""
+        size, extra = divmod(n, self.world_size)
+        start = self.rank * size + min(self.rank, extra)
+        return range(start, start + size + (self.rank < extra))
+
     def unshard(self, shards: Sequence[Sequence[T]]) -> list[T]:
         """The items in their original order again, from every rank's :meth:`shard` (rank order)."""
         n = sum(len(s) for s in shards)
@@ -184,6 +201,10 @@ class DataParallel:
     def gather_shards(self, local: Sequence[T]) -> list[T]:
         """:meth:`unshard` of every rank's ``local`` shard: the whole list, in order, on every rank."""
         return list(local) if not self.distributed else self.unshard(self.gather(list(local)))
+
+    def gather_blocks(self, local: Sequence[T]) -> list[T]:
+        """Every rank's :meth:`block` of a list, joined in rank order: the whole list, on every rank."""
+        return list(local) if not self.distributed else [x for part in self.gather(list(local)) for x in part]
 
     def sum(self, value: float) -> float:
         """``value`` summed over ranks (float64, so counts stay exact)."""

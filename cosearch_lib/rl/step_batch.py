@@ -28,12 +28,6 @@ class StepBatch:
     trajectories: Sequence[Trajectory]  # the whole step's, G per question, in step order
     local: tuple[int, ...]  # positions (into ``trajectories``) of the rows this rank rolled out
 
-    @classmethod
-    def of(cls, trajectories: Sequence[Trajectory], owned_questions: Sequence[int], group_size: int) -> StepBatch:
-        """The batch of ``trajectories`` where this rank rolled out the questions ``owned_questions``
-        (their positions in the step; by position, as a step can hold one question twice)."""
-        return cls(list(trajectories), tuple(q * group_size + s for q in owned_questions for s in range(group_size)))
-
     def local_calls(self) -> list[int]:
         """Positions, in the step's call order (trajectory by trajectory, turn by turn), of the
         search calls this rank's trajectories made."""

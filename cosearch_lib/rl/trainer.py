@@ -221,14 +221,14 @@ class JointTrainer:
         return record
 
     def _rollouts(self, step: int) -> StepBatch:
-        """The rollout stage: G trajectories per question of the step. This rank rolls out its share
-        of the questions; the ranks' shares are then exchanged, so the batch is the whole step's."""
+        """The rollout stage: G trajectories per question of the step. This rank rolls out its block
+        of the step's rows (``rl.data_parallel``); the ranks' blocks are then exchanged, so the batch
+        is the whole step's."""
         questions, g = self.step_questions(step), self.cfg.group_size
-        mine = self.engine.run(self.dp.shard(questions), n_samples=g, seed=self.seed, step=step, progress=self.progress,
+        rows = self.dp.block(len(questions) * g)
+        mine = self.engine.run(questions, n_samples=g, rows=rows, seed=self.seed, step=step, progress=self.progress,
                                desc=f"{self.cfg.method}: rollout step {step + 1}/{self.cfg.steps}")
-        per_question = [mine[i:i + g] for i in range(0, len(mine), g)]
-        trajs = [t for group in self.dp.gather_shards(per_question) for t in group]
-        return StepBatch.of(trajs, self.dp.owned(len(questions)), g)
+        return StepBatch(self.dp.gather_blocks(mine), tuple(rows))
 
     def _judge(self, calls: list) -> None:
         """The LLM-as-judge ablation's labels of the shown passages: the base model (adapters off) judges."""
