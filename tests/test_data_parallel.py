@@ -42,6 +42,11 @@ def test_blocks_split_a_steps_rows_evenly_in_order_and_the_engine_rolls_out_just
     assert [list(dp.block(8)) for dp in ranks] == [[0, 1, 2], [3, 4, 5], [6, 7]]  # sizes differ by one at most
     assert [list(dp.block(2)) for dp in ranks] == [[0], [1], []]
     assert list(DataParallel().block(5)) == [0, 1, 2, 3, 4] and DataParallel().gather_blocks("ab") == ["a", "b"]
+    for world in range(1, 6):  # every row once, in order, and block sizes within one of each other
+        for n in range(21):
+            blocks = [DataParallel(r, world).block(n) for r in range(world)]
+            assert [i for b in blocks for i in b] == list(range(n))
+            assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
 
 
 def test_shards_split_the_questions_once_and_unshard_restores_their_order():
@@ -275,7 +280,7 @@ def one_rank(tmp_path_factory):
 def test_two_gloo_ranks_train_cosearch_to_the_adapters_and_records_of_one_process(tmp_path, one_rank, minibatches):
     """Both policies (agent and ranker adapters), 3 steps, each rank rolling out and updating half
     of every step's G = 4 rows per question. ``minibatches=1``, 2 questions per step: a rank holds
-    whole questions, and step 2 holds one question twice (the epoch wraps), one copy per rank.
+    whole questions, and step 1 spans the epoch's end (its two questions from two epochs).
     ``minibatches=2``, 1 question per step: its rollouts are split over the ranks (2 and 2), whose
     groups, advantages and loss denominators are still the whole step's; two optimizer steps per
     step, each on the same slice of the whole batch as in one process."""
@@ -295,14 +300,15 @@ def test_a_two_rank_run_that_loses_a_rank_mid_step_resumes_to_the_uninterrupted_
     """SIGKILL to rank 1 in step 2 (after its agent update): torchrun stops the job and names the
     rank; checkpoints of step 1 are whole; a new 2-rank job resumes to the records and adapters of
     a run never interrupted (that of one process, which the test above shows equal to two ranks')."""
-    killed = _launch(tmp_path, 2, "--kill-rank", "1", check=False)
+    questions = ("--questions-per-step", str(TWO_RANK_CASES[1]))  # the run one_rank[1] is
+    killed = _launch(tmp_path, 2, "--kill-rank", "1", *questions, check=False)
     assert killed.returncode != 0
     log = killed.stdout + killed.stderr
     root_cause = log[log.index("Root Cause"):]  # torchrun's summary names the rank that died first
     assert "rank      : 1" in root_cause and "SIGKILL" in root_cause, log[-2000:]
     steps = pd.read_csv(tmp_path / "run" / "steps.csv")
     assert steps["step"].tolist() == [0]  # step 1's records, nothing of the step that died
-    _launch(tmp_path, 2, "--resume")
+    _launch(tmp_path, 2, "--resume", *questions)
     resumed = _result(tmp_path)
     assert_same_records(one_rank[1]["records"], resumed["records"])
     assert_same_adapters_close(resumed["end"], one_rank[1]["end"])
@@ -325,7 +331,7 @@ def _adapters(run: Path) -> dict[str, torch.Tensor]:
 def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     """`torchrun --nproc-per-node 2 -m cosearch_lib.cli train` against `cosearch train`: the real
     SmolLM2 policies of the ci profile, CoSearch (agent and ranker trained), one step of 2 questions
-    x G=4 (ci's 1 question per step would leave a rank idle), micro-batches of 4 and the validation
+    x G=4 (whole questions on each rank, as at paper scale), micro-batches of 4 and the validation
     after it, ci's learning rate (1e-5). Same step records and validation, and the same update: most
     adapter entries moved, and the two updates differ by under 1% of their norm (at 2 steps: 5.3e-4
     agent, 7.7e-4 ranker; entries to 3.2e-6 after moves of 2.0e-5). One step, not more: what

@@ -22,8 +22,8 @@ records, written whole or not at all). The rollout stage returns a
 :class:`~cosearch_lib.rl.step_batch.StepBatch` that knows which rows this rank rolled out, so
 the update stage reads as one job per trained role.
 
-Data parallel (``dp``, :mod:`cosearch_lib.rl.data_parallel`): each rank rolls out its share of the
-step's questions; the rollouts are exchanged, so stages 2-3 and the record are the whole step's on
+Data parallel (``dp``, :mod:`cosearch_lib.rl.data_parallel`): each rank rolls out its contiguous
+block of the step's rows (``DataParallel.block``: G per question, questions in step order); the rollouts are exchanged, so stages 2-3 and the record are the whole step's on
 every rank; stage 4 updates on the rank's own sequences with the gradients and denominators summed
 over ranks; rank 0 writes checkpoints and records, and shows the progress bars.
 
