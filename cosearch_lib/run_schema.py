@@ -51,9 +51,19 @@ STEP_GLOSSARY: dict[str, str] = {
     "n_questions": "questions rolled out this step", "n_trajectories": "trajectories (questions x G)",
     "agent_reward": "mean agent reward, Eq. 4 (F1 if the protocol was kept, else -alpha)",
     "agent_f1": "mean answer F1 of the trajectories (0 without a valid answer)",
+    "agent_best_of_g_f1": "mean over the step's questions of the best answer F1 among its G trajectories (pass@G in F1; "
+                          "beside agent_f1, the mean of G: how much better a group's best sample is than its average, "
+                          "what GRPO has to work with)",
+    "agent_groups_without_signal": "share of the step's questions whose G agent rewards are all equal: zero advantage, "
+                                   "no gradient from that question",
+    "agent_entropy": "the agent's per-token entropy, estimated as the mean -log p of its sampled tokens (the generation "
+                     "backend's log-probs, of the untempered logits: in expectation the entropy at temperature 1, a "
+                     "cross-entropy against the tempered samples below it); falling: the policy sharpens",
     "agent_format_ok": "share of trajectories that kept the protocol on every turn and answered",
     "searches_per_traj": "mean searches run per trajectory",
     "n_ranker_calls": "search calls this step (one ranking each)",
+    "ranker_entropy": "the ranker's agent_entropy: mean -log p of its sampled output tokens (the LLM judge's: of its "
+                      "sampled picks); NaN for a rule ranker, which samples nothing",
     "ranker_valid_rate": "share of ranker outputs that followed the protocol (rule rankers: 1)",
     "hit@K": "share of search calls whose K passages shown to the agent hold an answer passage (Hit@K of the "
              "ranking; at the paper's K = 5, the Hit@5 of its Fig. 2b)",

@@ -17,6 +17,20 @@ def mean_or_nan(values: Sequence[float | None]) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def sampled_entropy(logprob_rows: Sequence[Sequence[float]]) -> float:
+    """Mean -log p over every sampled token of ``logprob_rows``; NaN without any."""
+    flat = [lp for row in logprob_rows for lp in row]
+    return float(-np.mean(flat)) if flat else float("nan")
+
+
+def question_groups(trajs: Sequence, values: Sequence[float]) -> list[list[float]]:
+    """``values`` (one per trajectory) by question: the agent's GRPO groups."""
+    groups: dict[str, list[float]] = {}
+    for t, v in zip(trajs, values):
+        groups.setdefault(t.question_id, []).append(float(v))
+    return list(groups.values())
+
+
 def step_record(step: int, method: str, rewards: StepRewards, groups: StepGroups,
                 update_stats: Mapping[str, Mapping[str, float]]) -> dict:
     """The record of step ``step`` (0-based) without its timings: rewards, Hit@K, ranker rewards
@@ -25,14 +39,19 @@ def step_record(step: int, method: str, rewards: StepRewards, groups: StepGroups
     grouping = groups.grouping
     kept = [r for r in ranked if r.kept]
     in_groups = sorted({i for g in grouping.groups for i in g})
+    f1_groups, reward_groups = question_groups(trajs, [t.f1 for t in trajs]), question_groups(trajs, rewards.agent)
     rec = {
         "step": step, "method": method, "n_questions": len({t.question_id for t in trajs}),
         "n_trajectories": len(trajs),
         "agent_reward": float(np.mean(rewards.agent)), "agent_f1": float(np.mean([t.f1 for t in trajs])),
+        "agent_best_of_g_f1": float(np.mean([max(g) for g in f1_groups])),
+        "agent_groups_without_signal": float(np.mean([max(g) == min(g) for g in reward_groups])),
+        "agent_entropy": sampled_entropy([[lp for lp, m in zip(t.old_logprobs, t.loss_mask) if m] for t in trajs]),
         "agent_format_ok": float(np.mean([t.format_ok for t in trajs])),
         "searches_per_traj": float(np.mean([t.n_searches for t in trajs])),
         "n_ranker_calls": len(calls),
         "ranker_valid_rate": mean_or_nan([float(c.valid) for c in calls]),
+        "ranker_entropy": sampled_entropy([c.output_logprobs for c in calls]),
         "hit@K": mean_or_nan([c.shown_hit for c in calls]),
         "i_ans_rate": mean_or_nan([float(c.i_ans) for c in calls]),
         "r_rel_pre": mean_or_nan([r.r_rel for r in ranked]),
