@@ -11,7 +11,7 @@ import pytest
 
 from cosearch_lib.eval.intervals import verdicts
 from cosearch_lib.records.docs import _validation_comparisons
-from cosearch_lib.records.training_runs import training_summary, validation_comparisons, validation_curves
+from cosearch_lib.records.training_runs import learning_curve_table, training_summary, validation_comparisons, validation_curves
 from cosearch_lib.viz.plots import plot_validation_curves
 
 
@@ -74,6 +74,22 @@ def test_comparisons_pair_each_method_with_its_start_and_cosearch_with_the_other
     assert lines[-1] == "not compared: fixed_ranker: last vs before training (not validated at start)"
 
 
+def test_learning_curve_rows_give_each_methods_end_minus_start_on_all_families_and_on_multi_hop_alone():
+    table = learning_curve_table(frame(), ["search_r1", "cosearch", "fixed_ranker"])
+    rows = table.set_index(["method", "families"])
+    assert list(rows.index) == [("search_r1", "all"), ("search_r1", "multi"), ("cosearch", "all"), ("cosearch", "multi")]
+    everything = rows.loc[("cosearch", "all")]
+    assert (everything["start_step"], everything["end_step"]) == (0, 4)
+    assert everything["start"] == pytest.approx(0.25) and everything["end"] == pytest.approx(1.0)  # macro over 2 families
+    assert everything["diff"] == pytest.approx(0.75) and everything["n_questions"] == 6
+    multi = rows.loc[("search_r1", "multi")]  # syn_hotpotqa alone: [0, 1] -> [1, 0]
+    assert multi["diff"] == pytest.approx(0.0) and multi["n_questions"] == 2 and multi["n_families"] == 1
+    assert rows.loc[("cosearch", "multi"), "diff"] == pytest.approx(0.5)
+    assert "all: fixed_ranker: last vs before training (not validated at start)" in table.attrs["skipped"]
+    ranker = learning_curve_table(frame(), ["cosearch"], kind="ranker")
+    assert ranker.attrs["metric"] == "hit@1" and ranker.iloc[0]["diff"] == pytest.approx(1 - 1 / 6)
+
+
 def test_ranker_comparisons_use_the_plain_mean_and_missing_kinds_raise():
     table = validation_comparisons(frame(), ["cosearch"], kind="ranker")
     assert table.attrs["statistic"] == "mean" and table.attrs["metric"] == "hit@1"
@@ -96,6 +112,27 @@ def test_validation_figure_draws_one_errorbar_line_per_method_and_says_when_empt
     # nudged apart around the true x (0 and 4) by 8% of the x range
     assert xs[0] == pytest.approx([-0.32, 3.68]) and xs[1] == pytest.approx([0, 4]) and xs[2] == pytest.approx([4.32])
     assert any(t.get_text() == "no data: no validation records" for t in empty_ax.texts)
+
+
+def test_a_learning_curve_is_drawn_as_a_line_with_its_interval_band():
+    from matplotlib.collections import PolyCollection
+
+    from cosearch_lib.viz.plots import BAND_MIN_POINTS
+
+    steps = [-1, *range(1, 10, 2)]  # validated at start and every 2 steps: a curve of 6 points
+    rows = [r for k, s in enumerate(steps) for r in agent_rows("search_r1", s, {fam: [min(1.0, 0.1 * k + 0.2 * i) for i in
+                                                                                      range(4)]
+                                                                                for fam in ("syn_nq", "syn_hotpotqa")})]
+    rows += agent_rows("cosearch", -1, START) + agent_rows("cosearch", 3, TRAINED)  # 2 points: error bars
+    fig = plot_validation_curves({"agent": validation_curves(pd.DataFrame(rows))})
+    ax = fig.axes[0]
+    assert len(steps) >= BAND_MIN_POINTS
+    curve = [line for line in ax.lines if line.get_label() == "search_r1"]
+    assert len(curve) == 1 and list(curve[0].get_xdata()) == [0, 2, 4, 6, 8, 10]  # not nudged: one line, its own x
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1  # search_r1's band; cosearch keeps error bars
+    top = bands[0].get_paths()[0].vertices[:, 1].max()
+    assert top <= 1.0 and top > float(curve[0].get_ydata().max())  # the band reaches above the estimates
 
 
 def test_results_section_lists_the_validation_comparisons():

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from cosearch_lib.config.methods import TRAINING_METHODS
+from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval, interval_excludes_zero, verdicts
 from cosearch_lib.eval.tables import comparison_table
 from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder
@@ -147,6 +148,43 @@ def validation_comparisons(validation: pd.DataFrame, methods: Sequence[str], *, 
     table.attrs["skipped"] = table.attrs.get("skipped", []) + skipped
     table.attrs.update(statistic=statistic, metric=metric, level=level,
                        unit="questions" if kind == "agent" else "sub-queries")
+    return table
+
+
+#: The rows of a learning-curve table per method: every validation question, then those of the
+#: multi-hop families alone (``eval.benchmark_families.hop_group``).
+CURVE_FAMILY_GROUPS = ("all", "multi")
+LEARNING_CURVE_COLUMNS = ("method", "families", "start_step", "end_step", "start", "end", "diff", "ci_low", "ci_high",
+                          "n_questions", "n_families", "note")
+
+
+def learning_curve_table(validation: pd.DataFrame, methods: Sequence[str], *, kind: str = "agent",
+                         level: float = LEVEL, n_resamples: int = N_RESAMPLES, seed: int = 0) -> pd.DataFrame:
+    """What training did to each method's held-out score: the last validation minus the one before
+    the first update, paired over the same items (:func:`validation_comparisons`' first pair), on
+    every family and on the multi-hop families alone (:data:`CURVE_FAMILY_GROUPS`; for the ranker,
+    the sub-queries of those families' questions). Columns :data:`LEARNING_CURVE_COLUMNS`; steps are
+    steps completed (0: the warm start). A method without a validation at start and after it has no
+    row, and is named in ``attrs["skipped"]``."""
+    rows, skipped = [], []
+    for group in CURVE_FAMILY_GROUPS:
+        part = validation if group == "all" else validation[validation["dataset"].astype(str).map(hop_group) == group]
+        if not len(part[part["kind"] == kind]):
+            skipped.append(f"{group}: no {kind} validation rows")
+            continue
+        table = validation_comparisons(part, methods, kind=kind, reference="", level=level, n_resamples=n_resamples,
+                                       seed=seed)
+        skipped += [f"{group}: {why}" for why in table.attrs["skipped"]]
+        for r in table.to_dict(orient="records"):
+            method, end = r["a"].rsplit(" @ ", 1)
+            rows.append({"method": method, "families": group, "start_step": 0, "end_step": int(end), "start": r["mean_b"],
+                         "end": r["mean_a"], **{k: r[k] for k in ("diff", "ci_low", "ci_high", "n_questions",
+                                                                  "n_families", "note")}})
+    order = {m: i for i, m in enumerate(methods)}
+    table = pd.DataFrame(rows, columns=list(LEARNING_CURVE_COLUMNS))
+    table = table.sort_values("method", key=lambda m: m.map(order), kind="stable").reset_index(drop=True)
+    table.attrs = {"kind": kind, "metric": VALIDATION_METRICS[kind][0], "statistic": VALIDATION_METRICS[kind][1],
+                   "level": level, "skipped": skipped}
     return table
 
 
