@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cosearch_lib.eval.intervals import verdicts
-from cosearch_lib.records.docs import _validation_comparisons
+from cosearch_lib.records.docs import _learning_curves, _validation_comparisons
 from cosearch_lib.records.training_runs import learning_curve_table, training_summary, validation_comparisons, validation_curves
 from cosearch_lib.viz.plots import plot_validation_curves
 
@@ -88,6 +88,13 @@ def test_learning_curve_rows_give_each_methods_end_minus_start_on_all_families_a
     assert "all: fixed_ranker: last vs before training (not validated at start)" in table.attrs["skipped"]
     ranker = learning_curve_table(frame(), ["cosearch"], kind="ranker")
     assert ranker.attrs["metric"] == "hit@1" and ranker.iloc[0]["diff"] == pytest.approx(1 - 1 / 6)
+
+
+def test_results_section_gives_the_learning_curves_under_their_own_heading():
+    table = learning_curve_table(frame(), ["search_r1", "cosearch"])
+    text = "\n".join(_learning_curves({"learning_curves": {"agent": table.round(4).to_dict(orient="records"), "ranker": []}}))
+    assert "#### Learning curve (agent)" in text and "Learning curve (ranker)" not in text
+    assert "| search_r1 | multi | 0 | 4 | 0.500 | 0.500 | 0.000 |" in text and "| cosearch | all | 0 | 4 | 0.250 | 1.000 | 0.750 |" in text
 
 
 def test_ranker_comparisons_use_the_plain_mean_and_missing_kinds_raise():

@@ -156,7 +156,7 @@ def _section_03(m: dict) -> list[str]:
                            for which in ("first", "last") for method, rec in m[which].items()], ["method", *STEP_COLUMNS]),
            "", "Warm start against the trained policies, answer F1 on test questions:", "",
            _by_index(m["eval_f1"], "policies")]
-    return out + _searches(m) + _comparisons(m) + _validation_comparisons(m) + _ranker_quality(m)
+    return out + _searches(m) + _comparisons(m) + _validation_comparisons(m) + _learning_curves(m) + _ranker_quality(m)
 
 
 #: Columns of Tables 3 and 4 RESULTS.md shows (records.ablations.ablation_table, topk_table).
@@ -204,6 +204,24 @@ def _validation_comparisons(m: dict) -> list[str]:
         if rows:
             out += ["", f"Validation ({kind}): a - b of the {VALIDATION_WHAT.get(kind, kind)}, 95% bootstrap interval "
                     "over the same items (`<method> @ <steps completed>`):", "", markdown_table(rows, COMPARISON_SHOWN)]
+    return out
+
+
+#: Columns of a learning-curve table RESULTS.md shows (records.training_runs.learning_curve_table).
+LEARNING_CURVE_SHOWN = ("method", "families", "start_step", "end_step", "start", "end", "diff", "ci_low", "ci_high",
+                        "n_questions")
+
+
+def _learning_curves(m: dict) -> list[str]:
+    """Notebook 03's learning curves: each method's last validation minus its start, on all families
+    and on the multi-hop ones (runs validated before the first update and after it)."""
+    out = []
+    for kind, rows in (m.get("learning_curves") or {}).items():
+        if rows:
+            out += ["", f"#### Learning curve ({kind})", "",
+                    f"The {VALIDATION_WHAT.get(kind, kind)} at the last validation (`end`, after `end_step` steps) minus "
+                    "before the first update (`start`), paired over the same items, 95% bootstrap interval; families "
+                    "`all`, then `multi` (the multi-hop families alone):", "", markdown_table(rows, LEARNING_CURVE_SHOWN)]
     return out
 
 
