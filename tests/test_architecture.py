@@ -167,6 +167,26 @@ def test_generated_docs_are_current():
         assert path.read_text() == text, f"{path.relative_to(ROOT)} is out of date: run `cosearch docs`"
 
 
+def test_a_profile_setting_changed_without_method_md_makes_the_docs_stale(monkeypatch, tmp_path):
+    """METHOD.md Section 10's table is the profiles' settings: a profile whose N, K, G or temperature
+    changes leaves the committed page stale until `cosearch docs` rewrites it."""
+    import yaml
+
+    import cosearch_lib.records.settings_page as settings_page
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.records.docs import write_generated_docs
+
+    method = ROOT / "docs" / "METHOD.md"
+    assert method not in write_generated_docs(check=True)
+    changes = {"N": {"search": {"topn": 12}}, "K": {"search": {"topk": 3}}, "G": {"training": {"group_size": 8}},
+               "temperature": {"rollout": {"temperature": 0.3}}}
+    for name, change in changes.items():
+        changed = tmp_path / f"demo_{name}.yaml"
+        changed.write_text(yaml.safe_dump({"extends": "demo", "profile": "demo", **change}))
+        monkeypatch.setattr(settings_page, "load_profile", lambda p, f=changed: load_profile(str(f) if p == "demo" else p))
+        assert method in write_generated_docs(check=True), name
+
+
 def test_metrics_page_lists_every_glossary_entry():
     page = render_metrics_page()
     for _, _, glossary, home in GLOSSARIES:

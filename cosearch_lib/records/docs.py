@@ -1,7 +1,9 @@
 """The generated pages of ``docs/``: METRICS.md from the code's glossaries, RESULTS.md from run records.
 
-Neither page is edited by hand. ``cosearch docs`` rewrites both; ``cosearch docs --check`` (and a
-test) fails when a committed page differs from what the code and the committed records give.
+Neither page is edited by hand. ``cosearch docs`` rewrites both, and the generated tables of two
+hand-written pages (ARCHITECTURE.md's modules, ``records.architecture_page``; METHOD.md's training
+settings, ``records.settings_page``); ``cosearch docs --check`` (and a test) fails when a committed
+page differs from what the code, the profiles and the committed records give.
 
 * ``docs/METRICS.md``: one table per glossary dict, each kept next to the code that logs the
   metric (evaluation records, training step records, grouping statistics, ranker rewards, recall
@@ -26,6 +28,7 @@ from cosearch_lib.paths import project_relative, project_root
 from cosearch_lib.records.architecture_page import render_architecture_page
 from cosearch_lib.records.findings_page import findings_section, verdict_label
 from cosearch_lib.records.markdown_tables import markdown_table
+from cosearch_lib.records.settings_page import render_method_page
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
 from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
 from cosearch_lib.rl.warm_start import WARMSTART_GLOSSARY
@@ -355,7 +358,8 @@ def _machine_free(value: Any) -> Any:
 
 def generated_pages() -> dict[Path, str]:
     return {docs_dir() / "METRICS.md": render_metrics_page(), docs_dir() / "RESULTS.md": render_results_page(),
-            docs_dir() / "ARCHITECTURE.md": render_architecture_page(docs_dir() / "ARCHITECTURE.md")}
+            docs_dir() / "ARCHITECTURE.md": render_architecture_page(docs_dir() / "ARCHITECTURE.md"),
+            docs_dir() / "METHOD.md": render_method_page(docs_dir() / "METHOD.md")}
 
 
 def write_generated_docs(*, check: bool = False) -> list[Path]:
