@@ -259,8 +259,9 @@ def _ranker_sft_probes(root: Path) -> list[str]:
                      "Hit@1 retriever": c["mean_b"], "Hit@1 SFT": c["mean_a"], "diff": c["diff"], "ci_low": c["ci_low"],
                      "ci_high": c["ci_high"], "verdict": verdict_label(c)})
     return ["## Teaching the 135M ranker to read: listwise SFT probes", "",
-            "The relevance-trained Fixed Ranker has copied the retriever's order (the ranker-quality tables below). "
-            "Each probe trains the ranker's warm start alone on gold rankings of the training split, with the settings "
+            "The generative (listwise) ranker's recipes at 135M: none of them ranks above the retriever's order, "
+            "where the LLM judge of the next section does (the laptop's Fixed Ranker; its ranker-quality tables "
+            "below). Each probe trains the ranker's warm start alone on gold rankings of the training split, with the settings "
             "shown, and ranks held-out dev sub-queries greedily beside the retriever's order (Hit@1 of the passage "
             "put first; paired 95% interval of the difference). Generated from `docs/results/_ranker_sft/`; each "
             "record names the command that reproduces it (`benchmarks/ranker_sft.py`, profiles under "
