@@ -255,3 +255,23 @@ def test_the_module_table_lists_every_module_by_its_docstring_and_refuses_one_wi
     (tmp_path / "pkg" / "bare.py").write_text("x = 1\n")
     with pytest.raises(ValueError, match="no module docstring"):
         module_table(tmp_path / "pkg")
+
+
+def test_log_index_links_every_entry_by_githubs_anchor_and_links_into_the_log_resolve():
+    import re
+
+    from cosearch_lib.records.log_page import github_anchor, log_entries
+
+    assert github_anchor("2026-11-28, fifth session (issue 47): a step's rows; `.ci/run` 28:30, then ~27:50") == \
+        "2026-11-28-fifth-session-issue-47-a-steps-rows-cirun-2830-then-2750"
+    seen: dict[str, int] = {}
+    assert [github_anchor("Notes", seen) for _ in range(3)] == ["notes", "notes-1", "notes-2"]
+    log = (ROOT / "docs" / "LOG.md").read_text()
+    entries = log_entries(log)
+    assert len(entries) == sum(line.startswith("## ") for line in log.splitlines()) > 30
+    index = log.split("<!-- end of index -->")[0]
+    assert all(f"](#{anchor})" in index for _, anchor in entries)
+    anchors = {a for _, a in entries}
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    links = [(p.name, a) for p in pages for a in re.findall(r"LOG\.md#([\w-]+)", p.read_text())]
+    assert not [link for link in links if link[1] not in anchors]  # a renamed entry breaks no link

@@ -1,8 +1,8 @@
 """The generated pages of ``docs/``: METRICS.md from the code's glossaries, RESULTS.md from run records.
 
-Neither page is edited by hand. ``cosearch docs`` rewrites both, and the generated tables of two
+Neither page is edited by hand. ``cosearch docs`` rewrites both, and the generated parts of three
 hand-written pages (ARCHITECTURE.md's modules, ``records.architecture_page``; METHOD.md's training
-settings, ``records.settings_page``); ``cosearch docs --check`` (and a test) fails when a committed
+settings, ``records.settings_page``; LOG.md's index, ``records.log_page``); ``cosearch docs --check`` (and a test) fails when a committed
 page differs from what the code, the profiles and the committed records give.
 
 * ``docs/METRICS.md``: one table per glossary dict, each kept next to the code that logs the
@@ -27,6 +27,7 @@ from cosearch_lib.eval.tables import TABLE_GLOSSARY
 from cosearch_lib.paths import project_relative, project_root
 from cosearch_lib.records.architecture_page import render_architecture_page
 from cosearch_lib.records.findings_page import findings_section, verdict_label
+from cosearch_lib.records.log_page import render_log_page
 from cosearch_lib.records.markdown_tables import markdown_table
 from cosearch_lib.records.settings_page import render_method_page
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
@@ -360,7 +361,8 @@ def _machine_free(value: Any) -> Any:
 def generated_pages() -> dict[Path, str]:
     return {docs_dir() / "METRICS.md": render_metrics_page(), docs_dir() / "RESULTS.md": render_results_page(),
             docs_dir() / "ARCHITECTURE.md": render_architecture_page(docs_dir() / "ARCHITECTURE.md"),
-            docs_dir() / "METHOD.md": render_method_page(docs_dir() / "METHOD.md")}
+            docs_dir() / "METHOD.md": render_method_page(docs_dir() / "METHOD.md"),
+            docs_dir() / "LOG.md": render_log_page(docs_dir() / "LOG.md")}
 
 
 def write_generated_docs(*, check: bool = False) -> list[Path]:
