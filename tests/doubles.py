@@ -7,6 +7,7 @@ formats), never from each other.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -18,7 +19,6 @@ import torch
 from cosearch_lib.config import (
     PAPER_RULES,
     GroupingConfig,
-    GRPOConfig,
     LoraSettings,
     ProtocolConfig,
     RolloutConfig,
@@ -28,8 +28,10 @@ from cosearch_lib.config import (
 )
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import QAExample
+from cosearch_lib.models.generation.adapters import adapter_context
 from cosearch_lib.models.generation.contract import Generation, check_prompts
 from cosearch_lib.models.generation.sampling import Finisher, eos_token_ids, text_decoder
+from cosearch_lib.models.generation.teacher_forced import reference_logprobs
 from cosearch_lib.models.lora_policies import PolicySet, lora_model
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
@@ -64,21 +66,31 @@ def answer_turn(answer: str, reason: str = "The passages say so.") -> str:
     return f"<reason>{reason}</reason>\n<answer>{answer}</answer>"
 
 
+def token_logprob(token_id: int) -> float:
+    """The log-prob a :class:`ScriptedBackend` without a model reports for a token: fixed per token
+    id, between -0.5 and -3.5, so that a test can tell the tokens' log-probs apart and none is a
+    constant stand-in."""
+    return -0.5 - 3.0 * ((token_id * 7919) % 101) / 100
+
+
 class ScriptedBackend:
     """Canned responses with the real eos / stop / length rules, for deterministic rollout tests.
 
     ``responses`` is a function ``(prompt_ids, row_key) -> text``, a mapping ``row_key -> text``,
     or an iterable of texts consumed in order across calls (a queue). Each text is tokenised whole,
     followed by eos (``append_eos``, as a model ending its turn), then streamed through the same
-    rules as :class:`TransformersBackend`; every token gets ``logprob``. Calls are recorded in
-    ``calls`` as ``(prompts, sampling, adapter, row_keys)``.
+    rules as :class:`TransformersBackend`. Each kept token's log-prob is, with ``model``, the
+    model's own teacher-forced one under the call's adapter at the sampling temperature (what an
+    engine sampling from the trained model reports, so that a trainer may take them as its old
+    log-probs); without, :func:`token_logprob`. Calls are recorded in ``calls`` as
+    ``(prompts, sampling, adapter, row_keys)``.
     """
 
     def __init__(self, tokenizer: Any,
                  responses: Callable[[list[int], object], str] | Mapping[object, str] | Iterable[str],
-                 *, logprob: float = -1.0, append_eos: bool = True) -> None:
+                 *, model: Any = None, append_eos: bool = True) -> None:
         self.tokenizer = tokenizer
-        self.logprob = logprob
+        self.model = model
         self.append_eos = append_eos
         self.eos_ids = eos_token_ids(tokenizer)
         self.decode = text_decoder(tokenizer)
@@ -123,11 +135,25 @@ class ScriptedBackend:
             lps: list[float] = []
             reason = None
             for t in stream:
-                reason = finisher.push(ids, lps, int(t), self.logprob)
+                reason = finisher.push(ids, lps, int(t), token_logprob(int(t)))
                 if reason is not None:
                     break
             results.append(finisher.finish(ids, lps, reason or "length"))
+        if self.model is not None:
+            self._model_logprobs(prompts, results, sampling.temperature, adapter)
         return results
+
+    def _model_logprobs(self, prompts: list[list[int]], results: list[Generation], temperature: float,
+                        adapter: str | None) -> None:
+        """Each generation's log-probs replaced by the model's teacher-forced ones (under ``adapter``)."""
+        rows = [i for i, g in enumerate(results) if g.token_ids]
+        if not rows:
+            return
+        with adapter_context(self.model, adapter):
+            lps = reference_logprobs(self.model, [[*prompts[i], *results[i].token_ids] for i in rows],
+                                     [len(prompts[i]) for i in rows], temperature=temperature)
+        for i, row in zip(rows, lps):
+            results[i] = dataclasses.replace(results[i], logprobs=list(row))
 
 
 CORPUS = [Passage(str(i), f'"Doc {i}"\n{text}') for i, text in enumerate([
@@ -185,10 +211,6 @@ def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, va
     """The scripted joint trainer; ``rules`` (a config.RuleSet; None: the paper's) reaches every stage by
     construction, as a profile's ``rules:`` does. ``dp``: this rank of a data-parallel job (None: one process)."""
     rules = PAPER_RULES if rules is None else rules
-    # The scripted backend's log-probs (-1.0 per token) are not the tiny model's (~-10.8): the old
-    # log-probs of the ratio come from the model being trained, as they do behind any engine that
-    # is not the trainer's own (GRPOConfig.old_logprobs); a test of the backend's own path passes grpo=.
-    kw.setdefault("grpo", GRPOConfig(old_logprobs="recompute"))
     cfg = TrainConfig(method=method, steps=steps, questions_per_step=questions_per_step, group_size=4, agent_lr=1e-2, ranker_lr=1e-2,
                       micro_batch=1, eval_every=eval_every, shared_backbone=shared,
                       grouping=GroupingConfig(k_min=2, rules=rules), rules=rules, **kw)
@@ -198,7 +220,8 @@ def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, va
     rollout = RolloutConfig(search=SearchBudget(max_searches=2, topn=6, topk=3), temperature=1.0, agent_max_new_tokens=64,
                             rules=rules)
     inputs = TrainerInputs(policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
-                           val_questions=val_questions, backend=ScriptedBackend(tok, script), cross_encoder=cross_encoder)
+                           val_questions=val_questions, backend=ScriptedBackend(tok, script, model=peft),
+                           cross_encoder=cross_encoder)
     return JointTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False, **({"dp": dp} if dp is not None else {}))
 
 

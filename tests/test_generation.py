@@ -20,7 +20,7 @@ from cosearch_lib.models.generation.transformers_backend import TransformersBack
 from cosearch_lib.models.generation.vllm_backend import VLLMBackend
 from cosearch_lib.seeding import derive_seed
 
-from tests.doubles import ScriptedBackend, peaked_model
+from tests.doubles import ScriptedBackend, peaked_model, token_logprob
 
 TEXTS = ["Hello there, friend.", "a", "The quick brown fox jumps over the lazy dog", "Search: who?"]
 
@@ -275,7 +275,7 @@ def test_scripted_backend_honours_stop_eos_length_and_records_calls(tok):
     a, b, c = gens
     assert a.finish_reason == "stop" and a.text == "<reason>x</reason><search>paris</search>"
     assert b.finish_reason == "eos" and b.token_ids[-1] == tok.eos_token_id and b.text == "short answer"
-    assert a.logprobs == [-1.0] * len(a.token_ids)
+    assert a.logprobs == [token_logprob(t) for t in a.token_ids] and len(set(a.logprobs)) > 1
     queue = ScriptedBackend(tok, ["first", "second"], append_eos=False)
     assert [g.text for g in queue.generate([[1], [1]], SamplingConfig())] == ["first", "second"]
     with pytest.raises(RuntimeError, match="ran out"):

@@ -13,7 +13,7 @@ from cosearch_lib.config import ProtocolConfig, RolloutConfig, SearchBudget
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import QAExample
 
-from tests.doubles import FixedRetriever, ScriptedBackend, answer_turn, search_turn
+from tests.doubles import FixedRetriever, ScriptedBackend, answer_turn, search_turn, token_logprob
 
 CORPUS = [Passage(str(i), f'"Doc {i}"\n{text}') for i, text in enumerate([
     "Drask is a river town.", "The mill was built in 1843.", "Orvane Tellis was born in Kessmere.",
@@ -79,7 +79,7 @@ def test_masks_logprobs_and_template_equality(tok, chat):
     generated = [tok.encode(search_turn("tellis birthplace"), add_special_tokens=False),
                  tok.encode(answer_turn("Kessmere"), add_special_tokens=False)]
     assert [i for i, m in zip(t.token_ids, t.loss_mask) if m] == generated[0] + generated[1]
-    assert all(lp == -1.0 for lp, m in zip(t.old_logprobs, t.loss_mask) if m)
+    assert [lp for lp, m in zip(t.old_logprobs, t.loss_mask) if m] == [token_logprob(i) for i in generated[0] + generated[1]]
     assert all(lp == 0.0 for lp, m in zip(t.old_logprobs, t.loss_mask) if not m)
     # prompt and observation are masked out; the observation holds the K shown passages
     assert sum(t.loss_mask[: t.prompt_len]) == 0

@@ -394,8 +394,8 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     assert rec["hit@K"] == pytest.approx(0.5) and rec["agent_format_ok"] == 1.0
     assert rec["agent_n_forwarded"] == 8 and rec["ranker_n_forwarded"] > 0
     assert rec["agent_pad_frac"] == 0.0 and rec["ranker_pad_frac"] == 0.0  # micro_batch 1: nothing to pad
-    # the scripted rollout's log-probs are all -1, not the model's: the drift is large, and measured
-    assert rec["agent_logp_drift_mean"] > 0.1 and rec["ranker_logp_drift_mean"] > 0.1
+    # the scripted rollout reports the model's own log-probs: the drift is measured, and ~0
+    assert 0 <= rec["agent_logp_drift_mean"] < 1e-4 and 0 <= rec["ranker_logp_drift_mean"] < 1e-4
     assert rec["grouping_n_groups_post"] >= 1 and not math.isnan(rec["ranker_reward_post"])
     assert t.calls_frame()["group"].ge(0).any()
     from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
@@ -579,12 +579,16 @@ def test_old_logprobs_setting_resolves_per_backend_and_refuses_bad_values():
 
 
 def test_the_doubles_first_update_compares_the_model_with_itself(tok, tmp_path):
-    """Issue 36, suspected bug 2: the scripted backend reports a log-prob of -1.0 for every token,
+    """Issue 36, suspected bug 2: the scripted backend reported a log-prob of -1.0 for every token,
     the tiny model gives them ~-10.8, and the doubles trainer took the backend's as the old ones: a
     ratio of ~e^-10 before any update, where the clipped surrogate gives negative-advantage tokens no
-    gradient. The doubles' old log-probs must come from the model they train."""
+    gradient. The doubles' old log-probs must be those of the model they train: the scripted backend
+    now reports the model's teacher-forced log-probs (issue 49), and the trainer takes them as they
+    come (``old_logprobs: auto``, the CPU profiles' path: the backend is the trainer's own model)."""
     t = trainer(tok, tiny_model(tok), tmp_path, steps=1)
+    assert not t.recompute_old  # the old log-probs are the backend's: the model's own
     record = t.train_step()
     for role in ("agent", "ranker"):
+        assert record[f"{role}_logp_drift_mean"] < 1e-4  # the backend's log-probs are the trainer's, up to float sums
         assert abs(record[f"{role}_ratio_mean"] - 1.0) < 1e-3, (role, record[f"{role}_ratio_mean"])
         assert record[f"{role}_clip_frac"] == 0.0
