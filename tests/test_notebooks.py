@@ -150,7 +150,7 @@ def _check_notebook_03_on_ci(runs: Path, figs: Path, evaluated: bool = True, n_s
     for adapter in ("agent", "ranker"):
         assert lora_b_max_abs(warm / adapter) > 0, adapter
         assert adapter_change(warm / adapter, ckpts[0] / "adapters" / adapter)["changed"] > 0, adapter
-    for name in ("warmstart_loss", "training_curves", "ranker_dynamics_cosearch", "validation_curves"):
+    for name in ("warmstart_loss", "training_curves", "grpo_signal", "ranker_dynamics_cosearch", "validation_curves"):
         assert (figs / f"{name}.png").stat().st_size > 10_000
     metrics = json.loads((runs / "03_joint_grpo_training.metrics.json").read_text())
     assert metrics["steps"] == n_steps and set(metrics["warmstart"]) == {"agent", "ranker"}

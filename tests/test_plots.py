@@ -208,3 +208,24 @@ def test_ablations_topk_and_recall_with_one_point_at_zero_and_no_interval():
     fig = plot_recall_at_k(curve, topk=3, topn=10)
     assert has_data(fig) and not no_data_texts(fig.axes[0])
     assert legend_labels(fig) == ["syn_nq (single)"]  # the all-NaN family has no line, so no legend entry
+
+
+def test_grpo_signal_draws_mean_and_best_of_g_and_a_rolling_mean_once_a_run_is_long():
+    from cosearch_lib.viz.plots import plot_grpo_signal
+
+    rng = np.random.default_rng(0)
+    long = pd.DataFrame([{"method": "search_r1", "step": s, "agent_f1": rng.random() / 2, "agent_best_of_g_f1": 0.5 + rng.random() / 2,
+                          "agent_groups_without_signal": rng.random(), "agent_entropy": 0.1 * rng.random()} for s in range(25)])
+    short = pd.DataFrame([{"method": "cosearch", "step": s, "agent_f1": 0.1, "agent_best_of_g_f1": 0.3} for s in range(3)])
+    fig = plot_grpo_signal(pd.concat([pd.DataFrame([{"method": "search_r1", "step": -1, "val_f1": 0.1}]), long, short]))
+    f1_ax, share_ax, entropy_ax = fig.axes
+    labels = [line.get_label() for line in f1_ax.get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["search_r1: mean of G (10-step mean)", "search_r1: best of G (10-step mean)",
+                      "cosearch: mean of G", "cosearch: best of G"]
+    rolled = next(line for line in f1_ax.get_lines() if line.get_label() == "search_r1: best of G (10-step mean)")
+    y = np.asarray(rolled.get_ydata(), dtype=float)
+    assert np.isnan(y[:9]).all() and y[9] == pytest.approx(long["agent_best_of_g_f1"][:10].mean())
+    assert list(np.asarray(rolled.get_xdata())[:2]) == [1, 2]  # steps completed; the step -1 row is left out
+    assert [line.get_label() for line in share_ax.get_lines() if not line.get_label().startswith("_")] == \
+        ["search_r1 (10-step mean)"]  # cosearch logged no share: nothing drawn for it
+    assert entropy_ax.get_ylim()[1] < 0.2  # the entropy keeps its own scale
