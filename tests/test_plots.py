@@ -211,7 +211,7 @@ def test_ablations_topk_and_recall_with_one_point_at_zero_and_no_interval():
 
 
 def test_grpo_signal_draws_mean_and_best_of_g_and_a_rolling_mean_once_a_run_is_long():
-    from cosearch_lib.viz.plots import plot_grpo_signal
+    from cosearch_lib.viz.grpo_signal import plot_grpo_signal
 
     rng = np.random.default_rng(0)
     long = pd.DataFrame([{"method": "search_r1", "step": s, "agent_f1": rng.random() / 2, "agent_best_of_g_f1": 0.5 + rng.random() / 2,
