@@ -31,8 +31,8 @@ from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.models.generation.adapters import adapter_context
 from cosearch_lib.models.generation.contract import Generation, check_prompts
 from cosearch_lib.models.generation.sampling import Finisher, eos_token_ids, text_decoder
-from cosearch_lib.models.generation.teacher_forced import reference_logprobs
 from cosearch_lib.models.lora_policies import PolicySet, lora_model
+from cosearch_lib.rl.policy_sequences import policy_token_logprobs
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
 
@@ -145,15 +145,19 @@ class ScriptedBackend:
 
     def _model_logprobs(self, prompts: list[list[int]], results: list[Generation], temperature: float,
                         adapter: str | None) -> None:
-        """Each generation's log-probs replaced by the model's teacher-forced ones (under ``adapter``)."""
-        rows = [i for i, g in enumerate(results) if g.token_ids]
-        if not rows:
-            return
-        with adapter_context(self.model, adapter):
-            lps = reference_logprobs(self.model, [[*prompts[i], *results[i].token_ids] for i in rows],
-                                     [len(prompts[i]) for i in rows], temperature=temperature)
-        for i, row in zip(rows, lps):
-            results[i] = dataclasses.replace(results[i], logprobs=list(row))
+        """Each generation's log-probs replaced by the model's teacher-forced ones under ``adapter``,
+        at the sampling temperature (greedy: 1, as the contract says), computed as the trainer
+        computes them (``rl.policy_sequences.policy_token_logprobs``, the LM head on the generated
+        positions only)."""
+        with torch.no_grad(), adapter_context(self.model, adapter):
+            for i, gen in enumerate(results):
+                if not gen.token_ids:
+                    continue
+                ids = torch.tensor([[*prompts[i], *gen.token_ids]])  # (1, L)
+                mask = torch.zeros((1, ids.shape[1] - 1))  # (1, L-1): the predictions of the generated ids
+                mask[0, len(prompts[i]) - 1:] = 1
+                lp = policy_token_logprobs(self.model, ids, torch.ones_like(ids), temperature=temperature or 1.0, mask=mask)
+                results[i] = dataclasses.replace(gen, logprobs=lp[0, len(prompts[i]) - 1:].tolist())
 
 
 CORPUS = [Passage(str(i), f'"Doc {i}"\n{text}') for i, text in enumerate([
