@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from cosearch_lib.eval.benchmark_families import order_key
@@ -44,3 +45,15 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(markdown_cell(r.get(c)) for c in cols) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def regenerate_block(page: Path, begin: str, end: str, render: Callable[[str], str]) -> str:
+    """``page``'s text with the part between its ``begin`` and ``end`` markers replaced by
+    ``render(text outside the markers)``: the generated block of a page otherwise written by hand
+    (``cosearch docs`` writes the result, ``--check`` compares it). ValueError when a marker is missing."""
+    text = page.read_text()
+    if begin not in text or end not in text:
+        raise ValueError(f"{page} lacks the markers of its generated block ({begin!r} ... {end!r})")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n\n{render(head + tail)}\n{end}{tail}"
