@@ -6,11 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from cosearch_lib.viz.plots import method_palette, no_data, whole_steps
-
-
-def _has_numbers(values: pd.Series) -> bool:
-    return bool(pd.to_numeric(values, errors="coerce").notna().any())
+from cosearch_lib.viz.plots import has_numbers, method_palette, no_data, whole_steps
 
 #: Steps a rolling mean spans in :func:`plot_grpo_signal` (a step holds a few questions: one step's
 #: value is noisy), drawn once a method has at least twice as many steps.
@@ -34,7 +30,7 @@ def plot_grpo_signal(steps: pd.DataFrame, *, window: int = SIGNAL_WINDOW, title:
     for ax, lines, label in zip(axes[0], panels, titles):
         ax.set(xlabel="training steps completed", title=label)
         ax.grid(alpha=0.3)
-        if not any(c in trained and _has_numbers(trained[c]) for c, _, _ in lines):
+        if not any(c in trained and has_numbers(trained[c]) for c, _, _ in lines):
             no_data(ax, "no step records" if trained.empty else "not logged in these step records")
             continue
         for method in methods:

@@ -64,7 +64,8 @@ def has_data(fig) -> bool:
     return fig is not None and any(ax.has_data() for ax in fig.axes)
 
 
-def _drawn(values: pd.Series) -> bool:
+def has_numbers(values: pd.Series) -> bool:
+    """Whether ``values`` hold any number (a panel with none says so instead of drawing an empty axis)."""
     return bool(pd.to_numeric(values, errors="coerce").notna().any())
 
 
@@ -227,7 +228,7 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
     for ax, (column, label) in zip(axes[0], panels):
         ax.set(xlabel="training steps completed", title=label)
         ax.grid(alpha=0.3)
-        if steps.empty or column not in steps or not _drawn(steps[column]):
+        if steps.empty or column not in steps or not has_numbers(steps[column]):
             no_data(ax, "no step records" if steps.empty else "not logged in these step records")
             continue
         for method in methods:
@@ -272,7 +273,7 @@ def plot_fig2(val_f1: pd.DataFrame, steps: pd.DataFrame, *, title: str = ""):
                         marker="o", ms=4, lw=1.6, capsize=3, color=palette[method], label=method)
     for ax, (column, label) in zip(axes[0][1:], FIG2_STEP_PANELS):
         ax.set(xlabel="training steps completed", title=label)
-        if steps.empty or column not in steps or not _drawn(steps[column]):
+        if steps.empty or column not in steps or not has_numbers(steps[column]):
             no_data(ax, "no step records" if steps.empty else "not logged in these step records")
             continue
         for method in methods:
@@ -320,7 +321,7 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
     for ax, (label, curve) in zip(axes[0], curves.items()):
         ax.set(xlabel="training steps completed", title=label)
         ax.grid(alpha=0.3)
-        if curve.empty or not _drawn(curve["estimate"]):
+        if curve.empty or not has_numbers(curve["estimate"]):
             no_data(ax, "no validation records")
             continue
         xs += list(curve["x"])
@@ -374,7 +375,7 @@ def plot_ranker_dynamics(steps: pd.DataFrame, *, title: str = ""):
         # coincide, and both stay visible
         series = [(col, style) for col, style in ((post, ("-", "s", "#fc8d62", "post-filter", 4, None, 2)),
                                                    (pre, ("--", "o", "#5b6fb0", "pre-filter", 7, "none", 3)))
-                  if col in steps and _drawn(steps[col])]
+                  if col in steps and has_numbers(steps[col])]
         if not series:
             no_data(ax, "no step records" if steps.empty else "no ranker calls were rewarded")
             continue
@@ -402,7 +403,7 @@ def plot_warmstart_losses(losses: pd.DataFrame, *, title: str = ""):
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     ax.set(xlabel="optimizer step", ylabel="cross-entropy on the policy's tokens", title=title or "Warm start (SFT)")
     ax.grid(alpha=0.3)
-    if losses.empty or not _drawn(losses["loss"]):
+    if losses.empty or not has_numbers(losses["loss"]):
         no_data(ax, "no warm-start losses (warm start off, or no log)")
         fig.tight_layout()
         return fig
