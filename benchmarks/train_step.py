@@ -48,6 +48,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a plain checkout too
 
 from cosearch_lib.atomic_io import write_json, write_table
-from cosearch_lib.config import load_profile
+from cosearch_lib.config import UpdateSettings, load_profile
 from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
 from cosearch_lib.models.generation.teacher_forced import reference_logprobs
 from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
@@ -127,13 +128,13 @@ def run_update_options(profile: str, seed: int, n: int, lengths: tuple[int, int]
     cuda = torch.cuda.is_available()
 
     def update(grouped: bool, checkpointing: bool) -> dict:
-        return grpo_update(policies, "agent", jobs, cfg.training.grpo, micro_batch=micro_batch, pad_id=pad_id,
-                           max_grad_norm=cfg.training.max_grad_norm, length_grouped=grouped,
-                           gradient_checkpointing=checkpointing)
+        settings = replace(cfg.training.update_settings(recompute_old=False), micro_batch=micro_batch, minibatches=1,
+                           length_grouped=grouped, gradient_checkpointing=checkpointing)
+        return grpo_update(policies, "agent", jobs, settings, pad_id=pad_id)
 
     shortest = sorted(range(n), key=lambda i: len(seqs[i].ids))[:2]  # warm-up: first-call allocations, not timed
     grpo_update(policies, "agent", [UpdateJob("agent", [seqs[i] for i in shortest], [1.0, -1.0], 1.0)],
-                cfg.training.grpo, micro_batch=2, max_grad_norm=1.0, pad_id=pad_id)
+                UpdateSettings(cfg.training.grpo, micro_batch=2), pad_id=pad_id)
     rows = []
     for setting, grouped, checkpointing in UPDATE_SETTINGS:
         if cuda:

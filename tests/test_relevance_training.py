@@ -13,7 +13,15 @@ import pytest
 import torch
 
 from cosearch_lib import experiment
-from cosearch_lib.config import ConfigError, ProtocolConfig, RelevanceConfig, RolloutConfig, SearchBudget, load_profile
+from cosearch_lib.config import (
+    ConfigError,
+    ProtocolConfig,
+    RelevanceConfig,
+    RolloutConfig,
+    SearchBudget,
+    TrainConfig,
+    load_profile,
+)
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.experiment import cached_starts
 from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
@@ -78,7 +86,7 @@ class DiskAdapterBackend(ScriptedBackend):
         self.registered.append(name)
 
 
-def relevance_trainer(tok, out_dir, *, steps=2, backend_class=ScriptedBackend, **kw):
+def relevance_trainer(tok, out_dir, *, steps=2, backend_class=ScriptedBackend, training=None, **kw):
     cfg = RelevanceConfig(enabled=True, steps=steps, prompts_per_step=2, group_size=4, lr=1e-2, eval_every=1,
                           checkpoint_every=1, micro_batch=2, **kw)
     model = lora_model(tiny_model(tok), {"ranker": None}, LORA)
@@ -87,7 +95,7 @@ def relevance_trainer(tok, out_dir, *, steps=2, backend_class=ScriptedBackend, *
     search = SearchBudget(topn=6, topk=2)
     inputs = RelevanceInputs(policies, tok, FixedRetriever(CORPUS), prompts, gold_sub_queries(VAL),
                              RolloutConfig(search=search, ranker_max_new_tokens=32), ProtocolConfig(search=search),
-                             backend=scripted(tok, prompts, backend_class))
+                             backend=scripted(tok, prompts, backend_class), training=training or TrainConfig())
     return RelevanceTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False)
 
 
@@ -120,6 +128,27 @@ def test_a_step_scores_each_sample_groups_by_prompt_and_moves_only_the_ranker(to
     assert all(torch.equal(v, now[n]) for n, v in base.items())
     for key in rec:  # every column is documented
         assert key in RELEVANCE_STEP_GLOSSARY or (key.startswith("ranker_") and "ranker_<stat>" in RELEVANCE_STEP_GLOSSARY)
+
+
+def test_the_relevance_update_runs_with_the_profiles_training_knobs_and_its_own_loss(tok, tmp_path, monkeypatch):
+    """One set of update settings for both trainers: the relevance update takes its loss and
+    micro-batch from ``relevance`` and clipping, length grouping, shared prefix and gradient
+    checkpointing from ``training`` (it used to run with grpo_update's defaults whatever the profile)."""
+    from cosearch_lib.rl import relevance_training
+
+    seen = []
+    real = relevance_training.grpo_update
+    monkeypatch.setattr(relevance_training, "grpo_update",
+                        lambda policies, adapter, jobs, settings, **kw: seen.append(settings) or real(policies, adapter, jobs,
+                                                                                                      settings, **kw))
+    training = TrainConfig(max_grad_norm=0.5, length_grouped_micro_batches=False, gradient_checkpointing=True,
+                           shared_prefix_update=False, minibatches=3, micro_batch=7)
+    t = relevance_trainer(tok, tmp_path, steps=1, training=training)
+    t.train_step()
+    (settings,) = seen
+    assert (settings.max_grad_norm, settings.length_grouped, settings.gradient_checkpointing, settings.shared_prefix) == \
+        (0.5, False, True, False)
+    assert (settings.micro_batch, settings.minibatches, settings.grpo) == (2, 1, t.cfg.grpo)
 
 
 def test_an_unpenalised_invalid_output_scores_its_retriever_fallback(tok, tmp_path):

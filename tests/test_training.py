@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import cosearch_lib.rl.trainer as trainer_mod
-from cosearch_lib.config import GRPOConfig, TrainConfig
+from cosearch_lib.config import GRPOConfig, TrainConfig, UpdateSettings
 from cosearch_lib.models.generation.teacher_forced import reference_logprobs
 from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
 from cosearch_lib.rl.policy_sequences import PolicySequence, policy_token_logprobs, shared_prefix_length
@@ -172,8 +172,8 @@ def test_a_shared_prefix_run_once_gives_the_same_log_probs_and_gradient(tok, gro
         for shared in (False, True):
             policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
             stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, [1.0, -0.5, 2.0, -1.5], 1.0)],
-                                GRPOConfig(kl_coef=0.05), micro_batch=micro, max_grad_norm=0.0, pad_id=0,
-                                shared_prefix=shared)
+                                UpdateSettings(GRPOConfig(kl_coef=0.05), micro_batch=micro, max_grad_norm=0.0,
+                                               shared_prefix=shared), pad_id=0)
             norms.append(stats["grad_norm"])
         assert norms[0] > 0 and math.isclose(norms[0], norms[1], rel_tol=1e-4)
 
@@ -203,7 +203,7 @@ def test_prompt_groups_run_each_prompt_once_per_micro_batch_with_the_same_gradie
         prefix_lengths.clear()
         policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": 0.0})
         stats = grpo_update(policies, "ranker", [UpdateJob("ranker", seqs, advantages, 1.0, prompt_groups=groups)],
-                            GRPOConfig(kl_coef=0.0), micro_batch=2, max_grad_norm=0.0, pad_id=0)
+                            UpdateSettings(GRPOConfig(kl_coef=0.0), micro_batch=2, max_grad_norm=0.0), pad_id=0)
         norms[groups is None] = stats["grad_norm"]
         assert stats["ranker_n_forwarded"] == 5  # the zero-advantage sample is not forwarded
     assert norms[True] > 0 and math.isclose(norms[True], norms[False], rel_tol=1e-4)
@@ -237,8 +237,8 @@ def test_micro_batches_give_the_gradient_of_one_big_batch(tok, aggregation):
             torch.nn.init.normal_(p, std=0.05)
         policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
         stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, 1.0)],
-                            GRPOConfig(aggregation=aggregation, kl_coef=0.0), micro_batch=micro,
-                            max_grad_norm=0.0, pad_id=0)
+                            UpdateSettings(GRPOConfig(aggregation=aggregation, kl_coef=0.0), micro_batch=micro,
+                                           max_grad_norm=0.0), pad_id=0)
         grads[micro] = stats["grad_norm"]
         assert stats["agent_n_forwarded"] == 4  # the zero-advantage sequence is never forwarded
     assert grads[5] > 0 and math.isclose(grads[2], grads[5], rel_tol=1e-5) and math.isclose(grads[1], grads[5], rel_tol=1e-5)
@@ -249,7 +249,7 @@ def test_update_changes_only_the_trained_adapter(tok):
     policies = PolicySet(model, {"agent": "agent", "ranker": "ranker"}, ["agent"], {"agent": 1e-2})
     base, agent, ranker = snapshot(model), snapshot(model, "agent"), snapshot(model, "ranker")
     stats = grpo_update(policies, "agent", [UpdateJob("agent", _sequences(tok), [1.0, -1.0, 0.5, -0.5, 0.0], 1.0)],
-                        GRPOConfig(), micro_batch=2, max_grad_norm=1.0, pad_id=0)
+                        UpdateSettings(GRPOConfig(), micro_batch=2, max_grad_norm=1.0), pad_id=0)
     assert changed(agent, model) and not changed(ranker, model) and not changed(base, model)
     assert stats["agent_kl"] == pytest.approx(0.0, abs=1e-6)  # fresh LoRA (B = 0) equals the reference
     assert "ranker" not in policies.optimizers
@@ -278,7 +278,7 @@ def _recorded_update(tok, seqs, advs, *, kl_coef=0.0, temperature=1.0, **kw):
     policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
     recorder = policies.optimizers["agent"] = GradientRecorder(policies.params["agent"])
     stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, temperature)],
-                        GRPOConfig(kl_coef=kl_coef), max_grad_norm=0.0, pad_id=0, **kw)
+                        UpdateSettings(GRPOConfig(kl_coef=kl_coef), max_grad_norm=0.0, **kw), pad_id=0)
     (grads,) = recorder.steps
     return stats, grads, model
 
@@ -345,8 +345,9 @@ def test_gradient_checkpointing_gives_the_same_gradients_and_is_switched_off_aft
     for m, want in ((plain_model, 2 * n_micro), (model, 3 * n_micro)):
         calls = _decoder_forward_counter(m)
         policies = PolicySet(m, {"agent": "agent"}, ["agent"], {"agent": 0.0})
-        grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, 1.0)], GRPOConfig(kl_coef=0.1), micro_batch=2,
-                    max_grad_norm=0.0, pad_id=0, gradient_checkpointing=m is model)
+        grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, 1.0)],
+                    UpdateSettings(GRPOConfig(kl_coef=0.1), micro_batch=2, max_grad_norm=0.0,
+                                   gradient_checkpointing=m is model), pad_id=0)
         assert calls[0] == want
 
 
@@ -411,9 +412,9 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
 def test_trainer_hands_the_update_options_to_grpo_update(tok, tmp_path, monkeypatch):
     seen = []
 
-    def recording_update(*args, **kw):
-        seen.append((kw["length_grouped"], kw["gradient_checkpointing"], kw["micro_batch"]))
-        return grpo_update(*args, **kw)
+    def recording_update(policies, adapter, jobs, settings, **kw):
+        seen.append((settings.length_grouped, settings.gradient_checkpointing, settings.micro_batch))
+        return grpo_update(policies, adapter, jobs, settings, **kw)
 
     monkeypatch.setattr(trainer_mod, "grpo_update", recording_update)
     t = trainer(tok, tiny_model(tok), tmp_path, method="search_r1", length_grouped_micro_batches=False,
@@ -553,16 +554,18 @@ def test_recompute_and_tis_across_minibatches_take_the_pre_update_logprobs(tok):
         torch.nn.init.normal_(p, std=0.05)
     policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
     policies.optimizers["agent"] = GradientRecorder(policies.params["agent"])
-    stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, 1.0)], GRPOConfig(kl_coef=0.0, tis_cap=1.0),
-                        micro_batch=2, max_grad_norm=0.0, pad_id=0, minibatches=2, recompute_old=True)
+    stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, 1.0)],
+                        UpdateSettings(GRPOConfig(kl_coef=0.0, tis_cap=1.0), micro_batch=2, max_grad_norm=0.0,
+                                       minibatches=2, recompute_old=True), pad_id=0)
     assert len(policies.optimizers["agent"].steps) == 2
     assert stats["agent_ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # pre-update = current weights here
     assert stats["agent_ratio_outside_clip"] == 0.0
     # TIS: min(pi_trainer / pi_rollout, 1) over every token of both minibatches, below 1 where the engine was likelier
     assert 0.5 < stats["agent_tis_weight_mean"] < 1.0
     untruncated = grpo_update(PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0}), "agent",
-                              [UpdateJob("agent", seqs, advs, 1.0)], GRPOConfig(kl_coef=0.0, tis_cap=1e6),
-                              micro_batch=2, max_grad_norm=0.0, pad_id=0, recompute_old=True)
+                              [UpdateJob("agent", seqs, advs, 1.0)],
+                              UpdateSettings(GRPOConfig(kl_coef=0.0, tis_cap=1e6), micro_batch=2, max_grad_norm=0.0,
+                                             recompute_old=True), pad_id=0)
     assert untruncated["agent_tis_weight_mean"] > stats["agent_tis_weight_mean"]
 
 
@@ -586,7 +589,7 @@ def test_the_doubles_first_update_compares_the_model_with_itself(tok, tmp_path):
     now reports the model's teacher-forced log-probs (issue 49), and the trainer takes them as they
     come (``old_logprobs: auto``, the CPU profiles' path: the backend is the trainer's own model)."""
     t = trainer(tok, tiny_model(tok), tmp_path, steps=1)
-    assert not t.recompute_old  # the old log-probs are the backend's: the model's own
+    assert not t.update_settings.recompute_old  # the old log-probs are the backend's: the model's own
     record = t.train_step()
     for role in ("agent", "ranker"):
         assert record[f"{role}_logp_drift_mean"] < 1e-4  # the backend's log-probs are the trainer's, up to float sums

@@ -80,6 +80,7 @@ from cosearch_lib.config.training import (
     LLMJudgeConfig,
     RelevanceConfig,
     TrainConfig,
+    UpdateSettings,
     WarmStartConfig,
     check_kinds,
 )
@@ -91,7 +92,7 @@ __all__ = [
     "TRAIN_BACKENDS", "AgentRewardConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",
     "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LLMJudgeConfig", "LoraSettings", "ModelsConfig",
     "ProfileConfig", "ProtocolConfig", "RankerRewardConfig", "RelevanceConfig", "RetrievalConfig", "RolloutConfig", "RuleSet",
-    "SamplingConfig", "SearchBudget", "ServerConfig", "ScopeConfig", "SlurmConfig", "TrainConfig", "WarmStartConfig",
+    "SamplingConfig", "SearchBudget", "ServerConfig", "ScopeConfig", "SlurmConfig", "TrainConfig", "UpdateSettings", "WarmStartConfig",
     "WorldConfig", "available_profiles", "check_bool", "check_choice", "check_int", "check_kinds", "check_number",
     "check_same_rules", "check_str", "from_dict", "invalid", "load_profile", "method_rows", "method_spec", "papermill_parameters",
     "profile_data", "profile_path", "read_yaml_mapping", "rule_set",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, dataclass, field, replace
 
 from cosearch_lib.config.checks import LOCATION_ONLY, SHARED, SPEED_ONLY, ConfigError, Fields, invalid
 from cosearch_lib.config.grpo import MICRO_BATCHED_AGGREGATIONS, AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
@@ -72,6 +72,23 @@ def check_kinds(kinds: Sequence[str] | str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(kinds))
 
 
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How one GRPO update of an adapter runs (``rl.policy_update.grpo_update``): the loss, and the
+    knobs that change memory and speed but not the maths (the length grouping, the shared prefix and
+    checkpointing give the same gradient). Built by :meth:`TrainConfig.update_settings` and
+    :meth:`RelevanceConfig.update_settings`, so both trainers read one set of fields."""
+
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)  # clip range, KL weight, aggregation
+    micro_batch: int = 4  # sequences per forward/backward pass
+    max_grad_norm: float = 1.0  # gradient clipping (0 = off)
+    minibatches: int = 1  # optimizer steps per update, each on a slice of the sequences
+    length_grouped: bool = True  # micro-batches of sequences of similar length
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass
+    shared_prefix: bool = True  # run the prompt prefix the sequences share once per optimizer step
+    recompute_old: bool = False  # the ratio's old log-probs from the trainer, not the rollout engine
+
+
 #: The configs of a run that read the rule set (built with the run's, or checked against it).
 _RULED = {"agent_reward": AgentRewardConfig, "ranker_reward": RankerRewardConfig, "grouping": GroupingConfig}
 
@@ -113,6 +130,13 @@ class TrainConfig:
     log_to: tuple[str, ...] = ()  # live logging of the step records: "tensorboard" and/or "wandb" (rl/tracking.py)
     wandb_project: str = "cosearch"  # W&B project of the runs (with "wandb" in log_to)
     rules: InitVar[RuleSet | str] = field(default="paper", metadata=SHARED)  # the rule set of the nested reward and grouping configs: the profile's ``rules``
+
+    def update_settings(self, *, recompute_old: bool) -> UpdateSettings:
+        """This run's :class:`UpdateSettings` (``recompute_old``: the trainer's choice of old log-probs)."""
+        return UpdateSettings(grpo=self.grpo, micro_batch=self.micro_batch, max_grad_norm=self.max_grad_norm,
+                              minibatches=self.minibatches, length_grouped=self.length_grouped_micro_batches,
+                              gradient_checkpointing=self.gradient_checkpointing,
+                              shared_prefix=self.shared_prefix_update, recompute_old=recompute_old)
 
     def __post_init__(self, rules: RuleSet | str) -> None:
         method_spec(self.method)  # a ConfigError listing the methods
@@ -272,6 +296,13 @@ class RelevanceConfig:
     checkpoint_every: int = 5  # steps between checkpoints (0: after the last only); an interrupted run resumes
     grpo: GRPOConfig = field(default_factory=lambda: GRPOConfig(kl_coef=0.0))  # the loss (clip range, aggregation); no KL: the warm start is no reference worth staying near
     cosearch_start: str = "warmstart"  # CoSearch's ranker starts from "warmstart" (as the release starts from the instruct model) or "relevance" (the Fixed Ranker)
+
+    def update_settings(self, training: TrainConfig, *, recompute_old: bool) -> UpdateSettings:
+        """The relevance update's :class:`UpdateSettings`: its own loss and micro-batch, one optimizer
+        step per training step, and the profile's ``training`` memory and speed knobs (clipping,
+        length grouping, shared prefix, gradient checkpointing), as the joint update runs them."""
+        return replace(training.update_settings(recompute_old=recompute_old), grpo=self.grpo,
+                       micro_batch=self.micro_batch, minibatches=1)
 
     def __post_init__(self) -> None:
         check = Fields("relevance", self)

@@ -181,7 +181,7 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
     prompts = [] if prepared is not None else gold_sub_queries(load_qa(qa[rc.split]))
     inputs = RelevanceInputs(policies, tokenizer, retriever, prompts, relevance_held_out(cfg),
                              ro, cfg.protocol, backend=policy_engine(cfg, model, tokenizer, backend),
-                             max_grad_norm=cfg.training.max_grad_norm, items=prepared)
+                             training=cfg.training, items=prepared)
     trainer = RelevanceTrainer(rc, inputs, out_dir=root / "run", seed=cfg.seed, progress=progress)
     if force:
         clear_run(root / "run")

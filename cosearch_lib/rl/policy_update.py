@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from cosearch_lib.config import GRPOConfig
+from cosearch_lib.config import GRPOConfig, UpdateSettings
 from cosearch_lib.models.generation.adapters import adapter_context
 from cosearch_lib.models.lora_policies import PolicySet
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
@@ -285,19 +285,19 @@ def _pre_update_logprobs(model: Any, adapter: str, job: UpdateJob, indices: Sequ
     return out
 
 
-def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cfg: GRPOConfig, *, micro_batch: int,
-                max_grad_norm: float, pad_id: int, minibatches: int = 1, length_grouped: bool = True,
-                gradient_checkpointing: bool = False, shared_prefix: bool = True,
-                recompute_old: bool = False, dp: DataParallel = SINGLE_PROCESS) -> dict[str, float]:
+def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], settings: UpdateSettings, *,
+                pad_id: int, dp: DataParallel = SINGLE_PROCESS) -> dict[str, float]:
     """GRPO update(s) of one adapter from its ``jobs`` (one per role it plays: two with a shared
-    backbone). Each job's loss is aggregated over its own tokens; the jobs' losses are summed.
+    backbone), under ``settings`` (:class:`~cosearch_lib.config.UpdateSettings`: the loss
+    ``settings.grpo`` and how it runs). Each job's loss is aggregated over its own tokens; the jobs'
+    losses are summed.
 
-    The sequences are split round-robin into ``minibatches`` slices, one optimizer step each; a
-    slice's forwarded sequences are cut into micro-batches of ``micro_batch`` (:func:`micro_batches`,
-    longest first with ``length_grouped``). ``shared_prefix`` runs the prefix a job's sequences
-    share once per optimizer step (:class:`SharedPrefix`; not with checkpointing, which keeps no
-    cache). ``gradient_checkpointing`` recomputes activations in the backward pass
-    (:func:`update_checkpointing`). A job with ``prompt_groups`` (G samples of each prompt) is cut into
+    The sequences are split round-robin into ``settings.minibatches`` slices, one optimizer step
+    each; a slice's forwarded sequences are cut into micro-batches of ``settings.micro_batch``
+    (:func:`micro_batches`, longest first with ``length_grouped``). ``shared_prefix`` runs the
+    prefix a job's sequences share once per optimizer step (:class:`SharedPrefix`; not with
+    checkpointing, which keeps no cache). ``gradient_checkpointing`` recomputes activations in the
+    backward pass (:func:`update_checkpointing`). A job with ``prompt_groups`` (G samples of each prompt) is cut into
     micro-batches inside its groups (:func:`grouped_micro_batches`) and each runs its group's whole
     prompt once. Returns ``<role>_<stat>`` (token-weighted means
     over micro-batches of :func:`cosearch_lib.rl.grpo_loss.policy_loss`'s stats, plus ``<role>_n_forwarded``,
@@ -315,6 +315,8 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
     rollout backend's drift from the trainer: ``<role>_logp_drift_mean`` / ``_p99`` (|delta logp|
     per scored token), ``<role>_ratio_outside_clip`` (share of its ratios outside [1 - eps, 1 +
     eps_high] before any step: 0 with ``recompute_old``) and ``<role>_tis_weight_mean``."""
+    cfg, micro_batch, minibatches = settings.grpo, settings.micro_batch, settings.minibatches
+    recompute_old = settings.recompute_old
     model, optimizer = policies.model, policies.optimizers[adapter]
     params = list(policies.params[adapter].values())
     device = next(model.parameters()).device
@@ -327,12 +329,12 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
             later = [i for part in range(1, minibatches) for i in _JobSlice.of(job, part, minibatches, cfg.aggregation, dp).active]
             pre_update[job.role] = _pre_update_logprobs(model, adapter, job, later, micro_batch=micro_batch,
                                                         pad_id=pad_id, device=device)
-    with update_checkpointing(model, gradient_checkpointing):
+    with update_checkpointing(model, settings.gradient_checkpointing):
         for part in range(minibatches):
             optimizer.zero_grad(set_to_none=True)
             for job in jobs:
                 piece = _JobSlice.of(job, part, minibatches, cfg.aggregation, dp)
-                sharing = shared_prefix and not gradient_checkpointing
+                sharing = settings.shared_prefix and not settings.gradient_checkpointing
                 if job.prompt_groups is not None:  # a prefix per micro-batch: its group's prompt
                     for chunk in grouped_micro_batches(piece.active, job.prompt_groups, micro_batch):
                         prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in chunk], device=device,
@@ -343,12 +345,13 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], cf
                     continue
                 prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in piece.active], device=device,
                                          with_reference=cfg.kl_coef > 0) if sharing else _Prefixes()
-                for chunk in micro_batches(piece.active, piece.lengths, micro_batch, by_length=length_grouped):
+                for chunk in micro_batches(piece.active, piece.lengths, micro_batch, by_length=settings.length_grouped):
                     _micro_batch(setting, job, chunk, piece, prefixes, tally=tallies[job.role], first_part=part == 0,
                                  pre_update=pre_update.get(job.role))
                 prefixes.backward(model, adapter)
             if dp.sum_grads(params):  # this rank's gradient, summed over ranks: the whole batch's
-                norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)))
+                clip = settings.max_grad_norm if settings.max_grad_norm > 0 else math.inf
+                norms.append(float(torch.nn.utils.clip_grad_norm_(params, clip)))
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     if dp.distributed:  # the whole batch's statistics: every rank's tally of each role, merged

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ import torch
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import LLMRanker, Ranking, RankRequest
 from cosearch_lib.atomic_io import write_table
-from cosearch_lib.config import ProtocolConfig, RankerRewardConfig, RelevanceConfig, RolloutConfig, SamplingConfig
+from cosearch_lib.config import ProtocolConfig, RankerRewardConfig, RelevanceConfig, RolloutConfig, SamplingConfig, TrainConfig
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.metrics import has_answer, hit_at_k
 from cosearch_lib.models.lora_policies import PolicySet, ServedAdapters
@@ -153,7 +153,7 @@ class RelevanceInputs:
     rollout: RolloutConfig  # N/K, the ranker's token budget and top_p, the rule set's ranker output protocol
     protocol: ProtocolConfig  # the ranker prompt and its passage cap
     backend: Any = None  # generates the rankings (required): the policy model's own (experiment.building.policy_engine), vLLM, a test's scripted one
-    max_grad_norm: float = 1.0
+    training: TrainConfig = field(default_factory=TrainConfig)  # the profile's joint training: the update's clipping and memory knobs (RelevanceConfig.update_settings)
     items: Sequence[RankingItem] | None = None  # instead of prompts: queries with their candidates and labels (a prepared relevance set)
 
 
@@ -168,7 +168,6 @@ class RelevanceTrainer:
         if self.adapter is None or not inputs.policies.is_trained("ranker"):
             raise ValueError("relevance training needs a trainable ranker adapter (PolicySet roles {'ranker': ...})")
         self.out_dir = Path(out_dir)
-        self.max_grad_norm = inputs.max_grad_norm
         self.pad_id = inputs.tokenizer.pad_token_id if inputs.tokenizer.pad_token_id is not None \
             else inputs.tokenizer.eos_token_id
         backend = inputs.backend
@@ -179,7 +178,8 @@ class RelevanceTrainer:
         # it first generates, again after every update and after a resume (as the joint trainer does).
         self.backend = backend
         self.served = ServedAdapters(self.policies, backend, self.out_dir / LIVE_ADAPTERS_DIR, [self.adapter])
-        self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.served.enabled)
+        self.update_settings = cfg.update_settings(
+            inputs.training, recompute_old=cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.served.enabled))
         chat = ChatTokens(inputs.tokenizer)
         sampling = SamplingConfig(temperature=cfg.temperature, top_p=inputs.rollout.top_p,
                                   max_new_tokens=inputs.rollout.ranker_max_new_tokens, stop=("</rerank>",), seed=seed)
@@ -229,9 +229,7 @@ class RelevanceTrainer:
         with clock("update"):
             stats = grpo_update(self.policies, self.adapter,
                                 [UpdateJob("ranker", ranker_sequences(samples), advantages, cfg.temperature,
-                                           prompt_groups=groups.tolist())], cfg.grpo,
-                                micro_batch=cfg.micro_batch, max_grad_norm=self.max_grad_norm, pad_id=self.pad_id,
-                                recompute_old=self.recompute_old)
+                                           prompt_groups=groups.tolist())], self.update_settings, pad_id=self.pad_id)
             self.served.push(step + 1)  # the engine gets the updated weights
         self.step += 1
         record = {"step": step, **self._step_stats(samples, rewards), **stats}

@@ -171,7 +171,8 @@ class JointTrainer:
                                      self.out_dir / LIVE_ADAPTERS_DIR / (f"rank{dp.rank}" if dp.distributed else ""))
         # The ratio's old log-probs: a disk-reading engine is not the trainer's model (vLLM samples
         # in bf16 with its own kernels), so by default the update recomputes them (GRPOConfig.old_logprobs).
-        self.recompute_old = cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.served.enabled)
+        self.update_settings = cfg.update_settings(
+            recompute_old=cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.served.enabled))
         # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
         self.tracker = tracker
 
@@ -255,12 +256,8 @@ class JointTrainer:
                     temperature=temperatures["ranker"], max_grad_norm=cfg.max_grad_norm)
         for adapter, adapter_jobs in jobs.items():
             with clock(f"{adapter}_update"):
-                stats[adapter] = grpo_update(self.policies, adapter, adapter_jobs, cfg.grpo, micro_batch=cfg.micro_batch,
-                                             max_grad_norm=cfg.max_grad_norm, pad_id=self.pad_id,
-                                             minibatches=cfg.minibatches, length_grouped=cfg.length_grouped_micro_batches,
-                                             gradient_checkpointing=cfg.gradient_checkpointing,
-                                             shared_prefix=cfg.shared_prefix_update, recompute_old=self.recompute_old,
-                                             dp=self.dp)
+                stats[adapter] = grpo_update(self.policies, adapter, adapter_jobs, self.update_settings,
+                                             pad_id=self.pad_id, dp=self.dp)
         return stats
 
     def _sync(self, updated: Mapping[str, Any]) -> None:
