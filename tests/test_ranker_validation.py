@@ -202,20 +202,23 @@ def test_a_stop_signal_during_the_start_validation_finishes_the_first_step_and_c
 
 def test_records_of_a_checkpoint_written_before_the_hit_at_k_rename_resume_under_todays_names(tok, tmp_path, monkeypatch):
     """A checkpoint whose records still say ``hit@5`` (before the step column was named for K)
-    resumes with ``hit@K`` only: steps.csv then has one column for it, not two."""
-    import cosearch_lib.rl.trainer as trainer_mod
+    resumes with ``hit@K`` only: steps.csv then has one column for it, not two. It is also older
+    than the run identity (``state["run"]``): its method and seed are read from its config."""
+    import cosearch_lib.rl.run_protocol as protocol_mod
 
     t = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", steps=2)
     t.run(steps=1)
-    real_load = trainer_mod.load_state
+    real_load = protocol_mod.load_state
 
     def old_names(path):
         state = real_load(path)
         rename = lambda r: {("hit@5" if k == "hit@K" else k): v for k, v in r.items()}  # noqa: E731
-        return {**state, "records": [rename(r) for r in state["records"]],
+        return {**{k: v for k, v in state.items() if k != "run"}, "records": [rename(r) for r in state["records"]],
                 "call_records": [rename(r) for r in state["call_records"]]}
 
-    monkeypatch.setattr(trainer_mod, "load_state", old_names)
+    monkeypatch.setattr(protocol_mod, "load_state", old_names)
+    with pytest.raises(ValueError, match="of method 'cosearch', not 'oracle'"):
+        trainer(tok, tiny_model(tok), tmp_path, method="oracle", steps=2).load_checkpoint()
     again = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", steps=2)
     assert again.load_checkpoint() == 1
     again.run()

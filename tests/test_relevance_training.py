@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 import torch
 
@@ -27,7 +28,7 @@ from cosearch_lib.experiment import cached_starts
 from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
 from cosearch_lib.rl.ranker_validation import gold_sub_queries
 from cosearch_lib.rl.relevance_training import RELEVANCE_METHOD, RelevanceInputs, RelevanceTrainer, ranking_items
-from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, VALIDATION_COLUMNS, latest_checkpoint
+from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, VALIDATION_COLUMNS, VALIDATION_FILE, latest_checkpoint
 
 from tests.doubles import CORPUS, LORA, FixedRetriever, ScriptedBackend, tiny_model
 
@@ -86,17 +87,17 @@ class DiskAdapterBackend(ScriptedBackend):
         self.registered.append(name)
 
 
-def relevance_trainer(tok, out_dir, *, steps=2, backend_class=ScriptedBackend, training=None, **kw):
+def relevance_trainer(tok, out_dir, *, steps=2, backend_class=ScriptedBackend, training=None, seed=0, val=VAL, **kw):
     cfg = RelevanceConfig(enabled=True, steps=steps, prompts_per_step=2, group_size=4, lr=1e-2, eval_every=1,
                           checkpoint_every=1, micro_batch=2, **kw)
     model = lora_model(tiny_model(tok), {"ranker": None}, LORA)
     policies = PolicySet(model, {"ranker": "ranker"}, ["ranker"], {"ranker": cfg.lr})
     prompts = gold_sub_queries(TRAIN)
     search = SearchBudget(topn=6, topk=2)
-    inputs = RelevanceInputs(policies, tok, FixedRetriever(CORPUS), prompts, gold_sub_queries(VAL),
+    inputs = RelevanceInputs(policies, tok, FixedRetriever(CORPUS), prompts, gold_sub_queries(val),
                              RolloutConfig(search=search, ranker_max_new_tokens=32), ProtocolConfig(search=search),
                              backend=scripted(tok, prompts, backend_class), training=training or TrainConfig())
-    return RelevanceTrainer(cfg, inputs, out_dir=out_dir, seed=0, progress=False)
+    return RelevanceTrainer(cfg, inputs, out_dir=out_dir, seed=seed, progress=False)
 
 
 def weights(t):
@@ -143,12 +144,14 @@ def test_the_relevance_update_runs_with_the_profiles_training_knobs_and_its_own_
                                                                                                       settings, **kw))
     training = TrainConfig(max_grad_norm=0.5, length_grouped_micro_batches=False, gradient_checkpointing=True,
                            shared_prefix_update=False, minibatches=3, micro_batch=7)
-    t = relevance_trainer(tok, tmp_path, steps=1, training=training)
-    t.train_step()
+    t = relevance_trainer(tok, tmp_path, steps=1, training=training, val=())
+    t.run()
     (settings,) = seen
     assert (settings.max_grad_norm, settings.length_grouped, settings.gradient_checkpointing, settings.shared_prefix) == \
         (0.5, False, True, False)
     assert (settings.micro_batch, settings.minibatches, settings.grpo) == (2, 1, t.cfg.grpo)
+    # no held-out sub-queries: validation.csv is still written, with its columns (records.ranker_quality reads them)
+    assert list(pd.read_csv(tmp_path / VALIDATION_FILE).columns) == list(VALIDATION_COLUMNS)
 
 
 def test_an_unpenalised_invalid_output_scores_its_retriever_fallback(tok, tmp_path):
@@ -197,6 +200,8 @@ def test_resume_ends_on_the_uninterrupted_run(tok, tmp_path):
     assert saved == tmp_path / "out" / "ranker" and (saved / "adapter_config.json").exists()
     moved = adapter_change(tmp_path / "killed" / "checkpoints" / "step_000003" / "adapters" / "ranker", saved)
     assert moved["changed"] == 0 and moved["lora_B_max_abs"] > 0
+    with pytest.raises(ValueError, match="trained with seed 0, not 1"):  # the joint trainer's checks, one copy
+        relevance_trainer(tok, tmp_path / "killed", steps=3, seed=1).load_checkpoint()
 
 
 def test_relevance_settings_are_checked_and_key_the_cache():

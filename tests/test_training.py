@@ -478,8 +478,11 @@ def test_resume_after_kill_gives_the_records_of_an_uninterrupted_run(tok, tmp_pa
     for adapter in ("agent", "ranker"):  # the saved adapters moved between the checkpoints too
         moved = adapter_change(ckpts / "step_000002" / "adapters" / adapter, ckpts / "step_000003" / "adapters" / adapter)
         assert moved["changed"] > 0 and moved["max_abs_delta"] > 0 and moved["lora_B_max_abs"] > 0
-    with pytest.raises(ValueError, match="method"):
+    with pytest.raises(ValueError, match="of method 'cosearch', not 'oracle'"):
         trainer(tok, tiny_model(tok), tmp_path / "killed", method="oracle").load_checkpoint()
+    with pytest.raises(ValueError, match="trained with seed 0, not 1"):
+        trainer(tok, tiny_model(tok), tmp_path / "killed", seed=1).load_checkpoint()
+    assert trainer(tok, tiny_model(tok), tmp_path / "new").load_checkpoint() == 0  # nothing to resume: step 0
 
 
 def test_a_truncated_or_corrupted_checkpoint_is_named_and_skipped_for_the_one_before_it(tok, tmp_path):

@@ -33,24 +33,20 @@ stopped; ``experiment.relevance_ranker`` caches the result keyed by its settings
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import LLMRanker, Ranking, RankRequest
-from cosearch_lib.atomic_io import write_table
 from cosearch_lib.config import ProtocolConfig, RankerRewardConfig, RelevanceConfig, RolloutConfig, SamplingConfig, TrainConfig
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.metrics import has_answer, hit_at_k
 from cosearch_lib.models.lora_policies import PolicySet, ServedAdapters
-from cosearch_lib.paths import project_relative
 from cosearch_lib.retrieval.relevance_sets import RelevanceQuery
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages
@@ -58,15 +54,10 @@ from cosearch_lib.rl.policy_sequences import ranker_sequences
 from cosearch_lib.rl.policy_update import UpdateJob, grpo_update
 from cosearch_lib.rl.ranker_validation import GoldSubQuery, RankerValidationSet, summarize_items
 from cosearch_lib.rl.rewards import relevance_reward
-from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
-from cosearch_lib.rl.step_loop import run_steps
+from cosearch_lib.rl.run_protocol import TrainingRun
 from cosearch_lib.run_schema import (
     LIVE_ADAPTERS_DIR,
     RANKER_VALIDATION_KS,
-    STEPS_FILE,
-    VALIDATION_COLUMNS,
-    VALIDATION_FILE,
-    latest_checkpoint,
 )
 from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
@@ -157,8 +148,11 @@ class RelevanceInputs:
     items: Sequence[RankingItem] | None = None  # instead of prompts: queries with their candidates and labels (a prepared relevance set)
 
 
-class RelevanceTrainer:
-    """Ranker-only GRPO with r_rel; ``run`` steps, records, validates and checkpoints."""
+class RelevanceTrainer(TrainingRun):
+    """Ranker-only GRPO with r_rel; ``run`` steps, records, validates and checkpoints (the protocol
+    both trainers share: ``rl.run_protocol.TrainingRun``)."""
+
+    writes_empty_validation = True  # records.ranker_quality reads validation.csv's columns, rows or none
 
     def __init__(self, cfg: RelevanceConfig, inputs: RelevanceInputs, *, out_dir: str | Path, seed: int = 0,
                  progress: bool = True) -> None:
@@ -167,7 +161,7 @@ class RelevanceTrainer:
         self.adapter = inputs.policies.adapter("ranker")
         if self.adapter is None or not inputs.policies.is_trained("ranker"):
             raise ValueError("relevance training needs a trainable ranker adapter (PolicySet roles {'ranker': ...})")
-        self.out_dir = Path(out_dir)
+        self._start_run(out_dir, name=RELEVANCE_METHOD, keep_checkpoints=1)
         self.pad_id = inputs.tokenizer.pad_token_id if inputs.tokenizer.pad_token_id is not None \
             else inputs.tokenizer.eos_token_id
         backend = inputs.backend
@@ -198,9 +192,6 @@ class RelevanceTrainer:
                              f"passage among its top-{self.topn} candidates")
         self.pool_stats = {"sub_queries": len(all_items), "answerable": len(self.pool)}
         self.validation = RankerValidationSet(list(inputs.val_queries), self.retriever, topn=self.topn, topk=self.topk)
-        self.step = 0
-        self.records: list[dict] = []
-        self.val_records: list[dict] = []
 
     # -- one step
 
@@ -237,19 +228,16 @@ class RelevanceTrainer:
         self.records.append(record)
         return record
 
-    def _validate_at_start(self) -> None:
-        """The start of the Hit@k curve (``step = -1``): the validation before the first update, once."""
-        if self.step == 0 and not any(r["step"] == -1 for r in self.records):
-            self.records.append({"step": -1, **self.validate(step=-1)})
+    def _validation_due(self) -> bool:
+        """Every ``eval_every`` steps (0: none between) and always after the last."""
+        every = self.cfg.eval_every
+        return bool(every and self.step % every == 0) or self.step == self.cfg.steps
 
-    def _after_step(self, record: dict) -> None:
-        """After each step of :meth:`run`: the validation when due (every ``eval_every`` steps and after
-        the last; timed as ``validate_s``) into the step's record."""
-        if (self.cfg.eval_every and self.step % self.cfg.eval_every == 0) or self.step == self.cfg.steps:
-            clock = StageClock()
-            with clock("validate"):
-                validation = self.validate(step=record["step"])
-            record.update(validation, **clock.columns())
+    def _progress_figures(self, record: dict) -> dict[str, str]:
+        return {"reward": f"{record['reward']:.3f}", "hit1": f"{record['hit@1']:.2f}"}
+
+    def _save_weights(self, folder: Path) -> None:
+        self.policies.save_adapters(folder / "adapters", [self.adapter])
 
     def _step_stats(self, samples: Sequence[SampledRanking], rewards: Sequence[float]) -> dict[str, float]:
         """The step's sampled rankings in numbers (columns of RELEVANCE_STEP_GLOSSARY)."""
@@ -272,51 +260,7 @@ class RelevanceTrainer:
         self.val_records.extend({"step": step, "method": RELEVANCE_METHOD, "kind": "ranker", **row} for row in rows)
         return summarize_items(rows)
 
-    # -- running, checkpoints
-
-    def run(self, steps: int | None = None) -> pd.DataFrame:
-        """Train until ``steps`` (default ``cfg.steps``) steps are done, checkpointing every
-        ``checkpoint_every`` steps and after the last; a stop signal (SIGUSR1, SIGTERM) ends the step
-        under way, checkpoints and raises ``StopRequested``, as the joint trainer's ``run`` does
-        (``rl.step_loop.run_steps``)."""
-        until = self.cfg.steps if steps is None else steps
-        run_steps(self, until, checkpoint_every=self.cfg.checkpoint_every, desc="relevance-train ranker",
-                  progress=self.progress, before_steps=self._validate_at_start, after_step=self._after_step, postfix=lambda r: {"reward": f"{r['reward']:.3f}", "hit1": f"{r['hit@1']:.2f}"})
-        return self.frame()
-
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.records)
-
-    def validation_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.val_records, columns=list(VALIDATION_COLUMNS))
-
-    def save_checkpoint(self) -> Path:
-        """``out_dir/checkpoints/step_N/`` (state.pt and the ranker adapter), then the records."""
-        final = write_checkpoint(self.out_dir, self.step, self._write_checkpoint, keep=1)
-        write_table(self.frame(), self.out_dir / STEPS_FILE)
-        write_table(self.validation_frame(), self.out_dir / VALIDATION_FILE)
-        return final
-
-    def _write_checkpoint(self, tmp: Path) -> None:
-        save_state({"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
-                    "val_records": self.val_records, "config": asdict(self.cfg), "seed": self.seed, "rng": rng_states()}, tmp)
-        self.policies.save_adapters(tmp / "adapters", [self.adapter])
-        (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
-
-    def load_checkpoint(self, path: str | Path | None = None) -> int:
-        """Continue from checkpoint ``path`` (None: the newest whole one of ``out_dir``; none there: stay
-        at step 0), as the joint trainer's ``load_checkpoint`` does; returns the steps done."""
-        path = latest_checkpoint(self.out_dir) if path is None else Path(path)
-        if path is None:
-            return self.step
-        state = load_state(path)
-        if state["seed"] != self.seed:
-            raise ValueError(f"checkpoint {project_relative(path)} was trained with seed {state['seed']}, not {self.seed}")
-        self.policies.load_state_dict(state["policies"])
-        self.step, self.records, self.val_records = state["step"], state["records"], state["val_records"]
-        restore_rng_states(state["rng"])
-        self.served.forget()  # the engine serves the restored weights from its next use
-        return self.step
+    # -- the result
 
     def save_ranker(self, root: str | Path) -> Path:
         """The trained ranker adapter in peft's format, ``root/<adapter>/`` (what the Fixed Ranker loads)."""

@@ -5,21 +5,33 @@ progress bar, hands each step's record to the run (its validation when due, the 
 after the last. SIGUSR1 or SIGTERM (a cluster's time-limit warning or preemption,
 ``cosearch_lib.stop_signals``) does not kill the run: the step under way finishes, a checkpoint is
 written whatever ``checkpoint_every`` says, and ``StopRequested`` is raised; the trainer's
-``load_checkpoint`` then resumes from it. Used by the joint GRPO trainer (``rl.trainer``) and the
-ranker's relevance training (``rl.relevance_training``).
+``load_checkpoint`` then resumes from it. Called by ``rl.run_protocol.TrainingRun.run``, the run
+protocol of the joint GRPO trainer (``rl.trainer``) and the ranker's relevance training
+(``rl.relevance_training``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Protocol
 
 from cosearch_lib.paths import project_relative
 from cosearch_lib.progress import tqdm
 from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 
-def run_steps(trainer: Any, until: int, *, checkpoint_every: int, desc: str, progress: bool = True,
+class SteppedRun(Protocol):
+    """What :func:`run_steps` drives (``rl.run_protocol.TrainingRun`` is one)."""
+
+    step: int  # steps completed
+
+    def train_step(self) -> dict: ...  # one step; advances ``step``, returns its record
+
+    def save_checkpoint(self) -> Path: ...  # the checkpoint of ``step``
+
+
+def run_steps(trainer: SteppedRun, until: int, *, checkpoint_every: int, desc: str, progress: bool = True,
               before_steps: Callable[[], None] = lambda: None,
               after_step: Callable[[dict], None] = lambda record: None,
               postfix: Callable[[dict], dict[str, str]] = lambda record: {},

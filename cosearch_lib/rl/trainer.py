@@ -46,7 +46,6 @@ KL term, weight 0.001, is left out); one optimizer step per training step unless
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -57,7 +56,6 @@ import pandas as pd
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import Ranker, RankerContext, make_ranker
 from cosearch_lib.agent.rollout import RolloutEngine
-from cosearch_lib.atomic_io import write_table
 from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
 from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import QAExample
@@ -71,24 +69,12 @@ from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
 from cosearch_lib.rl.judge import judge_calls
 from cosearch_lib.rl.policy_update import UpdateJob, grpo_update
 from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries, summarize_items
-from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
+from cosearch_lib.rl.run_protocol import TrainingRun
 from cosearch_lib.rl.step_batch import TRAINED_ROLES, StepBatch, role_job
-from cosearch_lib.rl.step_loop import run_steps
 from cosearch_lib.rl.step_records import call_rows, step_record
 from cosearch_lib.rl.step_scoring import StepGroups, StepRewards, group_rollouts, reward_rollouts
 from cosearch_lib.rl.tracking import StepTracker, make_tracker
-from cosearch_lib.run_schema import (
-    CHECKPOINTS_DIR,
-    LIVE_ADAPTERS_DIR,
-    RANKER_CALLS_FILE,
-    STEPS_FILE,
-    TRACKER_DIR,
-    VALIDATION_COLUMNS,
-    VALIDATION_FILE,
-    checkpoint_name,
-    current_step_columns,
-    latest_checkpoint,
-)
+from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR, RENAMED_STEP_COLUMNS, TRACKER_DIR
 from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
 
@@ -113,8 +99,11 @@ class TrainerInputs:
     chat: ChatTokens | None = None  # chat-token assembly (None: from the tokenizer)
 
 
-class JointTrainer:
-    """Trains the policies of one method; ``run`` steps, records and checkpoints."""
+class JointTrainer(TrainingRun):
+    """Trains the policies of one method; ``run`` steps, records and checkpoints (the protocol both
+    trainers share: ``rl.run_protocol.TrainingRun``)."""
+
+    renamed_columns = RENAMED_STEP_COLUMNS
 
     def __init__(self, cfg: TrainConfig, inputs: TrainerInputs, *, out_dir: str | Path, seed: int = 0,
                  progress: bool = True, tracker: StepTracker | None = None, dp: DataParallel = SINGLE_PROCESS) -> None:
@@ -126,7 +115,7 @@ class JointTrainer:
         self.policies, self.tokenizer, self.retriever = inputs.policies, inputs.tokenizer, inputs.retriever
         self.questions, self.val_questions = list(inputs.questions), list(inputs.val_questions)
         self.rollout_cfg, self.protocol = rollout, inputs.protocol
-        self.out_dir = Path(out_dir)
+        self._start_run(out_dir, name=cfg.method, keep_checkpoints=cfg.keep_checkpoints, dp=dp)
         self.chat = inputs.chat or ChatTokens(inputs.tokenizer)
         # Rollouts run on the given engine (the policy model's own, vLLM, a test's scripted backend);
         # the updates always run on the policy model.
@@ -148,10 +137,6 @@ class JointTrainer:
         self.cross_encoder_optimizer = make_optimizer(self.cross_encoder, *cfg.scoring_ranker_lr) \
             if self.cross_encoder_trained else None
         self.validation = inputs.validation if inputs.validation is not None else _validation_harness(cfg, rollout, seed)
-        self.step = 0  # steps completed
-        self.records: list[dict] = []
-        self.call_records: list[dict] = []
-        self.val_records: list[dict] = []  # one row per validation item and validation (validation.csv)
         sampling = rollout.ranker_sampling(seed)
         self.ranker = self._method_ranker(sampling)
         # Validation ranks greedily (the training ranker samples), on sub-queries fixed once per trainer.
@@ -276,24 +261,19 @@ class JointTrainer:
         if self.tracker is not None:
             self.tracker.log(record)
 
-    def _validate_at_start(self) -> None:
-        """The start row (``step = -1``): the validation before the first update, once, when asked."""
-        if self.step == 0 and self.cfg.validate_at_start and self.val_questions \
-                and not any(r.get("step") == -1 for r in self.records):
-            record = {"step": -1, "method": self.cfg.method, **self.validate(step=-1)}
-            self.records.append(record)
-            self._log(record)
+    def _validates_at_start(self) -> bool:
+        return self.cfg.validate_at_start and bool(self.val_questions)
 
-    def _after_step(self, record: dict) -> None:
-        """After each step of :meth:`run`: the validation when due (every ``eval_every`` steps and after
-        the last; timed as ``validate_s``) into the step's record, then the record to the tracker."""
-        cfg = self.cfg
-        if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps) and self.val_questions:
-            clock = StageClock()
-            with clock("validate"):
-                validation = self.validate(step=record["step"])
-            record.update(clock.columns(), **validation)
-        self._log(record)
+    def _validation_due(self) -> bool:
+        """Every ``eval_every`` steps and after the last; never with ``eval_every`` 0 or no validation questions."""
+        every = self.cfg.eval_every
+        return bool(every) and (self.step % every == 0 or self.step == self.cfg.steps) and bool(self.val_questions)
+
+    def _record_keys(self) -> dict[str, Any]:
+        return {"method": self.cfg.method}
+
+    def _progress_figures(self, record: dict) -> dict[str, str]:
+        return {"reward": f"{record['agent_reward']:.3f}", "hitK": f"{record['hit@K']:.2f}"}
 
     # -- validation
 
@@ -340,93 +320,33 @@ class JointTrainer:
         per_question = [[r for r in rows if r["question_id"] == q.id] for q in mine]
         return pd.DataFrame([r for records in self.dp.gather_shards(per_question) for r in records])
 
-    # -- running, checkpoints
+    # -- checkpoints (the protocol: rl.run_protocol.TrainingRun)
 
-    def run(self, steps: int | None = None) -> pd.DataFrame:
-        """Train until ``steps`` (default ``cfg.steps``) steps are done; checkpoint as configured.
+    def _close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
 
-        SIGUSR1 or SIGTERM (a cluster's time-limit warning or preemption, :mod:`cosearch_lib.stop_signals`)
-        does not kill the run: the step under way finishes, a checkpoint is written (whatever
-        ``checkpoint_every`` says) and :class:`~cosearch_lib.stop_signals.StopRequested` is raised;
-        the run resumes from that checkpoint (``resume=True``)."""
-        until = self.cfg.steps if steps is None else steps
-        try:
-            run_steps(self, until, checkpoint_every=self.cfg.checkpoint_every, desc=f"train {self.cfg.method}",
-                      progress=self.progress, before_steps=self._validate_at_start, after_step=self._after_step,
-                      postfix=lambda r: {"reward": f"{r['agent_reward']:.3f}", "hitK": f"{r['hit@K']:.2f}"},
-                      # a signal reaches the ranks at different moments: they stop together, after the step
-                      # that any of them received it in
-                      stopping=lambda received: self.dp.sum(float(received is not None)) > 0)
-        finally:
-            if self.tracker is not None:
-                self.tracker.close()
-                self.tracker = None
-        return self.frame()
+    def _extra_state(self) -> dict[str, Any]:
+        if self.cross_encoder is None:
+            return {}
+        return {"cross_encoder": scorer_state(self.cross_encoder, self.cross_encoder_optimizer)
+                if self.cross_encoder_trained else {"model": self.cross_encoder.state_dict()}}
 
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.records)
-
-    def calls_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.call_records)
-
-    def validation_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.val_records, columns=list(VALIDATION_COLUMNS))
-
-    def checkpoint_dir(self, step: int | None = None) -> Path:
-        return self.out_dir / CHECKPOINTS_DIR / checkpoint_name(self.step if step is None else step)
-
-    def save_checkpoint(self) -> Path:
-        """``out_dir/checkpoints/step_N/``: state.pt (adapters, optimizers, RNG, step, records) and the
-        adapters in peft format, written whole or not at all (:func:`~cosearch_lib.rl.run_checkpoints.write_checkpoint`).
-        Records are also written as ``out_dir/steps.csv``, ``ranker_calls.parquet`` and ``validation.csv`` (``run_schema``)."""
-        final = self.checkpoint_dir()
-        if self.dp.is_main:  # data parallel: rank 0 writes (every rank holds the same state), the others wait
-            final = write_checkpoint(self.out_dir, self.step, self._write_checkpoint, keep=self.cfg.keep_checkpoints)
-            write_table(self.frame(), self.out_dir / STEPS_FILE)
-            if self.call_records:
-                write_table(self.calls_frame(), self.out_dir / RANKER_CALLS_FILE)
-            if self.val_records:
-                write_table(self.validation_frame(), self.out_dir / VALIDATION_FILE)
-        self.dp.barrier()
-        return final
-
-    def _write_checkpoint(self, tmp: Path) -> None:
-        """Everything a resumed run needs, into the empty folder ``tmp``."""
-        state = {"step": self.step, "policies": self.policies.state_dict(), "records": self.records,
-                 "call_records": self.call_records, "val_records": self.val_records, "config": asdict(self.cfg), "seed": self.seed,
-                 "rng": rng_states()}
-        if self.cross_encoder is not None:
-            state["cross_encoder"] = scorer_state(self.cross_encoder, self.cross_encoder_optimizer) \
-                if self.cross_encoder_trained else {"model": self.cross_encoder.state_dict()}
-        save_state(state, tmp)
-        self.policies.save_adapters(tmp / "adapters")
+    def _save_weights(self, folder: Path) -> None:
+        self.policies.save_adapters(folder / "adapters")
         if self.cross_encoder is not None:  # a folder the evaluation harness loads (HarnessConfig.cross_encoder_model)
-            self.cross_encoder.save(tmp / "adapters" / "cross_encoder")
-        (tmp / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
+            self.cross_encoder.save(folder / "adapters" / "cross_encoder")
 
-    def load_checkpoint(self, path: str | Path | None = None) -> int:
-        """Restore from ``path`` (default: the newest checkpoint in ``out_dir``); returns the step."""
-        path = Path(path) if path is not None else latest_checkpoint(self.out_dir)
-        if path is None:
-            raise FileNotFoundError(f"no checkpoint under {self.out_dir / CHECKPOINTS_DIR}")
-        state = load_state(path)
-        if state["config"]["method"] != self.cfg.method:
-            raise ValueError(f"checkpoint {path} is of method {state['config']['method']!r}, not {self.cfg.method!r}")
-        self.policies.load_state_dict(state["policies"])
-        if self.cross_encoder is not None:
-            if "cross_encoder" not in state:
-                raise ValueError(f"checkpoint {path} holds no cross-encoder, but this run ranks with one")
-            if self.cross_encoder_trained:
-                load_scorer_state(self.cross_encoder, self.cross_encoder_optimizer, state["cross_encoder"])
-            else:
-                self.cross_encoder.load_state_dict(state["cross_encoder"]["model"])
-        self.step = state["step"]  # records of older checkpoints under today's column names (hit@5 -> hit@K)
-        self.records = [current_step_columns(r) for r in state["records"]]
-        self.call_records = [current_step_columns(r) for r in state["call_records"]]
-        self.val_records = state.get("val_records", [])  # checkpoints older than validation.csv have none
-        restore_rng_states(state["rng"])
-        self.served.forget()  # the generation engine serves the restored weights from its next use
-        return self.step
+    def _load_extra_state(self, state: dict[str, Any], path: Path) -> None:
+        if self.cross_encoder is None:
+            return
+        if "cross_encoder" not in state:
+            raise ValueError(f"checkpoint {path} holds no cross-encoder, but this run ranks with one")
+        if self.cross_encoder_trained:
+            load_scorer_state(self.cross_encoder, self.cross_encoder_optimizer, state["cross_encoder"])
+        else:
+            self.cross_encoder.load_state_dict(state["cross_encoder"]["model"])
 
 
 def _validation_harness(cfg: TrainConfig, rollout: RolloutConfig, seed: int) -> HarnessConfig:
