@@ -278,3 +278,20 @@ def test_resolved_settings_are_computed_once_and_follow_a_later_assignment():
     assert a.uses_yes_no_rule
     a.rules = RULE_SETS["released"]
     assert not a.uses_yes_no_rule
+
+
+def test_training_families_keep_those_questions_by_name_or_hop_group_and_refuse_an_empty_filter():
+    """``training.families`` (issue 48's multi-hop mix): data-source names or the paper's hop groups;
+    empty keeps all; a filter that keeps nothing is refused, naming the families there are."""
+    from cosearch_lib.data.qa_formats import QAExample
+    from cosearch_lib.experiment.method_runs import training_questions
+
+    qs = [QAExample(id=f"q{i}", question="?", golden_answers=["a"], data_source=src)
+          for i, src in enumerate(["syn_nq", "syn_hotpotqa", "syn_2wiki", "syn_popqa", "musique"])]
+    assert TrainConfig(families="multi").families == ("multi",)
+    assert [q.id for q in training_questions(qs, TrainConfig(families="multi").families)] == ["q1", "q2", "q4"]
+    assert [q.id for q in training_questions(qs, ("single",))] == ["q0", "q3"]
+    assert [q.id for q in training_questions(qs, ("syn_popqa", "syn_2wiki"))] == ["q2", "q3"]
+    assert training_questions(qs, ()) == qs
+    with pytest.raises(ValueError, match=r"keeps none of the 5 training questions; their families: \['musique', 'syn_2wiki'"):
+        training_questions(qs, ("syn_triviaqa",))

@@ -105,6 +105,7 @@ class TrainConfig:
     questions_per_step: int = 8  # questions rolled out per step (paper: 512)
     group_size: int = 8  # G: rollouts per question (paper: 8)
     split: str = "train"  # QA split the questions come from
+    families: tuple[str, ...] = ()  # train on these families' questions only (data_source values, or "single" / "multi" for the paper's hop groups); empty: every family. Validation reads every family
     agent_lr: float = 1e-5  # AdamW learning rate of the agent's LoRA (paper, full fine-tuning: 1e-6)
     ranker_lr: float = 1e-5  # AdamW learning rate of the ranker's LoRA
     minibatches: int = 1  # optimizer steps per training step, each on a slice of the step's sequences
@@ -159,6 +160,8 @@ class TrainConfig:
         except ConfigError as err:
             raise ConfigError(f"training.log_to: {err}") from None
         check.choice("ranker_kind", RANKER_KINDS)
+        families = self.families
+        self.families = (families,) if isinstance(families, str) else tuple(str(f) for f in families)
         if self.ranker_kind in SCORING_RANKER_KINDS and self.shared_backbone:
             raise check.fail("shared_backbone", f"False with ranker_kind {self.ranker_kind!r} (a shared backbone plays "
                              "both roles with one generative LLM adapter)")

@@ -30,6 +30,12 @@ def hop_group(data_source: str) -> str:
     return PAPER_BENCHMARKS.get(mirrored_benchmark(data_source), "other")
 
 
+def in_families(data_source: str, families: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``data_source`` is one of ``families``: data-source names, or ``"single"`` /
+    ``"multi"`` for every data set of that hop group (:func:`hop_group`); empty: every family."""
+    return not families or data_source in families or hop_group(data_source) in families
+
+
 def order_key(data_source: str) -> tuple[int, str]:
     """Sort key that puts data sets in the paper's column order."""
     bench = mirrored_benchmark(data_source)

@@ -19,6 +19,7 @@ from cosearch_lib.agent.rollout import Trajectory
 from cosearch_lib.config import ProfileConfig
 from cosearch_lib.config.methods import method_spec
 from cosearch_lib.data.qa_formats import QAExample, load_qa
+from cosearch_lib.eval.benchmark_families import in_families
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.experiment.building import harness_config, policy_engine, search_backend, vllm_options
@@ -33,6 +34,17 @@ from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 from cosearch_lib.run_schema import clear_run, latest_checkpoint
+
+
+def training_questions(questions: Sequence[QAExample], families: Sequence[str]) -> list[QAExample]:
+    """The training split's questions of ``families`` (``training.families``: data-source names, or
+    ``"single"`` / ``"multi"``; empty: all); a filter that keeps none is refused, naming what there is."""
+    kept = [q for q in questions if in_families(q.data_source, tuple(families))]
+    if not kept:
+        have = sorted({q.data_source for q in questions})
+        raise ValueError(f"training.families {list(families)} keeps none of the {len(questions)} training questions; "
+                         f"their families: {have}, or 'single' / 'multi'")
+    return kept
 
 
 def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[str, str | Path] | None = None,
@@ -83,7 +95,8 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     scorer = load_scoring_ranker(scoring_ranker_start(cfg, retriever, progress=progress)) \
         if tcfg.uses_scoring_ranker else None
     backend = backend if backend is not None else policy_engine(cfg, model, tokenizer, policy_backend)
-    inputs = TrainerInputs(policies, tokenizer, retriever, load_qa(qa[tcfg.split]), cfg.rollout, cfg.protocol,
+    inputs = TrainerInputs(policies, tokenizer, retriever, training_questions(load_qa(qa[tcfg.split]), tcfg.families),
+                           cfg.rollout, cfg.protocol,
                            val_questions=val, backend=backend, cross_encoder=scorer,
                            validation=harness_config(cfg, split=tcfg.val_split, n_per_dataset=tcfg.val_per_dataset,
                                                      n_samples=1, temperature=0.0))
