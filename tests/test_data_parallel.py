@@ -49,6 +49,21 @@ def test_blocks_split_a_steps_rows_evenly_in_order_and_the_engine_rolls_out_just
             assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
 
 
+def test_map_items_gives_every_rank_one_processs_results_in_order_and_refuses_a_short_answer(monkeypatch):
+    """The shard -> run -> gather the trainer's validation does, in one place: three ranks, each
+    calling ``fn`` on its own shard only, end with the list one process computes."""
+    items = list("abcdefg")
+    ranks = [DataParallel(r, 3) for r in range(3)]
+    mine = {dp.rank: [x.upper() for x in dp.shard(items)] for dp in ranks}  # what each rank contributes
+    for dp in ranks:  # the all-gather, as torch.distributed would return it: every rank's part, in rank order
+        monkeypatch.setattr(dp, "gather", lambda obj, dp=dp: [obj if r == dp.rank else mine[r] for r in range(3)])
+        assert dp.map_items(items, lambda part: [x.upper() for x in part]) == [x.upper() for x in items]
+    assert DataParallel().map_items(items, lambda part: [x * 2 for x in part]) == [x * 2 for x in items]
+    assert DataParallel().map_items([], lambda part: 1 / 0) == []  # fn is not called on an empty shard
+    with pytest.raises(ValueError, match="2 results for 3 items on rank 0"):
+        ranks[0].map_items(items, lambda part: part[:2])
+
+
 def test_shards_split_the_questions_once_and_unshard_restores_their_order():
     items = list("abcdefg")
     ranks = [DataParallel(r, 3) for r in range(3)]

@@ -30,7 +30,9 @@ A step under :class:`DataParallel` (``rl.trainer.JointTrainer.train_step``):
    barrier. On resume every rank reads the same checkpoint.
 
 Validation and evaluation split their questions instead (:meth:`DataParallel.shard`): one greedy
-rollout each, with no group to keep.
+rollout each, with no group to keep. :meth:`DataParallel.map_items` is that shard, run, gather in
+one call: each rank runs a function on its share, and every rank gets the results in the items'
+order.
 
 Only the rollouts, the loss denominators, the LoRA gradients and the update's statistics cross
 ranks. Collectives run on the process group's backend: gloo on CPU (how this is tested), nccl on
@@ -43,7 +45,7 @@ from __future__ import annotations
 import datetime
 import os
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -51,6 +53,7 @@ import torch
 import torch.distributed as dist
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 #: Collective timeout (seconds) when none is given: a rank that waits longer for the others fails
 #: with a message instead of hanging the job. A paper-scale step (22 min of update alone on one
@@ -201,6 +204,16 @@ class DataParallel:
     def gather_shards(self, local: Sequence[T]) -> list[T]:
         """:meth:`unshard` of every rank's ``local`` shard: the whole list, in order, on every rank."""
         return list(local) if not self.distributed else self.unshard(self.gather(list(local)))
+
+    def map_items(self, items: Sequence[T], fn: Callable[[list[T]], Sequence[R]]) -> list[R]:
+        """``fn`` over this rank's :meth:`shard` of ``items`` (not called on an empty shard), then every
+        rank's results gathered in the items' order, on every rank: one result per item, what one
+        process calling ``fn(list(items))`` would get. A collective: every rank calls it, in the same order."""
+        mine = self.shard(items)
+        out = list(fn(mine)) if mine else []
+        if len(out) != len(mine):
+            raise ValueError(f"map_items: {len(out)} results for {len(mine)} items on rank {self.rank}")
+        return self.gather_shards(out)
 
     def gather_blocks(self, local: Sequence[T]) -> list[T]:
         """Every rank's :meth:`block` of a list, joined in rank order: the whole list, on every rank."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -127,17 +127,23 @@ class _JobSlice:
 
     active: list[int]  # indices into job.seqs: non-zero advantage and some scored token
     lengths: dict[int, int]  # token count of each active sequence
-    denominator: float  # tokens (token-mean) or sequences of the whole slice, over every rank
+    count: float  # tokens (token-mean) or sequences of this rank's part of the slice
+    denominator: float = 1.0  # the same over every rank (:meth:`over_ranks`)
 
     @classmethod
-    def of(cls, job: UpdateJob, part: int, minibatches: int, aggregation: str,
-           dp: DataParallel = SINGLE_PROCESS) -> _JobSlice:
-        """The slice ``part`` of ``job`` (round-robin over the step's positions, so a rank's slice
-        holds its share of the single-process slice); its denominator is summed over ranks."""
+    def of(cls, job: UpdateJob, part: int, minibatches: int, aggregation: str) -> _JobSlice:
+        """The slice ``part`` of ``job`` on this rank (round-robin over the step's positions, so a
+        rank's slice holds its share of the single-process slice). No collective: its denominator is
+        this rank's count until :meth:`over_ranks`."""
         idx = [i for i in range(len(job.seqs)) if job.position(i) % minibatches == part]
         active = [i for i in idx if job.advantages[i] != 0.0 and any(job.seqs[i].mask)]
-        return cls(active, {i: len(job.seqs[i].ids) for i in active},
-                   dp.sum(_count([job.seqs[i] for i in idx], aggregation)) or 1.0)
+        count = _count([job.seqs[i] for i in idx], aggregation)
+        return cls(active, {i: len(job.seqs[i].ids) for i in active}, count, count or 1.0)
+
+    def over_ranks(self, dp: DataParallel) -> _JobSlice:
+        """This slice with the denominator of the whole step's slice: the counts summed over ranks.
+        A collective: every rank calls it, for the same slices in the same order."""
+        return replace(self, denominator=dp.sum(self.count) or 1.0)
 
 
 @dataclass
@@ -326,14 +332,14 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], se
     pre_update: dict[str, dict[int, torch.Tensor]] = {}
     if (recompute_old or cfg.tis_cap is not None) and minibatches > 1:
         for job in jobs:  # the later minibatches' old log-probs, before the first step changes the adapter
-            later = [i for part in range(1, minibatches) for i in _JobSlice.of(job, part, minibatches, cfg.aggregation, dp).active]
+            later = [i for part in range(1, minibatches) for i in _JobSlice.of(job, part, minibatches, cfg.aggregation).active]
             pre_update[job.role] = _pre_update_logprobs(model, adapter, job, later, micro_batch=micro_batch,
                                                         pad_id=pad_id, device=device)
     with update_checkpointing(model, settings.gradient_checkpointing):
         for part in range(minibatches):
             optimizer.zero_grad(set_to_none=True)
             for job in jobs:
-                piece = _JobSlice.of(job, part, minibatches, cfg.aggregation, dp)
+                piece = _JobSlice.of(job, part, minibatches, cfg.aggregation).over_ranks(dp)
                 sharing = settings.shared_prefix and not settings.gradient_checkpointing
                 if job.prompt_groups is not None:  # a prefix per micro-batch: its group's prompt
                     for chunk in grouped_micro_batches(piece.active, job.prompt_groups, micro_batch):

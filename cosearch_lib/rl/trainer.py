@@ -288,9 +288,9 @@ class JointTrainer(TrainingRun):
         what the paired intervals of notebook 03 resample."""
         self.served.serve(self.step)
         agent = self._agent_records()
-        # data parallel: each rank scores every world_size-th sub-query, and every rank gets all rows, in order
-        owned = self.dp.owned(len(self.ranker_validation.sub_queries))
-        ranker_rows = self.dp.gather_shards(self.ranker_validation.score_items(self.val_ranker, owned))
+        # data parallel: each rank scores its share of the sub-queries, and every rank gets all rows, in order
+        ranker_rows = self.dp.map_items(range(len(self.ranker_validation.sub_queries)),
+                                        lambda owned: self.ranker_validation.score_items(self.val_ranker, owned))
         if step is not None:
             base = {"step": step, "method": self.cfg.method}
             self.val_records.extend({**base, "kind": "agent", "question_id": r.question_id, "dataset": r.dataset,
@@ -312,13 +312,14 @@ class JointTrainer(TrainingRun):
                              cross_encoder=self.val_ranker if self.cross_encoder is not None else None)
         if not self.dp.distributed:
             return evaluate(ecfg.methods[0], self.val_questions, ctx, ecfg, progress=False)
-        # data parallel: the questions one process would answer, every world_size-th of them per rank
-        # (not selected again), and every rank gets all records (one list per question), in order
-        mine = self.dp.shard(select_examples(self.val_questions, ecfg.n_per_dataset))
-        rows = evaluate(ecfg.methods[0], mine, ctx, replace(ecfg, n_per_dataset=None), progress=False).to_dict("records") \
-            if mine else []
-        per_question = [[r for r in rows if r["question_id"] == q.id] for q in mine]
-        return pd.DataFrame([r for records in self.dp.gather_shards(per_question) for r in records])
+        # data parallel: each rank answers its share of the questions one process would answer (not
+        # selected again), and every rank gets all records (one list per question), in order
+        def answered(mine: list[QAExample]) -> list[list[dict]]:
+            rows = evaluate(ecfg.methods[0], mine, ctx, replace(ecfg, n_per_dataset=None), progress=False).to_dict("records")
+            return [[r for r in rows if r["question_id"] == q.id] for q in mine]
+
+        per_question = self.dp.map_items(select_examples(self.val_questions, ecfg.n_per_dataset), answered)
+        return pd.DataFrame([r for records in per_question for r in records])
 
     # -- checkpoints (the protocol: rl.run_protocol.TrainingRun)
 
