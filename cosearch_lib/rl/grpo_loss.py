@@ -158,7 +158,8 @@ class LossAggregation:
 def _seq_mean_token_mean(v: Tensor, m: Tensor) -> Tensor:
     per_seq_n = m.sum(dim=1)  # (B,)
     per_seq = v.sum(dim=1) / per_seq_n.clamp_min(1)  # (B,)
-    return per_seq[per_seq_n > 0].mean()
+    has = per_seq_n > 0  # (B,) the mean over sequences with a token, without a data-dependent index (no sync)
+    return (per_seq * has).sum() / has.sum().clamp_min(1)
 
 
 #: The loss aggregations by name (``config.AGGREGATIONS`` holds the same names; a test checks it):
@@ -170,7 +171,7 @@ def _seq_mean_token_mean(v: Tensor, m: Tensor) -> Tensor:
 #:   trainer's micro-batched update cannot reproduce it: ``TrainConfig`` refuses it, the function here
 #:   (and any caller that reduces a whole batch at once) can use it.
 LOSS_AGGREGATIONS: dict[str, LossAggregation] = {
-    "token-mean": LossAggregation(lambda v, m: v.sum() / m.sum(), splits_into_micro_batches=True),
+    "token-mean": LossAggregation(lambda v, m: v.sum() / m.sum().clamp_min(1), splits_into_micro_batches=True),
     "seq-mean-token-mean": LossAggregation(_seq_mean_token_mean, splits_into_micro_batches=True),
     "seq-mean-token-sum-norm": LossAggregation(lambda v, m: v.sum() / v.numel(), splits_into_micro_batches=False),
 }
@@ -180,7 +181,8 @@ def masked_aggregate(values: Tensor, mask: Tensor, aggregation: str = "token-mea
     """Reduce per-token ``values`` (B, T) over the tokens where ``mask`` (B, T) is nonzero -> scalar,
     the way :data:`LOSS_AGGREGATIONS` names. Masked-out positions are selected away, never
     multiplied, so ``inf``/``nan`` there cannot leak in. An empty mask gives 0 that is still
-    connected to the graph (``backward`` works)."""
+    connected to the graph (``backward`` works): every aggregation's denominator is at least 1, so
+    nothing here reads a value back from the device."""
     if aggregation not in LOSS_AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {tuple(LOSS_AGGREGATIONS)}, got {aggregation!r}")
     if values.ndim != 2 or mask.shape != values.shape:
@@ -190,8 +192,6 @@ def masked_aggregate(values: Tensor, mask: Tensor, aggregation: str = "token-mea
         )
     m = mask.bool()  # (B, T)
     v = torch.where(m, values, torch.zeros_like(values))  # (B, T)
-    if int(m.sum()) == 0:
-        return v.sum() * 0.0  # 0, connected to the graph
     return LOSS_AGGREGATIONS[aggregation].reduce(v, m)
 
 
@@ -263,19 +263,31 @@ def policy_loss(
         if cfg.kl_coef > 0:
             loss = pg_loss + cfg.kl_coef * masked_aggregate(k3, m, cfg.aggregation)
 
-    with torch.no_grad():
-        n_tokens = int(m.sum())
-        nan = float("nan")
+    with torch.no_grad():  # every statistic as a tensor, read back to the host in one transfer (one sync on a GPU)
+        n = m.sum()
+        count = n.clamp(min=1).double()
         clipped = ((ratio > hi) & (adv > 0)) | ((ratio < lo) & (adv < 0))  # (B, T)
         has_tokens = m.any(dim=1)  # (B,)
-        stats = {
-            "loss": float(loss),
-            "pg_loss": float(pg_loss),
-            "kl": float(masked_aggregate(k3, m)) if k3 is not None and n_tokens else nan,
-            "clip_frac": float((clipped & m).sum()) / n_tokens if n_tokens else 0.0,
-            "ratio_mean": float(ratio[m].mean()) if n_tokens else nan,
-            "ratio_max": float(ratio[m].max()) if n_tokens else nan,
-            "adv_mean": float(advantages.detach()[has_tokens].double().mean()) if n_tokens else nan,
-            "n_tokens": float(n_tokens),
-        }
+        row_adv = advantages.detach().double()
+        kl = masked_aggregate(k3, m).double() if k3 is not None else torch.zeros((), dtype=torch.float64, device=lp.device)
+        values = torch.stack([
+            loss.detach().double(), pg_loss.detach().double(), kl,
+            (clipped & m).sum().double() / count,  # clip_frac
+            torch.where(m, ratio, zero).sum().double() / count,  # ratio_mean
+            torch.where(m, ratio, torch.full_like(ratio, -math.inf)).max().double(),  # ratio_max
+            torch.where(has_tokens, row_adv, torch.zeros_like(row_adv)).sum() / has_tokens.sum().clamp(min=1).double(),  # adv_mean
+            n.double(),
+        ]).tolist()
+    loss_v, pg_v, kl_v, clip_frac, ratio_mean, ratio_max, adv_mean, n_tokens = values
+    empty, nan = n_tokens == 0, float("nan")
+    stats = {
+        "loss": loss_v,
+        "pg_loss": pg_v,
+        "kl": nan if k3 is None or empty else kl_v,
+        "clip_frac": 0.0 if empty else clip_frac,
+        "ratio_mean": nan if empty else ratio_mean,
+        "ratio_max": nan if empty else ratio_max,
+        "adv_mean": nan if empty else adv_mean,
+        "n_tokens": n_tokens,
+    }
     return loss, stats
