@@ -24,6 +24,7 @@ from cosearch_lib.rl.cross_encoder_policy import (
     listwise_loss,
     warm_start_cross_encoder,
 )
+from cosearch_lib.rl.grpo_loss import policy_loss
 from cosearch_lib.run_schema import describe_step_metric, latest_checkpoint
 
 from tests import doubles
@@ -126,6 +127,48 @@ def test_the_grpo_update_makes_a_rewarded_ranking_likelier_and_a_punished_one_ra
     assert logp(good) > before[0] and logp(bad) < before[1]
     with pytest.raises(ValueError, match="no candidate_texts"):
         cross_encoder_update(scorer, optimizer, [replace_texts(good)], [1.0], GRPOConfig(), temperature=1.0, max_grad_norm=1.0)
+
+
+def test_calls_that_ranked_the_same_list_are_scored_once_with_the_gradient_of_one_call_at_a_time(bert_tok, monkeypatch):
+    """The judge's update scores a list once for every call that ranked it (the G rollouts often
+    issue the same first sub-query): fewer forwards, the same gradient as scoring each call apart."""
+    import copy
+
+    scorer = tiny_scorer(bert_tok)
+    ranker = CrossEncoderPolicyRanker(scorer, temperature=1.0)
+    a1, a2, a3 = (_Call(r) for r in ranker.rank([request((0, "q", g, 0)) for g in range(3)]))
+    (b1,) = (_Call(r, sub_query="which river crosses the town") for r in ranker.rank([request((0, "q2", 0, 0))]))
+    calls, advantages = [a1, a2, a3, b1], [1.0, -0.5, 0.0, 0.7]  # a3: no advantage, not trained
+
+    def gradient(update_calls):
+        model = copy.deepcopy(scorer)
+        seen = []
+        real = model.scores
+        monkeypatch.setattr(model, "scores", lambda q, texts: seen.append(q) or real(q, texts))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the gradient is kept, the weights not moved
+        monkeypatch.setattr(optimizer, "zero_grad", lambda set_to_none=True: None)
+        stats = update_calls(model, optimizer)
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return seen, grads, stats
+
+    seen, shared, stats = gradient(lambda m, o: cross_encoder_update(m, o, calls, advantages, GRPOConfig(), temperature=1.0,
+                                                                     max_grad_norm=0.0))
+    assert seen == [a1.sub_query, b1.sub_query] and stats["ranker_n_forwarded"] == 3
+
+    def apart(m, o):  # one call at a time, weighted as in one update over all four
+        denom = float(sum(len(c.order) for c in calls))
+        for c, adv in zip(calls, advantages):
+            if adv:
+                lp = plackett_luce_logprobs(m.scores(c.sub_query, c.candidate_texts), c.order, 1.0).unsqueeze(0)
+                loss, _ = policy_loss(lp, torch.tensor([c.output_logprobs]), torch.tensor([adv]), torch.ones_like(lp),
+                                      GRPOConfig())
+                (loss * (len(c.order) / denom)).backward()
+        return {}
+
+    seen_apart, separate, _ = gradient(apart)
+    assert len(seen_apart) == 3 and shared.keys() == separate.keys() and shared
+    for name in shared:
+        torch.testing.assert_close(shared[name], separate[name], rtol=1e-4, atol=1e-7)
 
 
 def replace_texts(call):

@@ -101,7 +101,8 @@ def cross_encoder_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Opti
     the clipped surrogate aggregated over all picks of the calls (token-mean, calls with advantage 0
     counted in the denominator as in :func:`rl.policy_update.grpo_update`). Returns ``ranker_*`` stats
     named like the LLM ranker's: loss, clip_frac, ratio_mean, logp_drift_mean (mean |logp - old logp|
-    over the trained picks, before the step), n_forwarded, n_tokens, and grad_norm."""
+    over the trained picks, before the step), n_forwarded (calls trained), n_tokens, and grad_norm.
+    Calls that ranked the same list are scored once, together (the same gradient, fewer forwards)."""
     if len(calls) != len(advantages):
         raise ValueError(f"{len(calls)} calls but {len(advantages)} advantages")
     missing = [i for i, c in enumerate(calls) if len(c.candidate_texts) == 0 and c.order]
@@ -113,19 +114,28 @@ def cross_encoder_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Opti
     optimizer.zero_grad(set_to_none=True)
     sums: dict[str, float] = {}
     weight, deltas = 0.0, []
+    # Calls that ranked the same list (the same sub-query, so the same candidates: often the G rollouts'
+    # first search) share one scoring and one backward pass; each keeps its own picks and advantage.
+    lists: dict[tuple[str, tuple[str, ...]], list[int]] = {}
     for i in active:
-        c = calls[i]
-        lp = plackett_luce_logprobs(scorer.scores(c.sub_query, c.candidate_texts), c.order, temperature).unsqueeze(0)
-        old = torch.tensor([c.output_logprobs], dtype=lp.dtype)
-        deltas.append((lp.detach() - old).abs().reshape(-1))
-        mask = torch.ones_like(lp)
-        loss, stats = policy_loss(lp, old, torch.tensor([advantages[i]]), mask, cfg)
-        (loss * (len(c.order) / denom)).backward()
-        w = stats.pop("n_tokens")
-        weight += w
-        for k, v in stats.items():
-            if not math.isnan(v):
-                sums[k] = sums.get(k, 0.0) + v * w
+        lists.setdefault((calls[i].sub_query, tuple(calls[i].candidate_texts)), []).append(i)
+    for (sub_query, texts), members in lists.items():
+        scores = scorer.scores(sub_query, list(texts))
+        total = None
+        for i in members:
+            c = calls[i]
+            lp = plackett_luce_logprobs(scores, c.order, temperature).unsqueeze(0)
+            old = torch.tensor([c.output_logprobs], dtype=lp.dtype)
+            deltas.append((lp.detach() - old).abs().reshape(-1))
+            loss, stats = policy_loss(lp, old, torch.tensor([advantages[i]]), torch.ones_like(lp), cfg)
+            term = loss * (len(c.order) / denom)
+            total = term if total is None else total + term
+            w = stats.pop("n_tokens")
+            weight += w
+            for k, v in stats.items():
+                if not math.isnan(v):
+                    sums[k] = sums.get(k, 0.0) + v * w
+        total.backward()
     grad_norm = 0.0
     params = [p for p in scorer.parameters() if p.requires_grad]
     if any(p.grad is not None for p in params):
