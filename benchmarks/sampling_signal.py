@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -40,8 +39,8 @@ from cosearch_lib import experiment
 from cosearch_lib.config import load_profile
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.paths import run_dir
-from cosearch_lib.rl.step_records import step_record
-from cosearch_lib.rl.step_scoring import group_rollouts, reward_rollouts
+from cosearch_lib.rl.step_records import question_groups, step_record
+from cosearch_lib.stage_clock import StageClock
 
 SHOWN = ("agent_f1", "agent_best_of_g_f1", "agent_groups_without_signal", "agent_format_ok", "searches_per_traj",
          "agent_entropy", "n_ranker_calls", "grouping_n_groups_post")
@@ -75,24 +74,23 @@ def main() -> None:
                                                validate_at_start=False)
             if args.checkpoint:
                 trainer.load_checkpoint(args.checkpoint)
-            records, seconds, f1s = [], [], {}
+            records, seconds, trajs = [], [], []
             for step in range(args.steps):
-                t0 = time.perf_counter()
-                trajs = trainer.engine.run(trainer.step_questions(step), n_samples=g, seed=trainer.seed, step=step,
-                                           progress=False)
-                seconds.append(time.perf_counter() - t0)
-                for t in trajs:
-                    f1s.setdefault((hop_group(t.data_source), t.question_id), []).append(float(t.f1))
-                rewards = reward_rollouts(trajs, trainer.cfg, judge=trainer._judge)
-                groups = group_rollouts(rewards, trainer.cfg, trainer.rollout_cfg.rules)
+                clock = StageClock()
+                _, rewards, groups = trainer.scored_rollouts(step, clock)
+                seconds.append(clock.columns()["rollout_s"])
+                trajs += rewards.trajectories
                 records.append(step_record(step, args.method, rewards, groups, {}))
             line = {"G": g, "temperature": temperature}
             line.update({NAMES[k]: round(float(np.nanmean([r[k] for r in records])), 3) for k in SHOWN})
             line["rollout_s"] = round(float(np.mean(seconds)), 1)
-            line["by_hops"] = {group: {"questions": len(per_q), "mean_f1": round(float(np.mean([np.mean(v) for v in per_q])), 3),
-                                       "best_of_g_f1": round(float(np.mean([max(v) for v in per_q])), 3)}
-                               for group in sorted({g for g, _ in f1s})
-                               for per_q in [[v for (g, _), v in f1s.items() if g == group]]}
+            line["by_hops"] = {}
+            for hops in sorted({hop_group(t.data_source) for t in trajs}):
+                part = [t for t in trajs if hop_group(t.data_source) == hops]
+                per_question = question_groups(part, [t.f1 for t in part])
+                line["by_hops"][hops] = {"questions": len(per_question),
+                                         "mean_f1": round(float(np.mean([np.mean(v) for v in per_question])), 3),
+                                         "best_of_g_f1": round(float(np.mean([max(v) for v in per_question])), 3)}
             print(json.dumps(line), flush=True)
             del trainer
 

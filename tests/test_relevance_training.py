@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pandas as pd
 import pytest
 import torch
 
@@ -26,9 +25,10 @@ from cosearch_lib.config import (
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.experiment import cached_starts
 from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
+from cosearch_lib.records.ranker_quality import read_relevance_run, relevance_endpoints
 from cosearch_lib.rl.ranker_validation import gold_sub_queries
 from cosearch_lib.rl.relevance_training import RELEVANCE_METHOD, RelevanceInputs, RelevanceTrainer, ranking_items
-from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, VALIDATION_COLUMNS, VALIDATION_FILE, latest_checkpoint
+from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, VALIDATION_COLUMNS, latest_checkpoint
 
 from tests.doubles import CORPUS, LORA, FixedRetriever, ScriptedBackend, tiny_model
 
@@ -150,8 +150,11 @@ def test_the_relevance_update_runs_with_the_profiles_training_knobs_and_its_own_
     assert (settings.max_grad_norm, settings.length_grouped, settings.gradient_checkpointing, settings.shared_prefix) == \
         (0.5, False, True, False)
     assert (settings.micro_batch, settings.minibatches, settings.grpo) == (2, 1, t.cfg.grpo)
-    # no held-out sub-queries: validation.csv is still written, with its columns (records.ranker_quality reads them)
-    assert list(pd.read_csv(tmp_path / VALIDATION_FILE).columns) == list(VALIDATION_COLUMNS)
+    # no held-out sub-queries, so no validation rows: the quality table says why, not a KeyError
+    _, validation = read_relevance_run(tmp_path)
+    assert list(validation.columns) == list(VALIDATION_COLUMNS)
+    with pytest.raises(ValueError, match="no ranker validation rows"):
+        relevance_endpoints(validation)
 
 
 def test_an_unpenalised_invalid_output_scores_its_retriever_fallback(tok, tmp_path):

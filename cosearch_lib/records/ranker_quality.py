@@ -23,7 +23,7 @@ from cosearch_lib.config import SCORING_RANKER_KINDS
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval
 from cosearch_lib.eval.tables import comparison_table
 from cosearch_lib.records.training_runs import validation_curves
-from cosearch_lib.run_schema import RANKER_VALIDATION_KS, STEPS_FILE, VALIDATION_FILE
+from cosearch_lib.run_schema import RANKER_VALIDATION_KS, STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE
 
 #: The row labels of the ranker-quality table, in its order.
 RETRIEVER_ORDER = "retriever order"
@@ -39,7 +39,7 @@ def read_relevance_run(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not (folder / STEPS_FILE).exists():
         raise FileNotFoundError(f"no relevance-training records in {folder} (train it first: experiment.relevance_ranker)")
     validation = pd.read_csv(folder / VALIDATION_FILE, dtype={"question_id": str, "dataset": str}) \
-        if (folder / VALIDATION_FILE).exists() else pd.DataFrame()
+        if (folder / VALIDATION_FILE).exists() else pd.DataFrame(columns=list(VALIDATION_COLUMNS))  # never validated
     return pd.read_csv(folder / STEPS_FILE), validation
 
 

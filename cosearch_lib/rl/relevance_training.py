@@ -26,7 +26,7 @@ in the loop (so it is cheap):
   ``eval_every`` steps (0: never between) and after the last: the Hit@k curve, and per-item rows for paired intervals.
 
 A run's folder holds ``steps.csv`` (:data:`~cosearch_lib.run_schema.RELEVANCE_STEP_GLOSSARY`),
-``validation.csv`` (:data:`~cosearch_lib.run_schema.VALIDATION_GLOSSARY`, method ``relevance``) and
+``validation.csv`` (:data:`~cosearch_lib.run_schema.VALIDATION_GLOSSARY`, method ``relevance``; once it has rows) and
 checkpoints (:mod:`~cosearch_lib.rl.run_checkpoints`), so an interrupted run resumes where it
 stopped; ``experiment.relevance_ranker`` caches the result keyed by its settings, as the warm start is.
 """
@@ -151,8 +151,6 @@ class RelevanceInputs:
 class RelevanceTrainer(TrainingRun):
     """Ranker-only GRPO with r_rel; ``run`` steps, records, validates and checkpoints (the protocol
     both trainers share: ``rl.run_protocol.TrainingRun``)."""
-
-    writes_empty_validation = True  # records.ranker_quality reads validation.csv's columns, rows or none
 
     def __init__(self, cfg: RelevanceConfig, inputs: RelevanceInputs, *, out_dir: str | Path, seed: int = 0,
                  progress: bool = True) -> None:

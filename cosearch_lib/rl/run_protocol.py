@@ -57,9 +57,6 @@ class TrainingRun:
     #: Columns of its records renamed since some checkpoints were written: {old name: new name}
     #: (the joint trainer's ``run_schema.RENAMED_STEP_COLUMNS``); applied on resume.
     renamed_columns: dict[str, str] = {}
-    #: Write ``validation.csv`` (its header) even when the run has no validation rows (the relevance
-    #: training's readers expect the file); the joint trainer writes it only with rows.
-    writes_empty_validation: bool = False
     cfg: Any
     seed: int
     progress: bool
@@ -186,7 +183,7 @@ class TrainingRun:
             write_table(self.frame(), self.out_dir / STEPS_FILE)
             if self.call_records:
                 write_table(self.calls_frame(), self.out_dir / RANKER_CALLS_FILE)
-            if self.val_records or self.writes_empty_validation:
+            if self.val_records:
                 write_table(self.validation_frame(), self.out_dir / VALIDATION_FILE)
         self.dp.barrier()
         return final

@@ -184,14 +184,8 @@ class JointTrainer(TrainingRun):
         """One GRPO step of the method, stages rollout to sync; keeps and returns its record (:meth:`run`
         adds the validation when it is due, and hands the record to the live tracker)."""
         cfg, step = self.cfg, self.step
-        self.served.serve(self.step)
         clock = StageClock()
-        with clock("rollout"):
-            batch = self._rollouts(step)
-        with clock("reward"):
-            rewards = reward_rollouts(batch.trajectories, cfg, judge=self._judge)
-        with clock("group"):
-            groups = group_rollouts(rewards, cfg, self.rollout_cfg.rules)
+        batch, rewards, groups = self.scored_rollouts(step, clock)
         with clock("update"):
             update_stats = self._update(batch, rewards, groups, clock)
         with clock("sync"):
@@ -205,6 +199,20 @@ class JointTrainer(TrainingRun):
         self.records.append(record)
         self.step += 1
         return record
+
+    def scored_rollouts(self, step: int, clock: StageClock | None = None) -> tuple[StepBatch, StepRewards, StepGroups]:
+        """The stages before the update, for the questions of ``step`` with the policies as they are
+        now: rollout, rewards, groups and advantages (each timed on ``clock``). :meth:`train_step`
+        goes on to the update; ``benchmarks/sampling_signal.py`` reads what GRPO would have to work with."""
+        clock = clock or StageClock()
+        self.served.serve(self.step)
+        with clock("rollout"):
+            batch = self._rollouts(step)
+        with clock("reward"):
+            rewards = reward_rollouts(batch.trajectories, self.cfg, judge=self._judge)
+        with clock("group"):
+            groups = group_rollouts(rewards, self.cfg, self.rollout_cfg.rules)
+        return batch, rewards, groups
 
     def _rollouts(self, step: int) -> StepBatch:
         """The rollout stage: G trajectories per question of the step. This rank rolls out its block
