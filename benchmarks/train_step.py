@@ -61,7 +61,8 @@ from cosearch_lib.atomic_io import write_json, write_table
 from cosearch_lib.config import UpdateSettings, load_profile
 from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
 from cosearch_lib.models.generation.teacher_forced import reference_logprobs
-from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
+from cosearch_lib.models.lora_policies import PolicySet
+from cosearch_lib.models.policy_loading import load_policy_model
 from cosearch_lib.paths import run_dir
 from cosearch_lib.records.provenance import environment_snapshot
 from cosearch_lib.rl.data_parallel import DataParallel

@@ -33,8 +33,8 @@ from cosearch_lib.config import ConfigError, available_profiles, load_profile
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from cosearch_lib.records.grid import run_workbook
-    from cosearch_lib.records.papermill_runner import parse_parameter
+    from cosearch_lib.runs.grid import run_workbook
+    from cosearch_lib.runs.papermill_runner import parse_parameter
 
     params = dict(parse_parameter(p) for p in args.param or [])
     if args.seed is not None:
@@ -44,7 +44,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_grid(args: argparse.Namespace) -> int:
-    from cosearch_lib.records.grid import grid_status, load_grid, run_grid, submit_slurm
+    from cosearch_lib.records.grid_cells import grid_status, load_grid
+    from cosearch_lib.runs.grid import run_grid, submit_slurm
 
     grid = load_grid(args.grid)
     if args.status:
@@ -64,7 +65,7 @@ def _cmd_grid(args: argparse.Namespace) -> int:
 
 
 def _cmd_warm_start(args: argparse.Namespace) -> int:
-    from cosearch_lib.records.papermill_runner import run_warm_start
+    from cosearch_lib.runs.papermill_runner import run_warm_start
 
     rec = run_warm_start(load_profile(args.profile), progress=not args.quiet)
     print(json.dumps({k: v for k, v in rec.items() if k != "environment"}, indent=2))
@@ -72,7 +73,7 @@ def _cmd_warm_start(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from cosearch_lib.records.launched_training import run_training
+    from cosearch_lib.runs.launched_training import run_training
     from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequested
 
     cfg = load_profile(args.profile, seed=args.seed)
@@ -90,7 +91,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from cosearch_lib.records.launched_evaluation import run_evaluation_job
+    from cosearch_lib.runs.launched_evaluation import run_evaluation_job
     from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequested
 
     cfg = load_profile(args.profile, seed=args.seed)
@@ -129,7 +130,7 @@ def _cmd_build_starts(args: argparse.Namespace) -> int:
 
 
 def _cmd_slurm_train(args: argparse.Namespace) -> int:
-    from cosearch_lib.records.slurm_training import submit_training
+    from cosearch_lib.runs.slurm_training import submit_training
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     out = submit_training(args.profile, methods, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
@@ -428,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that describe bad input or a missing download: print the message, no traceback."""
     from cosearch_lib.data.downloads import HubUnavailableError
-    from cosearch_lib.records.grid import SlurmSubmitError
+    from cosearch_lib.runs.grid import SlurmSubmitError
 
     return (FileNotFoundError, ValueError, LookupError, HubUnavailableError, SlurmSubmitError)
 

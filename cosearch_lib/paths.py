@@ -50,6 +50,23 @@ def notebooks_dir() -> Path:
     return project_root() / "notebooks"
 
 
+def list_notebooks() -> list[Path]:
+    """The numbered notebooks, in order (``NN_name.ipynb``)."""
+    return sorted(p for p in notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
+
+
+def select_notebooks(selectors: list[str] | None) -> list[Path]:
+    """All notebooks, or those whose file name starts with one of ``selectors`` (e.g. ``["01"]``)."""
+    books = list_notebooks()
+    if not selectors:
+        return books
+    chosen = [b for b in books if any(b.name.startswith(s) or b.stem == s for s in selectors)]
+    missing = [s for s in selectors if not any(b.name.startswith(s) or b.stem == s for b in books)]
+    if missing:
+        raise FileNotFoundError(f"no notebook matches {missing}; have {[b.name for b in books]}")
+    return chosen
+
+
 def profile_data_path(root: str, path: str) -> Path:
     """A path of a profile's ``data`` section: absolute as given, relative against ``root``
     (``data.root``), which is itself relative to the project root, never to the cwd."""

@@ -35,7 +35,7 @@ from cosearch_lib.eval.tables import load_records, oracle_gap_intervals, oracle_
 from cosearch_lib.paths import figures_dir, project_relative, run_dir
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
 from cosearch_lib.records.docs import describe_f1_metric
-from cosearch_lib.records.grid import load_grid
+from cosearch_lib.records.grid_cells import load_grid
 from cosearch_lib.records.training_runs import read_steps, read_validation, training_root, validation_curves
 from cosearch_lib.viz.plots import (
     METHOD_COLORS,

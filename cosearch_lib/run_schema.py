@@ -37,13 +37,13 @@ RANKER_VALIDATION_KS = (1, 3, 5)
 
 #: What the per-policy columns of a step record start with: a role's GRPO stats (``<role>_``) or an
 #: adapter's optimizer stats (``<adapter>_``): agent, ranker, the shared backbone's adapter, or the
-#: cross-encoder ranker.
-STAT_PREFIXES = ("agent", "ranker", "shared", "cross_encoder")
+#: scoring ranker (:data:`SCORER_SLOT`).
+STAT_PREFIXES = ("agent", "ranker", "shared", "scorer")
 
 
 #: Every column of the per-step records (``steps.csv``), for the README glossary. ``<role>`` is
-#: agent or ranker (the policy updated), ``<adapter>`` agent, ranker, shared or cross_encoder (the
-#: cross-encoder ranker of ``training.ranker_kind: cross_encoder``, whose stats read ``ranker_*``).
+#: agent or ranker (the policy updated), ``<adapter>`` agent, ranker, shared or scorer (the scoring
+#: ranker of a scoring ``training.ranker_kind``, whose GRPO stats read ``ranker_*``).
 STEP_GLOSSARY: dict[str, str] = {
     "step": "0-based training step; -1: the validation before the first update (TrainConfig.validate_at_start), "
             "a row with only step, method and the val_* columns",
@@ -156,9 +156,25 @@ VALIDATION_GLOSSARY: dict[str, str] = {
 }
 VALIDATION_COLUMNS = tuple(VALIDATION_GLOSSARY)
 
+#: Where a scoring ranker (config.RANKER_KINDS: the cross-encoder, the LLM judge) travels, whatever
+#: its model: the adapters' key (``{"agent": ..., "scorer": ...}``), a checkpoint's state key and
+#: folder (``adapters/scorer/``), its optimizer stats' prefix (``scorer_grad_norm``).
+SCORER_SLOT = "scorer"
+
+#: Names renamed since some records and checkpoints were written: {old name: new name}. The scoring
+#: ranker's slot was named for the first kind that filled it, the cross-encoder.
+RENAMED_SLOTS = {"cross_encoder": SCORER_SLOT}
+#: Harness methods renamed since some evaluation records were written (their ``method`` values).
+RENAMED_EVAL_METHODS = {"agent_cross_encoder": "agent_scorer"}
 #: Step and call columns renamed since some records were written: {old name: new name}. ``hit@5``
 #: was Hit@5 of the K passages shown; every run written under that name had K <= 5, where it is Hit@K.
-RENAMED_STEP_COLUMNS = {"hit@5": "hit@K"}
+RENAMED_STEP_COLUMNS = {"hit@5": "hit@K", **{f"{old}_{stat}": f"{new}_{stat}" for old, new in RENAMED_SLOTS.items()
+                                            for stat in ("grad_norm", "update_s")}}
+
+
+def renamed_slots(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's state, or {slot: folder} of its adapters, under today's slot names (:data:`RENAMED_SLOTS`)."""
+    return {RENAMED_SLOTS.get(name, name): value for name, value in state.items()}
 
 
 def current_step_columns(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -211,7 +211,7 @@ def script(prompt, key):
 
 
 def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, val_questions=(), eval_every=0,
-            cross_encoder=None, rules=None, dp=None, questions_per_step=2, seed=0, **kw):
+            scorer=None, rules=None, dp=None, questions_per_step=2, seed=0, **kw):
     """The scripted joint trainer; ``rules`` (a config.RuleSet; None: the paper's) reaches every stage by
     construction, as a profile's ``rules:`` does. ``dp``: this rank of a data-parallel job (None: one process)."""
     rules = PAPER_RULES if rules is None else rules
@@ -225,7 +225,7 @@ def trainer(tok, model, out_dir, *, method="cosearch", steps=2, shared=False, va
                             rules=rules)
     inputs = TrainerInputs(policies, tok, FixedRetriever(CORPUS), QUESTIONS, rollout, ProtocolConfig(search=SearchBudget(topk=3)),
                            val_questions=val_questions, backend=ScriptedBackend(tok, script, model=peft),
-                           cross_encoder=cross_encoder)
+                           scorer=scorer)
     return JointTrainer(cfg, inputs, out_dir=out_dir, seed=seed, progress=False, **({"dp": dp} if dp is not None else {}))
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
-from cosearch_lib.records.grid import load_grid
+from cosearch_lib.records.grid_cells import load_grid
 
 FAMILIES = ["syn_nq", "syn_popqa", "syn_hotpotqa", "syn_musique"]  # two single-hop, two multi-hop
 

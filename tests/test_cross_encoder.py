@@ -12,19 +12,19 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from cosearch_lib.agent.rankers import CrossEncoderPolicyRanker, RankRequest, make_ranker
+from cosearch_lib.agent.rankers import RankRequest, ScorerPolicyRanker, make_ranker
 from cosearch_lib.config import ConfigError, GRPOConfig, TrainConfig, load_profile
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.experiment import trained_eval_settings
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer, plackett_luce_logprobs, sample_ranking
 from cosearch_lib.models.registry import resolve_model
-from cosearch_lib.rl.cross_encoder_policy import (
+from cosearch_lib.rl.grpo_loss import policy_loss
+from cosearch_lib.rl.scorer_policy import (
     RelevanceList,
-    cross_encoder_update,
     listwise_loss,
+    scorer_update,
     warm_start_cross_encoder,
 )
-from cosearch_lib.rl.grpo_loss import policy_loss
 from cosearch_lib.run_schema import describe_step_metric, latest_checkpoint
 
 from tests import doubles
@@ -76,7 +76,7 @@ def request(key: tuple, k: int = 2) -> RankRequest:
 
 def test_the_cross_encoder_policy_samples_by_row_key_and_records_what_its_update_needs(bert_tok):
     scorer = tiny_scorer(bert_tok)
-    ranker = make_ranker("cross_encoder_policy", scorer=scorer, temperature=1.0, seed=3)
+    ranker = make_ranker("scorer_policy", scorer=scorer, temperature=1.0, seed=3)
     keys = [(0, "q1", s, 0) for s in range(8)]
     first = ranker.rank([request(k) for k in keys])
     again = ranker.rank([request(k) for k in reversed(keys)])[::-1]
@@ -87,7 +87,7 @@ def test_the_cross_encoder_policy_samples_by_row_key_and_records_what_its_update
         scores = scorer.scores("which town has a harbour", r.candidate_texts)
     assert r.valid and r.output_ids == r.order and len(r.candidate_texts) == 6
     assert r.output_logprobs == pytest.approx(plackett_luce_logprobs(scores, r.order, 1.0).tolist(), abs=1e-5)
-    greedy = CrossEncoderPolicyRanker(scorer, temperature=0.0).rank([request(keys[0], k=3)])[0]
+    greedy = ScorerPolicyRanker(scorer, temperature=0.0).rank([request(keys[0], k=3)])[0]
     assert greedy.order == sorted(range(6), key=lambda i: (-float(scores[i]), i))[:3]
 
 
@@ -111,7 +111,7 @@ class _Call:
 
 def test_the_grpo_update_makes_a_rewarded_ranking_likelier_and_a_punished_one_rarer(bert_tok):
     scorer = tiny_scorer(bert_tok)
-    ranker = CrossEncoderPolicyRanker(scorer, temperature=1.0)
+    ranker = ScorerPolicyRanker(scorer, temperature=1.0)
     good, bad = (_Call(r) for r in ranker.rank([request((0, "q", 0, 0)), request((0, "q", 5, 0))]))
     assert good.order != bad.order
 
@@ -121,12 +121,12 @@ def test_the_grpo_update_makes_a_rewarded_ranking_likelier_and_a_punished_one_ra
 
     before = logp(good), logp(bad)
     optimizer = torch.optim.SGD(scorer.parameters(), lr=0.5)
-    stats = cross_encoder_update(scorer, optimizer, [good, bad], [1.0, -1.0], GRPOConfig(), temperature=1.0, max_grad_norm=1.0)
+    stats = scorer_update(scorer, optimizer, [good, bad], [1.0, -1.0], GRPOConfig(), temperature=1.0, max_grad_norm=1.0)
     assert stats["ranker_logp_drift_mean"] < 1e-5  # the recorded log-probs are the policy's own
     assert stats["ranker_n_forwarded"] == 2 and stats["ranker_n_tokens"] == 4 and stats["grad_norm"] > 0
     assert logp(good) > before[0] and logp(bad) < before[1]
     with pytest.raises(ValueError, match="no candidate_texts"):
-        cross_encoder_update(scorer, optimizer, [replace_texts(good)], [1.0], GRPOConfig(), temperature=1.0, max_grad_norm=1.0)
+        scorer_update(scorer, optimizer, [replace_texts(good)], [1.0], GRPOConfig(), temperature=1.0, max_grad_norm=1.0)
 
 
 def test_calls_that_ranked_the_same_list_are_scored_once_with_the_gradient_of_one_call_at_a_time(bert_tok, monkeypatch):
@@ -135,7 +135,7 @@ def test_calls_that_ranked_the_same_list_are_scored_once_with_the_gradient_of_on
     import copy
 
     scorer = tiny_scorer(bert_tok)
-    ranker = CrossEncoderPolicyRanker(scorer, temperature=1.0)
+    ranker = ScorerPolicyRanker(scorer, temperature=1.0)
     a1, a2, a3 = (_Call(r) for r in ranker.rank([request((0, "q", g, 0)) for g in range(3)]))
     (b1,) = (_Call(r, sub_query="which river crosses the town") for r in ranker.rank([request((0, "q2", 0, 0))]))
     calls, advantages = [a1, a2, a3, b1], [1.0, -0.5, 0.0, 0.7]  # a3: no advantage, not trained
@@ -151,7 +151,7 @@ def test_calls_that_ranked_the_same_list_are_scored_once_with_the_gradient_of_on
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         return seen, grads, stats
 
-    seen, shared, stats = gradient(lambda m, o: cross_encoder_update(m, o, calls, advantages, GRPOConfig(), temperature=1.0,
+    seen, shared, stats = gradient(lambda m, o: scorer_update(m, o, calls, advantages, GRPOConfig(), temperature=1.0,
                                                                      max_grad_norm=0.0))
     assert seen == [a1.sub_query, b1.sub_query] and stats["ranker_n_forwarded"] == 3
 
@@ -202,8 +202,8 @@ def test_the_ranker_kind_setting_replaces_the_ranker_adapter_and_is_checked():
         TrainConfig(ranker_kind="cross_encoder", shared_backbone=True)
     with pytest.raises(ConfigError, match="warm_start_epochs"):
         load_profile("ci", training={"cross_encoder": {"warm_start_epochs": -1}})
-    fields = trained_eval_settings("cosearch", {"agent": "a", "cross_encoder": "c"}, {})
-    assert fields["methods"] == ("agent_cross_encoder",) and fields["cross_encoder_model"] == "c"
+    fields = trained_eval_settings("cosearch", {"agent": "a", "scorer": "c"}, {})
+    assert fields["methods"] == ("agent_scorer",) and fields["scorer_model"] == "c"
 
 
 @pytest.mark.slow
@@ -213,18 +213,18 @@ def test_cosearch_trains_the_cross_encoder_with_grpo_and_resumes_it_from_a_check
 
     def built(out):
         return doubles.trainer(tok, doubles.tiny_model(tok), out, steps=2, ranker_kind="cross_encoder",
-                               cross_encoder=tiny_scorer(bert_tok))
+                               scorer=tiny_scorer(bert_tok))
 
     full = built(tmp_path / "full")
-    start = [p.detach().clone() for p in full.cross_encoder.parameters()]
+    start = [p.detach().clone() for p in full.scorer.parameters()]
     full.run()
-    moved = [not torch.equal(a, p) for a, p in zip(start, full.cross_encoder.parameters())]
+    moved = [not torch.equal(a, p) for a, p in zip(start, full.scorer.parameters())]
     assert any(moved), "GRPO left the cross-encoder where it started: the resume check below would prove nothing"
-    assert full.step == 2 and "cross_encoder_grad_norm" in full.frame()
+    assert full.step == 2 and "scorer_grad_norm" in full.frame()
     assert full.frame()["ranker_n_forwarded"].sum() > 0  # the cross-encoder got gradient
     assert all(describe_step_metric(c) for c in full.frame().columns)  # every column documented
     ckpt = latest_checkpoint(tmp_path / "full")
-    assert (ckpt / "adapters" / "cross_encoder" / "cross_encoder.json").exists()
+    assert (ckpt / "adapters" / "scorer" / "cross_encoder.json").exists()
     assert not (ckpt / "adapters" / "ranker").exists()  # no LLM ranker adapter in this run
     half = built(tmp_path / "half")
     half.run(1)
@@ -233,7 +233,7 @@ def test_cosearch_trains_the_cross_encoder_with_grpo_and_resumes_it_from_a_check
     resumed.run()
     cols = ["agent_reward", "hit@K", "ranker_reward_pre", "ranker_loss"]
     assert resumed.frame()[cols].equals(full.frame()[cols])
-    for a, b in zip(resumed.cross_encoder.parameters(), full.cross_encoder.parameters()):
+    for a, b in zip(resumed.scorer.parameters(), full.scorer.parameters()):
         assert torch.equal(a, b)
 
 
@@ -250,7 +250,7 @@ def test_a_saved_scoring_ranker_given_as_the_fixed_ranker_ranks_greedily_in_agen
 
     tiny_scorer(bert_tok).save(tmp_path / "judge", notes={"warm_start": {"trained": False}})
     ranker = _agent_ranker_factory("agent_fixed_ranker")(None, HarnessConfig(fixed_ranker_adapter=str(tmp_path / "judge")), [])
-    assert isinstance(ranker, CrossEncoderPolicyRanker) and ranker.temperature == 0.0
+    assert isinstance(ranker, ScorerPolicyRanker) and ranker.temperature == 0.0
     with torch.no_grad():
         expected = torch.argsort(tiny_scorer(bert_tok).scores("harbour", ["a mill", "a harbour town", "a field"]), descending=True)
         got = torch.argsort(ranker.scorer.scores("harbour", ["a mill", "a harbour town", "a field"]), descending=True)

@@ -136,7 +136,7 @@ def test_launch_variables_of_torchrun_and_srun_are_read_and_bad_ones_named(monke
 
 def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp_path, monkeypatch):
     from cosearch_lib.config import ConfigError
-    from cosearch_lib.records.slurm_training import slurm_training_scripts, submit_training
+    from cosearch_lib.runs.slurm_training import slurm_training_scripts, submit_training
 
     monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path))
     scripts = slurm_training_scripts("ci", ["cosearch", "fixed_ranker"], nodes=2, gpus_per_node=8, steps=5)

@@ -245,7 +245,7 @@ def test_methods_without_their_artefacts_are_skipped_with_a_clear_message(tok, c
         empty = evaluate("agent_trained_ranker", [Q1], ctx, small_cfg(), progress=False)
     assert len(empty) == 0 and list(empty.columns) == RECORD_COLUMNS and not backend.calls
     with pytest.warns(MethodSkippedWarning, match="cross-encoder"):
-        records = run_evaluation(["direct", "agent_cross_encoder"], [Q1], ctx, small_cfg(), progress=False)
+        records = run_evaluation(["direct", "agent_scorer"], [Q1], ctx, small_cfg(), progress=False)
     assert list(records["method"]) == ["direct"]
     with pytest.raises(ValueError, match="unknown evaluation method 'agent_magic'"):
         HarnessConfig(methods=("direct", "agent_magic"))

@@ -132,7 +132,7 @@ def test_cosearch_evaluate_for_notebook_02_takes_the_notebooks_settings_and_refu
     import yaml
 
     from cosearch_lib.cli import main
-    from cosearch_lib.records.launched_evaluation import oracle_gap_settings
+    from cosearch_lib.runs.launched_evaluation import oracle_gap_settings
 
     assert oracle_gap_settings(load_profile("paper"))["methods"].split(",") == [
         "direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_oracle"]

@@ -27,7 +27,8 @@ from cosearch_lib.config import (
 )
 from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.vllm_backend import VLLMBackend, resolved_model_path
-from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, load_policy_model, lora_model, vllm_max_lora_rank
+from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, lora_model
+from cosearch_lib.models.policy_loading import load_policy_model, vllm_max_lora_rank
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
 
 from tests.doubles import (
@@ -378,7 +379,7 @@ def test_served_adapters_register_each_step_once_again_after_an_update_and_after
     writes nothing, ``push`` after an update always registers (here only the trained adapter), and
     after ``forget`` (a checkpoint restored) the next ``serve`` registers again. An engine without
     ``add_adapter`` is never written to."""
-    from cosearch_lib.models.lora_policies import ServedAdapters
+    from cosearch_lib.models.served_adapters import ServedAdapters
 
     class Policies:
         def __init__(self):

@@ -1,4 +1,4 @@
-"""Grids of runs (records.grid): the grid file, cells as profiles, running with skip and resume, and
+"""Grids of runs (records.grid_cells, runs.grid): the grid file, cells as profiles, running with skip and resume, and
 the SLURM array + dependent aggregation job, all without executing a notebook (a fake runner and a
 fake sbatch stand in; the real SLURM run is `make test-slurm`)."""
 
@@ -12,9 +12,11 @@ import pytest
 import yaml
 
 from cosearch_lib.config import ConfigError, load_profile
-from cosearch_lib.records import grid as grids
-from cosearch_lib.records import papermill_runner
-from cosearch_lib.records.grid import Grid, GridCell, load_grid, run_grid, slurm_scripts, submit_slurm, write_cell_profile
+from cosearch_lib.records import grid_cells
+from cosearch_lib.records.grid_cells import Grid, GridCell, load_grid, write_cell_profile
+from cosearch_lib.runs import grid as grids
+from cosearch_lib.runs import papermill_runner
+from cosearch_lib.runs.grid import run_grid, slurm_scripts, submit_slurm
 
 GRID = {"grid": "table3", "notebooks": ["03"], "aggregate": ["02"], "parameters": {"methods": "cosearch"},
         "cells": {"full": None,
@@ -104,10 +106,10 @@ def test_run_grid_runs_cells_in_order_skips_finished_ones_resumes_started_ones_a
     assert table.loc[2, "error"] == "RuntimeError: out of memory" and table["error"].notna().sum() == 1
     saved = json.loads((runs / "ci" / "table3" / "grid.run.json").read_text())
     assert [c["cell"] for c in saved["cells"]] == ["full", "no-r-main", "k1"]
-    status = grids.grid_status("ci", grid)
+    status = grid_cells.grid_status("ci", grid)
     assert status["status"].tolist() == ["done", "done", "todo"]
     record(runs / "ci" / "table3" / "k1", "failed")
-    assert grids.grid_status("ci", grid)["status"].tolist()[-1] == "failed"
+    assert grid_cells.grid_status("ci", grid)["status"].tolist()[-1] == "failed"
     calls.clear()
     run_grid("ci", grid, ["k1"], runner=runner, progress=False)
     assert [c[0] for c in calls] == ["k1"] and calls[0][2]["resume"] is True
@@ -168,7 +170,7 @@ def test_the_array_task_passes_a_stop_signal_on_and_requeues_only_before_the_tim
     import sys
     import time
 
-    from cosearch_lib.records.grid import STOPPABLE_SH
+    from cosearch_lib.runs.grid import STOPPABLE_SH
 
     (tmp_path / "child.py").write_text(CHILD)
     job = tmp_path / "job.sh"
@@ -222,7 +224,7 @@ def test_submit_slurm_submits_the_array_then_the_aggregation_after_it(tmp_path, 
 
 
 def test_a_notebook_run_on_a_profile_file_lands_in_the_folder_that_profile_names(tmp_path, runs, monkeypatch):
-    from cosearch_lib.records import papermill_runner
+    from cosearch_lib.runs import papermill_runner
 
     grid = load_grid(grid_file(tmp_path, GRID))
     path = write_cell_profile("ci", grid, grid.cell("full"))
@@ -237,7 +239,7 @@ def test_a_notebook_run_on_a_profile_file_lands_in_the_folder_that_profile_names
     assert executed.parent == runs / "ci" / "table3" / "full" and seen["profile"] == str(path)
 
 
-@pytest.mark.parametrize("name", grids.available_grids())
+@pytest.mark.parametrize("name", grid_cells.available_grids())
 def test_committed_grids_give_valid_profiles_on_the_committed_profiles(name, runs):
     grid = load_grid(name)
     assert grid.name == name and grid.cells
@@ -249,7 +251,7 @@ def test_committed_grids_give_valid_profiles_on_the_committed_profiles(name, run
 
 @pytest.mark.parametrize("profile", ["ci", "demo", "laptop", "paper"])
 def test_the_committed_profiles_reduced_grids_name_real_cells_and_declared_parameters(profile):
-    from cosearch_lib.records import papermill_runner
+    from cosearch_lib.runs import papermill_runner
 
     cfg = load_profile(profile)
     for name, cells in cfg.grids.run.items():
@@ -262,7 +264,7 @@ def test_the_committed_profiles_reduced_grids_name_real_cells_and_declared_param
 
 
 def test_the_committed_grids_are_the_paper_tables():
-    assert set(grids.available_grids()) >= {"table3", "table4"}
+    assert set(grid_cells.available_grids()) >= {"table3", "table4"}
     assert {c.name for c in load_grid("table4").cells} == {"k1", "k3", "k5", "k10"}
 
 

@@ -28,7 +28,7 @@ def test_a_method_spec_decides_what_trains_and_what_ranks():
     assert not method_spec("fixed_ranker").trains_ranker and method_spec("fixed_ranker").has_ranker_policy
     assert method_spec("oracle").ranked_by is RankedBy.ORACLE and not method_spec("oracle").has_ranker_policy
     assert method_spec("search_r1").evaluated_as("cross_encoder") == "agent_retrieval"
-    assert method_spec("cosearch").evaluated_as("cross_encoder") == "agent_cross_encoder"
+    assert method_spec("cosearch").evaluated_as("cross_encoder") == "agent_scorer"
     rows = method_rows(["oracle", "cosearch"])
     assert [r["method"] for r in rows] == ["oracle", "cosearch"] and rows[1]["trains"] == "agent, ranker"
 
@@ -63,7 +63,7 @@ def test_policy_eval_settings_follow_the_spec_not_the_name():
     assert policy_eval_settings(cosearch, {"agent": "a", "ranker": "r"}) == {
         "methods": ("agent_trained_ranker",), "agent_adapter": "a", "trained_ranker_adapter": "r"}
     assert policy_eval_settings(fixed, {"agent": "a", "ranker": "r"}, fixed_ranker="w")["fixed_ranker_adapter"] == "r"
-    live = policy_eval_settings(cosearch, {"agent": "a", "cross_encoder": None})  # the trainer's live scorer
-    assert live == {"methods": ("agent_cross_encoder",), "agent_adapter": "a", "cross_encoder_model": None}
+    live = policy_eval_settings(cosearch, {"agent": "a", "scorer": None})  # the trainer's live scorer
+    assert live == {"methods": ("agent_scorer",), "agent_adapter": "a", "scorer_model": None}
     assert policy_eval_settings(method_spec("oracle"), {"agent": "a", "ranker": "r"}) == {
         "methods": ("agent_oracle",), "agent_adapter": "a"}

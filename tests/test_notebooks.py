@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cosearch_lib.records.papermill_runner import list_notebooks, run_notebook
+from cosearch_lib.runs.papermill_runner import list_notebooks, run_notebook
 
 #: A cell slower than this fails its notebook's test by name (CellTimeout: notebook, cell, seconds),
 #: before pytest's own guard below. ~7x the slowest ci cell alone (notebook 03's training, ~2 min); a
@@ -128,7 +128,7 @@ def _check_notebook_03_on_ci(runs: Path, figs: Path, evaluated: bool = True, n_s
     from cosearch_lib.config import load_profile
     from cosearch_lib.eval.tables import load_records
     from cosearch_lib.experiment import warmstart_dir
-    from cosearch_lib.models.lora_policies import adapter_change, lora_b_max_abs
+    from cosearch_lib.models.adapter_weights import adapter_change, lora_b_max_abs
     from cosearch_lib.run_schema import STEP_GLOSSARY, describe_step_metric
 
     nb = nbformat.read(runs / "03_joint_grpo_training.ipynb", as_version=4)
@@ -184,7 +184,7 @@ def test_03_on_ci_stopped_by_sigusr1_resumes_to_the_records_of_the_uninterrupted
 
     import pandas as pd
 
-    from cosearch_lib.models.lora_policies import adapter_change
+    from cosearch_lib.models.adapter_weights import adapter_change
     from cosearch_lib.records.compare import compare_tables
     from cosearch_lib.stop_signals import EXIT_STOPPED
 

@@ -35,7 +35,7 @@ from cosearch_lib.config import load_profile
 from cosearch_lib.eval.harness import RECORD_COLUMNS
 from cosearch_lib.eval.tables import load_records
 from cosearch_lib.experiment.cached_starts import relevance_dir, warmstart_dir
-from cosearch_lib.models.lora_policies import adapter_change
+from cosearch_lib.models.adapter_weights import adapter_change
 from cosearch_lib.paths import project_root
 
 from tests.hub_standin import HubStandin

@@ -484,7 +484,7 @@ def test_rank_zero_builds_the_starts_in_a_process_outside_the_job(monkeypatch) -
     """Under torchrun, TRL's warm-start trainer saw the job's variables in rank 0, wrapped the model in
     DDP and waited for ranks that were waiting at the job's barrier (paper_mini hung there). The
     starts are now built by a child process that sees none of the launcher's variables."""
-    from cosearch_lib.records import launched_training
+    from cosearch_lib.runs import launched_training
 
     seen = {}
 

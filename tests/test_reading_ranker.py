@@ -12,7 +12,6 @@ from cosearch_lib.config import ConfigError, LoraSettings, TrainConfig, load_pro
 from cosearch_lib.data.passage import make_contents
 from cosearch_lib.models.listwise_logits import IDENTIFIERS, ListwiseLogitScorer, listwise_messages
 from cosearch_lib.models.llm_judge import LLMJudgeScorer, first_sentence, is_llm_judge_folder, judge_prompt
-from cosearch_lib.rl.cross_encoder_policy import RelevanceList
 from cosearch_lib.rl.listwise_training import (
     ListwiseRecipe,
     first_picks,
@@ -21,6 +20,7 @@ from cosearch_lib.rl.listwise_training import (
     training_view,
     usable_lists,
 )
+from cosearch_lib.rl.scorer_policy import RelevanceList
 from cosearch_lib.run_schema import latest_checkpoint
 
 from tests import doubles
@@ -189,18 +189,18 @@ def test_ranker_only_training_of_the_real_judge_raises_held_out_hit_at_1_within_
 def test_ranker_only_grpo_of_the_real_judge_raises_held_out_hit_at_1_within_a_few_steps():
     """Issue 35, item 3: the update CoSearch gives its LLM judge (K picks sampled from the
     Plackett-Luce distribution of its scores, group-relative advantages of r_rel,
-    ``cross_encoder_update``) moves the margin that decides the first pick, so held-out Hit@1 on the
+    ``scorer_update``) moves the margin that decides the first pick, so held-out Hit@1 on the
     namesake task rises within a few GRPO steps. It fails when the loss cannot move that margin (no
     gradient to the adapter, advantages of the wrong sign, picks whose log-probs do not follow the
-    scores). The picks are sampled as ``CrossEncoderPolicyRanker`` samples them, from one scoring of
+    scores). The picks are sampled as ``ScorerPolicyRanker`` samples them, from one scoring of
     each list for its G samples (the ranker scores each request anew: G times the same forward)."""
     from types import SimpleNamespace
 
     from cosearch_lib.config import GRPOConfig
     from cosearch_lib.metrics import mean_hit
     from cosearch_lib.models.cross_encoder import plackett_luce_logprobs, sample_ranking
-    from cosearch_lib.rl.cross_encoder_policy import cross_encoder_update, make_optimizer
     from cosearch_lib.rl.grpo_loss import group_advantages
+    from cosearch_lib.rl.scorer_policy import make_optimizer, scorer_update
 
     torch.manual_seed(0)
     judge = LLMJudgeScorer.from_model(MODEL, LoraSettings())
@@ -225,7 +225,7 @@ def test_ranker_only_grpo_of_the_real_judge_raises_held_out_hit_at_1_within_a_fe
                 rewards.append(mean_hit([x.relevant[i] for i in order], (1, 3, 5)))
         groups = torch.tensor([j for j in range(len(train)) for _ in range(GRPO_G)])
         advantages = group_advantages(torch.tensor(rewards, dtype=torch.float64), groups).tolist()
-        stats = cross_encoder_update(judge, optimizer, calls, advantages, GRPOConfig(), temperature=1.0, max_grad_norm=1.0)
+        stats = scorer_update(judge, optimizer, calls, advantages, GRPOConfig(), temperature=1.0, max_grad_norm=1.0)
         assert stats["ranker_n_forwarded"] > 0 and stats["grad_norm"] > 0, (step, stats)
         assert abs(stats["ranker_ratio_mean"] - 1.0) < 1e-3  # the picks' log-probs are the judge's own
     end = held_out_hit_at_1()
@@ -270,7 +270,7 @@ def test_the_llm_judge_kind_is_a_scoring_ranker_without_a_ranker_adapter():
     cfg = TrainConfig(method="cosearch", ranker_kind="llm_judge")
     assert cfg.roles() == {"agent": "agent", "ranker": None} and cfg.uses_scoring_ranker
     assert cfg.scoring_ranker_lr == (cfg.llm_judge.lr, None)
-    assert cfg.spec.evaluated_as(cfg.ranker_kind) == "agent_cross_encoder"
+    assert cfg.spec.evaluated_as(cfg.ranker_kind) == "agent_scorer"
     with pytest.raises(ValueError, match="shared backbone"):
         TrainConfig(ranker_kind="llm_judge", shared_backbone=True)
     with pytest.raises(ConfigError, match="training.llm_judge.negatives"):
@@ -281,17 +281,17 @@ def test_the_llm_judge_kind_is_a_scoring_ranker_without_a_ranker_adapter():
 def test_cosearch_trains_the_llm_judge_with_grpo_and_resumes_it_from_a_checkpoint(tok, tmp_path):
     def built(out):
         return doubles.trainer(tok, doubles.tiny_model(tok), out, steps=2, ranker_kind="llm_judge",
-                               cross_encoder=tiny_judge(tok))
+                               scorer=tiny_judge(tok))
 
     start = tiny_judge(tok).state_dict()
     full = built(tmp_path / "full")
     full.run()
     assert full.frame()["ranker_n_forwarded"].sum() > 0  # the judge got gradient ...
-    end = full.cross_encoder.state_dict()
+    end = full.scorer.state_dict()
     assert set(end) == set(start) and all("lora_" in k for k in end)  # (a checkpoint keeps the adapter only)
     assert any(not torch.equal(start[k], end[k]) for k in end)  # ... and its adapter moved
     ckpt = latest_checkpoint(tmp_path / "full")
-    assert is_llm_judge_folder(ckpt / "adapters" / "cross_encoder") and not (ckpt / "adapters" / "ranker").exists()
+    assert is_llm_judge_folder(ckpt / "adapters" / "scorer") and not (ckpt / "adapters" / "ranker").exists()
     half = built(tmp_path / "half")
     half.run(1)
     resumed = built(tmp_path / "half")
@@ -299,4 +299,4 @@ def test_cosearch_trains_the_llm_judge_with_grpo_and_resumes_it_from_a_checkpoin
     resumed.run()
     cols = ["agent_reward", "hit@K", "ranker_reward_pre", "ranker_loss"]
     assert resumed.frame()[cols].equals(full.frame()[cols])
-    assert all(torch.equal(a, end[k]) for k, a in resumed.cross_encoder.state_dict().items())
+    assert all(torch.equal(a, end[k]) for k, a in resumed.scorer.state_dict().items())

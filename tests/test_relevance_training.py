@@ -24,7 +24,8 @@ from cosearch_lib.config import (
 )
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.experiment import cached_starts
-from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
+from cosearch_lib.models.adapter_weights import adapter_change
+from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, lora_model
 from cosearch_lib.records.ranker_quality import read_relevance_run, relevance_endpoints
 from cosearch_lib.rl.ranker_validation import gold_sub_queries
 from cosearch_lib.rl.relevance_training import RELEVANCE_METHOD, RelevanceInputs, RelevanceTrainer, ranking_items

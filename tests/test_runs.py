@@ -15,7 +15,8 @@ from cosearch_lib.atomic_io import atomic_dir, atomic_path, build_lock, current_
 from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.paths import describe_saved, project_root
 from cosearch_lib.records.docs import copy_run_records
-from cosearch_lib.records.papermill_runner import (
+from cosearch_lib.records.provenance import environment_snapshot
+from cosearch_lib.runs.papermill_runner import (
     check_parameters,
     check_profile_notebooks,
     list_notebooks,
@@ -24,7 +25,6 @@ from cosearch_lib.records.papermill_runner import (
     profile_notebook_parameters,
     select_notebooks,
 )
-from cosearch_lib.records.provenance import environment_snapshot
 
 
 def test_atomic_path_leaves_nothing_on_failure_and_keeps_the_old_file(tmp_path):
@@ -143,7 +143,7 @@ def test_unknown_or_mistyped_parameters_are_errors_that_list_the_valid_ones():
 
 
 def _fake_runs(monkeypatch):
-    import cosearch_lib.records.papermill_runner as runner
+    import cosearch_lib.runs.papermill_runner as runner
 
     calls = []
     monkeypatch.setattr(runner, "run_notebook", lambda nb, profile, **kw: calls.append((nb.name[:2], kw["parameters"])) or nb)
@@ -163,7 +163,7 @@ def test_run_profile_checks_parameters_before_running_anything(monkeypatch):
 def test_a_bad_model_name_is_refused_before_the_warm_start_and_the_notebooks(monkeypatch, tmp_path):
     import time
 
-    import cosearch_lib.records.papermill_runner as real
+    import cosearch_lib.runs.papermill_runner as real
     from cosearch_lib.models import registry
 
     loaded = []
@@ -261,7 +261,7 @@ def test_saved_files_are_described_in_one_project_relative_line():
 
 
 def test_the_kernel_of_a_headless_run_gets_text_progress_and_the_environment_is_restored(tmp_path, monkeypatch):
-    from cosearch_lib.records import papermill_runner
+    from cosearch_lib.runs import papermill_runner
 
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "0")  # the user's own setting comes back afterwards
     monkeypatch.delenv("PAPERMILL_EXECUTION", raising=False)

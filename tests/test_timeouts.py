@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from cosearch_lib.paths import project_root
-from cosearch_lib.records.papermill_runner import CellTimeout, run_notebook
+from cosearch_lib.runs.papermill_runner import CellTimeout, run_notebook
 
 
 def _sleeping_notebook(path, seconds: float, pid_file) -> None:
@@ -57,7 +57,7 @@ def test_a_cell_past_its_timeout_fails_naming_the_notebook_and_cell_and_shuts_it
 SUITE = '''
 import time
 import pytest
-from cosearch_lib.records.papermill_runner import run_notebook
+from cosearch_lib.runs.papermill_runner import run_notebook
 
 def test_first():
     assert True

@@ -14,8 +14,9 @@ import torch
 
 import cosearch_lib.rl.trainer as trainer_mod
 from cosearch_lib.config import GRPOConfig, TrainConfig, UpdateSettings
+from cosearch_lib.models.adapter_weights import adapter_change
 from cosearch_lib.models.generation.teacher_forced import reference_logprobs
-from cosearch_lib.models.lora_policies import PolicySet, adapter_change, adapter_parameters, lora_model
+from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, lora_model
 from cosearch_lib.rl.policy_sequences import PolicySequence, policy_token_logprobs, shared_prefix_length
 from cosearch_lib.rl.policy_update import UpdateJob, grpo_update, micro_batches, update_checkpointing
 from cosearch_lib.run_schema import latest_checkpoint

@@ -247,9 +247,9 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
     from cosearch_lib.eval.harness import RECORD_COLUMNS
     from cosearch_lib.eval.tables import load_records
     from cosearch_lib.experiment import warmstart_dir
-    from cosearch_lib.models.lora_policies import adapter_change
-    from cosearch_lib.records.papermill_runner import list_notebooks, run_notebook
+    from cosearch_lib.models.adapter_weights import adapter_change
     from cosearch_lib.run_schema import describe_step_metric
+    from cosearch_lib.runs.papermill_runner import list_notebooks, run_notebook
 
     monkeypatch.setenv("COSEARCH_FIGURES", str(tmp_path / "figures"))
     monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))

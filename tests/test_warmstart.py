@@ -191,7 +191,7 @@ def test_policy_adapters_resolve_base_warm_start_and_an_agent_folder(tmp_path, m
     assert warmstart.policy_adapters("cfg", None, "warmstart", agent_adapter=own)["agent_adapter"] == str(own)
     # a scoring ranker kind (the LLM judge): its start is the Fixed Ranker, not the warm-started generative ranker
     monkeypatch.setattr(method_runs, "method_starts", lambda cfg, retriever, method, progress=True: {
-        "agent": tmp_path / "w" / "agent", "ranker": tmp_path / "w" / "ranker", "cross_encoder": tmp_path / "judge"})
+        "agent": tmp_path / "w" / "agent", "ranker": tmp_path / "w" / "ranker", "scorer": tmp_path / "judge"})
     assert warmstart.policy_adapters("cfg", None, "warmstart")["fixed_ranker_adapter"] == str(tmp_path / "judge")
     # no method reads the Fixed Ranker: only the agent's warm start, never the Fixed Ranker's start
     warmed = []
@@ -211,7 +211,7 @@ def test_a_warm_start_whose_only_step_runs_at_warm_up_lr_0_is_refused_and_one_wi
     """Four sequences in one accumulated batch make one optimizer step; a linear warm-up runs it at
     learning rate 0, so lora_B would stay exactly 0 (what the ci profile once did)."""
     from cosearch_lib.config import ConfigError, LoraSettings
-    from cosearch_lib.models.lora_policies import lora_b_max_abs
+    from cosearch_lib.models.adapter_weights import lora_b_max_abs
 
     from tests.doubles import tiny_model
 

@@ -11,9 +11,10 @@ old log-probs, validity).
 * ``llm``: a generative ranker LLM writes ``[i] > [j] > ...``; an invalid output falls back to the
   retriever's top-K and the call is flagged invalid (the released code then gives it -0.2).
 * ``cross_encoder``: a pointwise cross-encoder scores each (sub-query, passage) pair (ablation).
-* ``cross_encoder_policy``: a trainable cross-encoder (``models.cross_encoder``) that samples its K
-  passages from the Plackett-Luce distribution of its scores (greedy: the K best), recording each
-  pick's log-probability so GRPO can train it like the generative ranker (Table 3's cross-encoder row).
+* ``scorer_policy``: a trainable scoring ranker (a scoring ``config.RANKER_KINDS`` kind: the
+  cross-encoder of Table 3's row, the LLM judge) that samples its K passages from the Plackett-Luce
+  distribution of its scores (greedy: the K best), recording each pick's log-probability so GRPO can
+  train it like the generative ranker.
 
 The modes are registered by name in :data:`RANKING_MODES` and built with :func:`make_ranker` from a
 :class:`RankerContext`.
@@ -209,14 +210,14 @@ class CrossEncoderRanker:
         return result
 
 
-class CrossEncoderPolicyRanker:
+class ScorerPolicyRanker:
     """A cross-encoder as a stochastic ranking policy: scores the N candidates of each request, then
     samples K of them without replacement from the Plackett-Luce distribution at ``temperature``
     (greedy top-K at 0). The picks are the output "tokens": ``output_ids`` is the order,
     ``output_logprobs`` each pick's log-probability, and the sampling noise depends only on ``seed``
     and the request's row key (as the LLM ranker's does)."""
 
-    mode = "cross_encoder_policy"
+    mode = "scorer_policy"
 
     def __init__(self, scorer: CrossEncoderScorer, *, temperature: float, seed: int = 0) -> None:
         self.scorer, self.temperature, self.seed = scorer, temperature, seed
@@ -254,10 +255,10 @@ class RankerContext:
     sampling: Any = None  # ... and its sampling settings
     adapter: str | None = None  # llm: the ranker's LoRA adapter name (None: the base model)
     output_protocol: str = "strict"  # llm: the rule set's ranker_output
-    scorer: Any = None  # cross_encoder_policy: a scoring ranker (cross-encoder, LLM judge)
+    scorer: Any = None  # scorer_policy: a scoring ranker (cross-encoder, LLM judge)
     model_name: str | None = None  # cross_encoder: a pretrained cross-encoder to load
-    temperature: float = 1.0  # cross_encoder_policy: Plackett-Luce temperature (0: greedy top-K)
-    seed: int = 0  # cross_encoder_policy: the sampling seed
+    temperature: float = 1.0  # scorer_policy: Plackett-Luce temperature (0: greedy top-K)
+    seed: int = 0  # scorer_policy: the sampling seed
     chains: Mapping[str, list[tuple[str, str]]] = field(default_factory=dict)  # hop_oracle: question -> (sub-query, answer) per hop
 
 
@@ -286,7 +287,7 @@ RANKING_MODES: dict[str, RankingMode] = {
     "llm": RankingMode(lambda c: LLMRanker(c.backend, c.chat, c.protocol, c.sampling, adapter=c.adapter,
                                            output_protocol=c.output_protocol)),
     "cross_encoder": RankingMode(_pretrained_cross_encoder),
-    "cross_encoder_policy": RankingMode(lambda c: CrossEncoderPolicyRanker(c.scorer, temperature=c.temperature, seed=c.seed)),
+    "scorer_policy": RankingMode(lambda c: ScorerPolicyRanker(c.scorer, temperature=c.temperature, seed=c.seed)),
 }
 
 
@@ -299,7 +300,7 @@ def register_ranking_mode(name: str, mode: RankingMode) -> None:
 
 def make_ranker(mode: str, context: RankerContext | None = None, **fields: Any) -> Ranker:
     """The ranker of a registered ``mode``, built from ``context`` with ``fields`` (RankerContext
-    fields) on top, e.g. ``make_ranker("oracle")``, ``make_ranker("cross_encoder_policy", scorer=s,
+    fields) on top, e.g. ``make_ranker("oracle")``, ``make_ranker("scorer_policy", scorer=s,
     temperature=0.0)``; ValueError naming the modes for an unknown one."""
     if mode not in RANKING_MODES:
         raise ValueError(f"ranking mode must be one of {sorted(RANKING_MODES)}, got {mode!r}")

@@ -70,11 +70,10 @@ from cosearch_lib.config.profile import (
     profile_path,
     read_yaml_mapping,
 )
+from cosearch_lib.config.ranker_kinds import RANKER_KINDS, SCORING_RANKER_KINDS, RankerKind, ranker_kind
 from cosearch_lib.config.retrieval import EncoderConfig, RetrievalConfig, SearchBudget, ServerConfig
 from cosearch_lib.config.rules import PAPER_RULES, RULE_OPTIONS, RULE_SETS, RuleSet, check_same_rules, rule_set
 from cosearch_lib.config.training import (
-    RANKER_KINDS,
-    SCORING_RANKER_KINDS,
     TRACKER_KINDS,
     CrossEncoderConfig,
     LLMJudgeConfig,
@@ -88,7 +87,7 @@ from cosearch_lib.config.world import DataConfig, WorldConfig
 
 __all__ = [
     "AGENT_STOPS", "AGGREGATIONS", "MICRO_BATCHED_AGGREGATIONS", "BASELINE_REPLIES", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN", "OLD_LOGPROBS",
-    "METHODS", "PAPER_RULES", "RANKER_KINDS", "SCORING_RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
+    "METHODS", "PAPER_RULES", "RANKER_KINDS", "RankerKind", "ranker_kind", "SCORING_RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
     "TRAIN_BACKENDS", "AgentRewardConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",
     "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LLMJudgeConfig", "LoraSettings", "ModelsConfig",
     "ProfileConfig", "ProtocolConfig", "RankerRewardConfig", "RelevanceConfig", "RetrievalConfig", "RolloutConfig", "RuleSet",

@@ -17,7 +17,7 @@ method             ranking         trains         evaluated as            paper 
 
 "Ranker policy" is whatever ``training.ranker_kind`` makes the ranker: the generative LLM ranker
 (a LoRA adapter, the paper's) or the cross-encoder of the Table 3 ablation; a method whose
-ranking is the ranker policy is then evaluated as ``agent_cross_encoder``.
+ranking is the ranker policy is then evaluated as ``agent_scorer``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from cosearch_lib.config.checks import invalid
+from cosearch_lib.config.ranker_kinds import RANKER_KINDS
 
 #: Roles a policy can play.
 ROLES = ("agent", "ranker")
@@ -64,10 +65,10 @@ class MethodSpec:
         return role in self.trains
 
     def evaluated_as(self, ranker_kind: str = "llm") -> str:
-        """The harness method of its policies; the cross-encoder's own when it is the ranker policy."""
-        # a scoring ranker (cross-encoder or LLM judge) is evaluated by the harness's scoring-ranker method
-        return "agent_cross_encoder" if self.has_ranker_policy and ranker_kind in ("cross_encoder", "llm_judge") \
-            else self.eval_method
+        """The harness method of its policies: its own, or its ranker kind's when that kind ranks for it
+        (``RankerKind.evaluated_as``: a scoring ranker is evaluated by the harness's ``agent_scorer``)."""
+        kind_method = RANKER_KINDS[ranker_kind].evaluated_as if self.has_ranker_policy else None
+        return kind_method or self.eval_method
 
 
 def _spec(name: str, ranked_by: RankedBy, trains: tuple[str, ...], eval_method: str, paper_name: str,

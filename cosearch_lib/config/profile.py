@@ -114,7 +114,7 @@ class SlurmConfig:
 
 @dataclass
 class GridsConfig:
-    """Grids of runs on this profile (``records.grid``, ``cosearch grid``).
+    """Grids of runs on this profile (``records.grid_cells``, ``runs.grid``, ``cosearch grid``).
 
     ``run`` names the cells ``cosearch run`` (``make demo``) runs before the grids' aggregate notebooks
     (04, 05): a reduced grid sized for the profile; the other cells stay for ``cosearch grid``.

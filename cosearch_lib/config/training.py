@@ -10,15 +10,8 @@ from dataclasses import InitVar, dataclass, field, replace
 from cosearch_lib.config.checks import LOCATION_ONLY, SHARED, SPEED_ONLY, ConfigError, Fields, invalid
 from cosearch_lib.config.grpo import MICRO_BATCHED_AGGREGATIONS, AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
 from cosearch_lib.config.methods import MethodSpec, method_spec
+from cosearch_lib.config.ranker_kinds import RANKER_KINDS, SCORING_RANKER_KINDS, ranker_kind
 from cosearch_lib.config.rules import RuleSet, check_same_rules, rule_set
-
-#: What plays the ranker policy of the methods that rank with one (``RankedBy.POLICY``): the
-#: generative LLM ranker (a LoRA adapter), the trainable cross-encoder, or the ranker LLM as a
-#: pointwise judge (its own LoRA adapter, reading each candidate beside the sub-query: issue 35).
-RANKER_KINDS = ("llm", "cross_encoder", "llm_judge")
-#: The kinds that rank by scoring each candidate and sampling K of them Plackett-Luce (a "scoring
-#: ranker": no generated text, every ranking valid; trained by ``rl.cross_encoder_policy``).
-SCORING_RANKER_KINDS = ("cross_encoder", "llm_judge")
 
 
 @dataclass
@@ -115,7 +108,7 @@ class TrainConfig:
     shared_prefix_update: bool = field(default=True, metadata=SPEED_ONLY)  # the prompt prefix a role's sequences share runs once per optimizer step, not once per sequence (same gradient); off under gradient checkpointing
     max_grad_norm: float = 1.0  # gradient clipping per adapter (0 = off)
     shared_backbone: bool = False  # ablation: one adapter plays both roles
-    ranker_kind: str = "llm"  # "llm": the generative ranker (paper); "cross_encoder": a trainable cross-encoder (ablation); "llm_judge": the ranker LLM judging each candidate (issue 35)
+    ranker_kind: str = "llm"  # what plays the ranker policy (config.RANKER_KINDS): "llm", the generative ranker (paper); "cross_encoder", a trainable cross-encoder (ablation); "llm_judge", the ranker LLM judging each candidate (issue 35)
     cross_encoder: CrossEncoderConfig = field(default_factory=CrossEncoderConfig)  # used with ranker_kind cross_encoder
     llm_judge: LLMJudgeConfig = field(default_factory=LLMJudgeConfig)  # used with ranker_kind llm_judge
     eval_every: int = 20  # E: validation (agent F1, ranker Hit@k on held-out sub-queries) every E steps (and after the last); 0 = never
@@ -159,7 +152,7 @@ class TrainConfig:
             self.log_to = check_kinds(self.log_to)
         except ConfigError as err:
             raise ConfigError(f"training.log_to: {err}") from None
-        check.choice("ranker_kind", RANKER_KINDS)
+        check.choice("ranker_kind", tuple(RANKER_KINDS))
         families = self.families
         self.families = (families,) if isinstance(families, str) else tuple(str(f) for f in families)
         if self.ranker_kind in SCORING_RANKER_KINDS and self.shared_backbone:
@@ -179,7 +172,7 @@ class TrainConfig:
 
     def roles(self) -> dict[str, str | None]:
         """role -> adapter name (None: the role is played by a rule or by the cross-encoder, not a LoRA adapter)."""
-        ranker = "ranker" if self.spec.has_ranker_policy and self.ranker_kind == "llm" else None
+        ranker = "ranker" if self.spec.has_ranker_policy and not ranker_kind(self.ranker_kind).scoring else None
         if self.shared_backbone:
             return {"agent": "shared", "ranker": "shared" if ranker else None}
         return {"agent": "agent", "ranker": ranker}
@@ -192,10 +185,10 @@ class TrainConfig:
 
     @property
     def scoring_ranker_lr(self) -> tuple[float, float | None]:
-        """(learning rate, head learning rate) of the scoring ranker's GRPO updates."""
-        if self.ranker_kind == "llm_judge":
-            return self.llm_judge.lr, None
-        return self.cross_encoder.lr, self.cross_encoder.head_lr
+        """(learning rate, head learning rate: None without a separate head) of the scoring ranker's GRPO
+        updates, from its kind's settings (``RankerKind.settings``)."""
+        settings = getattr(self, ranker_kind(self.ranker_kind).settings)
+        return settings.lr, getattr(settings, "head_lr", None)
 
     def trainable(self) -> set[str]:
         """The adapters GRPO updates: those playing a role the method trains."""

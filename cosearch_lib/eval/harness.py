@@ -10,7 +10,8 @@ Methods (string ids; the ``method`` column of every record):
   adapter), or a saved scoring ranker (the LLM judge, a cross-encoder) when given its folder.
 * ``agent_trained_ranker``: the agent + the LLM ranker with a trained adapter (CoSearch); skipped without one.
 * ``agent_oracle``: the agent + oracle ranking, paper Eq. 7 (the oracle-gap study; reads the golds).
-* ``agent_cross_encoder``: the agent + a pointwise cross-encoder (ablation); skipped without a model.
+* ``agent_scorer``: the agent + a scoring ranker (``config.RANKER_KINDS``: a trained cross-encoder or LLM
+  judge, greedy; or a pretrained cross-encoder by name); skipped without one.
 * ``agent_hop_oracle``: the agent + the passages holding the current hop's answer first
   (``agent.rankers.HopOracleRanker``; a diagnostic ceiling, not a paper method; reads the gold chains).
 
@@ -59,7 +60,7 @@ from cosearch_lib.retrieval.retriever import SearchBackend
 #: The one-generation baselines, then the agent with each ranking. A rule ranking mode registered in
 #: ``agent.rankers.RANKING_MODES`` is offered as ``agent_<mode>`` without an entry here (:func:`eval_methods`).
 EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_trained_ranker",
-                "agent_oracle", "agent_cross_encoder", "agent_hop_oracle")
+                "agent_oracle", "agent_scorer", "agent_hop_oracle")
 #: What runs without extra artefacts (no trained adapter, no cross-encoder).
 DEFAULT_EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_oracle")
 HIT_KS = (1, 3, 5)
@@ -114,7 +115,7 @@ class HarnessConfig:
     agent_adapter: str | None = None  # agent LoRA of agent_* methods: loaded name or checkpoint folder; None = base
     fixed_ranker_adapter: str | None = None  # agent_fixed_ranker's ranker: a LoRA (name or folder) or a scoring ranker's folder; None = the base model, prompted
     trained_ranker_adapter: str | None = None  # ranker LoRA of agent_trained_ranker (name or folder); None = skip it
-    cross_encoder_model: str | None = None  # cross-encoder (HF model name, or a folder saved by models.cross_encoder) when HarnessContext.cross_encoder is None; None = skip
+    scorer_model: str | None = None  # agent_scorer's ranker when HarnessContext.scorer is None: a saved scoring ranker's folder (models.scoring_rankers) or a pretrained cross-encoder's name; None = skip
     search: SearchBudget = field(default_factory=SearchBudget)  # N, K and the search cap (the profile's ``search``, by reference)
     agent_max_new_tokens: int = 256  # tokens per agent turn, and for the CoT reply
     ranker_max_new_tokens: int = 160  # tokens per LLM ranker call
@@ -160,7 +161,7 @@ class HarnessContext:
     ranker_backend: GenerationBackend | None = None  # backend of the LLM ranker; None = agent_backend (adapters tell the policies apart)
     ranker_chat: ChatTokens | None = None  # the ranker model's chat template; None = chat
     protocol: ProtocolConfig | None = None  # passage caps and prompt layout; its search budget follows HarnessConfig
-    cross_encoder: Ranker | None = None  # ranker for agent_cross_encoder (e.g. CrossEncoderRanker); None = cfg's model
+    scorer: Ranker | None = None  # agent_scorer's ranker (e.g. a trainer's live scoring ranker); None = cfg.scorer_model
 
     def protocol_for(self, cfg: HarnessConfig) -> ProtocolConfig:
         """The protocol with K and the search cap taken from ``cfg``, so prompts say what happens."""
@@ -417,7 +418,7 @@ def _trained_ranker(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[
 
 def _saved_scoring_ranker(folder: str, seed: int) -> Ranker:
     """A trained scoring ranker (cross-encoder, LLM judge) saved in ``folder``, ranking greedily (its top-K)."""
-    return make_ranker("cross_encoder_policy", scorer=load_scoring_ranker(folder), temperature=0.0, seed=seed)
+    return make_ranker("scorer_policy", scorer=load_scoring_ranker(folder), temperature=0.0, seed=seed)
 
 
 def _fixed_ranker(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[QAExample]) -> Ranker:
@@ -426,15 +427,15 @@ def _fixed_ranker(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[QA
     return make_ranker("llm", _ranker_context(ctx, cfg, examples, cfg.fixed_ranker_adapter))
 
 
-def _cross_encoder(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[QAExample]) -> Ranker:
-    if ctx.cross_encoder is not None:
-        return ctx.cross_encoder
-    if cfg.cross_encoder_model is None:
-        raise _Skip("no cross-encoder configured (HarnessContext.cross_encoder and HarnessConfig.cross_encoder_model "
-                    "are both None); give one, e.g. cross-encoder/ms-marco-MiniLM-L-6-v2")
-    if is_scoring_ranker_folder(cfg.cross_encoder_model):
-        return _saved_scoring_ranker(cfg.cross_encoder_model, cfg.seed)
-    return make_ranker("cross_encoder", model_name=cfg.cross_encoder_model)
+def _scorer(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[QAExample]) -> Ranker:
+    if ctx.scorer is not None:
+        return ctx.scorer
+    if cfg.scorer_model is None:
+        raise _Skip("no scoring ranker configured (HarnessContext.scorer and HarnessConfig.scorer_model are both "
+                    "None); give a saved one's folder, or a cross-encoder, e.g. cross-encoder/ms-marco-MiniLM-L-6-v2")
+    if is_scoring_ranker_folder(cfg.scorer_model):
+        return _saved_scoring_ranker(cfg.scorer_model, cfg.seed)
+    return make_ranker("cross_encoder", model_name=cfg.scorer_model)
 
 
 #: The agent methods that are not a rule mode's ``agent_<mode>``: which ranker each one builds from
@@ -442,7 +443,7 @@ def _cross_encoder(ctx: HarnessContext, cfg: HarnessConfig, examples: Sequence[Q
 _AGENT_RANKERS = {
     "agent_fixed_ranker": _fixed_ranker,
     "agent_trained_ranker": _trained_ranker,
-    "agent_cross_encoder": _cross_encoder,
+    "agent_scorer": _scorer,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from cosearch_lib.config.methods import MethodSpec
 from cosearch_lib.paths import path_text
+from cosearch_lib.run_schema import SCORER_SLOT
 
 
 def policy_eval_settings(spec: MethodSpec, adapters: Mapping[str, str | Path | None],
@@ -20,8 +21,8 @@ def policy_eval_settings(spec: MethodSpec, adapters: Mapping[str, str | Path | N
     """``HarnessConfig`` fields (``methods`` and the adapter fields) that evaluate ``spec``'s policies.
 
     ``adapters`` maps "agent", "ranker", "shared" (one adapter playing both roles) and
-    "cross_encoder" (the cross-encoder ranker; its value may be None when the harness context holds
-    the live scorer) to what the harness loads. A method that trains its ranker is evaluated with
+    ``run_schema.SCORER_SLOT`` (a scoring ranker, whatever its kind; its value may be None when the
+    harness context holds the live scorer) to what the harness loads. A method that trains its ranker is evaluated with
     that ranker, or, when there is none (before GRPO, without a warm start), with the base model
     prompted as a fixed ranker; a method whose ranker stays frozen gets ``adapters["ranker"]``, else
     ``fixed_ranker`` (the warm start it started from)."""
@@ -31,8 +32,8 @@ def policy_eval_settings(spec: MethodSpec, adapters: Mapping[str, str | Path | N
     fields: dict[str, Any] = {"methods": (spec.eval_method,), "agent_adapter": path_text(agent)}
     if not spec.has_ranker_policy:
         return fields
-    if "cross_encoder" in adapters:  # the cross-encoder is the ranker policy
-        return {**fields, "methods": ("agent_cross_encoder",), "cross_encoder_model": path_text(adapters["cross_encoder"])}
+    if SCORER_SLOT in adapters:  # a scoring ranker is the ranker policy
+        return {**fields, "methods": ("agent_scorer",), "scorer_model": path_text(adapters[SCORER_SLOT])}
     if spec.trains_ranker:
         fields["trained_ranker_adapter"] = path_text(adapters.get("ranker", adapters.get("shared")))
         if fields["trained_ranker_adapter"] is None:

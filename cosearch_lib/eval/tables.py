@@ -22,6 +22,7 @@ from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group, order_key
 from cosearch_lib.eval.harness import RECORD_COLUMNS, missing_as_none
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, compare_methods, method_interval, questions_for_power
+from cosearch_lib.run_schema import RENAMED_EVAL_METHODS
 
 #: What the tables built from evaluation records show.
 TABLE_GLOSSARY: dict[str, str] = {
@@ -273,7 +274,8 @@ def save_records(records: pd.DataFrame, out_dir: str | Path, name: str) -> tuple
 
 
 def load_records(path: str | Path) -> pd.DataFrame:
-    """Read records written by :func:`save_records` (parquet or CSV); ``golds`` come back as lists."""
+    """Read records written by :func:`save_records` (parquet or CSV); ``golds`` come back as lists, and
+    methods renamed since they were written under today's names (``run_schema.RENAMED_EVAL_METHODS``)."""
     path = Path(path)
     if path.suffix == ".parquet":
         records = pd.read_parquet(path)
@@ -284,4 +286,7 @@ def load_records(path: str | Path) -> pd.DataFrame:
         records["golds"] = records["golds"].map(json.loads)
     else:
         raise ValueError(f"records path must end in .parquet or .csv, got {path}")
+    for column in ("method", "eval_method"):  # the harness method, or a label and the harness method under it
+        if column in records:
+            records[column] = records[column].replace(RENAMED_EVAL_METHODS)
     return missing_as_none(records)

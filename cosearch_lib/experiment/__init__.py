@@ -22,7 +22,9 @@ from cosearch_lib.experiment.building import (
 from cosearch_lib.experiment.cached_starts import (
     FIXED_RANKER_METHODS,
     LLM_JUDGE_VERSION,
+    RANKER_STARTS,
     RELEVANCE_VERSION,
+    RankerStart,
     cross_encoder_dir,
     cross_encoder_start,
     fixed_ranker,
@@ -35,7 +37,6 @@ from cosearch_lib.experiment.cached_starts import (
     relevance_dir,
     relevance_held_out,
     relevance_ranker,
-    scoring_ranker_start,
     warm_roles,
     warm_start,
     warmstart_dir,
@@ -61,8 +62,8 @@ from cosearch_lib.experiment.method_runs import (
 __all__ = ["BEFORE_AFTER_LABELS", "FIXED_RANKER_METHODS", "HOP_ORACLE_LABEL", "LLM_JUDGE_VERSION", "ORACLE_GAP_LABEL", "POLICY_SOURCES",
            "RELEVANCE_VERSION", "before_after_pairs", "build_backends", "build_retriever", "build_trainer", "search_backend",
            "cross_encoder_dir", "cross_encoder_start", "evaluate_before_after", "evaluate_hop_oracle", "evaluate_policies", "fixed_ranker",
-           "fixed_ranker_cached", "harness_config",
+           "RANKER_STARTS", "RankerStart", "fixed_ranker_cached", "harness_config",
            "harness_context", "held_out_ranker_rows", "llm_judge_dir", "llm_judge_start", "method_starts",
            "oracle_gap_config", "policy_adapters", "policy_starts", "relevance_dir", "relevance_held_out", "relevance_ranker",
-           "reads_fixed_ranker", "resolve_profile", "scoring_ranker_start", "train_methods", "trained_eval_settings",
+           "reads_fixed_ranker", "resolve_profile", "train_methods", "trained_eval_settings",
            "vllm_options", "warm_roles", "warm_start", "warmstart_dir", "with_policies"]

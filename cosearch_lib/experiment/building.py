@@ -17,7 +17,7 @@ from cosearch_lib.experiment.preflight import engine_length, retriever_url
 from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.models.generation.transformers_backend import TransformersBackend
-from cosearch_lib.models.lora_policies import vllm_max_lora_rank
+from cosearch_lib.models.policy_loading import vllm_max_lora_rank
 from cosearch_lib.retrieval.artifacts import prepare_corpus, prepare_index
 from cosearch_lib.retrieval.encoder import TextEncoder
 from cosearch_lib.retrieval.http_client import HttpRetriever
@@ -96,7 +96,7 @@ def build_backends(cfg: ProfileConfig, *, progress: bool = False) -> tuple[Gener
 
 def policy_engine(cfg: ProfileConfig, model: Any, tokenizer: Any, engine: GenerationBackend | None) -> GenerationBackend:
     """The engine that samples the policies a trainer updates: ``engine`` when the training backend
-    brings its own (vLLM, Unsloth: ``models.lora_policies.load_policy_model`` returns it), else the
+    brings its own (vLLM, Unsloth: ``models.policy_loading.load_policy_model`` returns it), else the
     policy model itself (a ``TransformersBackend`` with the profile's ``models`` options)."""
     return engine if engine is not None else TransformersBackend(model, tokenizer, **cfg.models.transformers_options())
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from cosearch_lib.agent.chat_tokens import ChatTokens
-from cosearch_lib.agent.rankers import CrossEncoderPolicyRanker, LLMRanker, RetrievalOnlyRanker
+from cosearch_lib.agent.rankers import LLMRanker, RetrievalOnlyRanker, ScorerPolicyRanker
 from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import SCORING_RANKER_KINDS, CrossEncoderConfig, ModelsConfig, ProfileConfig
 from cosearch_lib.config.methods import RankedBy, method_spec
@@ -27,19 +27,20 @@ from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
 from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.models.llm_judge import LLMJudgeScorer, is_llm_judge_folder
-from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
+from cosearch_lib.models.lora_policies import PolicySet
+from cosearch_lib.models.policy_loading import load_policy_model
 from cosearch_lib.models.registry import load_causal_lm, load_tokenizer
 from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder, load_scoring_ranker
 from cosearch_lib.paths import cache_dir, path_text, project_relative
 from cosearch_lib.retrieval.artifacts import corpus_paths, prepared_relevance_set, relevance_set_path
 from cosearch_lib.retrieval.relevance_sets import read_relevance_set
 from cosearch_lib.retrieval.retriever import SearchBackend
-from cosearch_lib.rl.cross_encoder_policy import relevance_lists, warm_start_cross_encoder
 from cosearch_lib.rl.listwise_training import ListwiseRecipe, sub_query_lists, train_listwise
 from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries
 from cosearch_lib.rl.relevance_training import RelevanceInputs, RelevanceTrainer, prepared_items
+from cosearch_lib.rl.scorer_policy import relevance_lists, warm_start_cross_encoder
 from cosearch_lib.rl.warm_start import POLICY_ROLES, WARMSTART_VERSION, build_gold_data, train_sft
-from cosearch_lib.run_schema import clear_run
+from cosearch_lib.run_schema import SCORER_SLOT, clear_run
 from cosearch_lib.seeding import seed_everything
 
 
@@ -217,7 +218,7 @@ def held_out_ranker_rows(cfg: ProfileConfig, retriever: SearchBackend, rankers: 
             out[label] = items.score_items(RetrievalOnlyRanker())
             continue
         if is_scoring_ranker_folder(adapter):  # a scoring ranker (LLM judge, cross-encoder): its greedy top-K
-            out[label] = items.score_items(CrossEncoderPolicyRanker(load_scoring_ranker(adapter), temperature=0.0, seed=cfg.seed))
+            out[label] = items.score_items(ScorerPolicyRanker(load_scoring_ranker(adapter), temperature=0.0, seed=cfg.seed))
             continue
         backend = backend or build_backends(cfg)[1]
         sampling = replace(cfg.rollout.ranker_sampling(cfg.seed), temperature=0.0)
@@ -253,7 +254,7 @@ def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, set
     """The folder of the cross-encoder ranker GRPO starts from (``training.ranker_kind: cross_encoder``):
     ``settings.model`` with its head at zero, then (``warm_start_epochs`` > 0 and the profile's warm
     start enabled) trained listwise on the first ``warmstart.n_ranker`` gold hops of the warm start's
-    split (``rl.cross_encoder_policy``). Built on first use, then cached beside the profile's warm start."""
+    split (``rl.scorer_policy``). Built on first use, then cached beside the profile's warm start."""
     ce = settings or cfg.training.cross_encoder
     folder = cross_encoder_dir(cfg, ce)
     if (folder / CROSS_ENCODER_MARKER).exists():
@@ -308,39 +309,45 @@ def llm_judge_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, prog
     return folder
 
 
-def scoring_ranker_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, progress: bool = True) -> Path:
-    """The scoring ranker of ``training.ranker_kind`` (cross-encoder or LLM judge) a run starts from."""
-    start = llm_judge_start if cfg.training.ranker_kind == "llm_judge" else cross_encoder_start
-    return start(cfg, retriever, progress=progress)
+@dataclass(frozen=True)
+class RankerStart:
+    """Where a ranker kind (``config.RANKER_KINDS``) starts, and its Fixed Ranker: the folder it is
+    cached in, how it is built on first use, and whether it can be loaded without building it (and so
+    without a retriever)."""
+
+    folder: Callable[[ProfileConfig], Path]
+    build: Callable[..., Path | None]  # (cfg, retriever, *, progress) -> its folder (None: nothing to build)
+    is_cached: Callable[[ProfileConfig], bool]
+
+
+#: Each ranker kind's start, by ``training.ranker_kind``. The generative ranker's Fixed Ranker is its
+#: relevance training (None with ``relevance.enabled`` false: the warm-started ranker is then the
+#: Fixed Ranker); a scoring kind's start is its Fixed Ranker, trained listwise.
+RANKER_STARTS: dict[str, RankerStart] = {
+    "llm": RankerStart(relevance_dir, relevance_ranker, lambda cfg: not cfg.relevance.enabled
+                       or (relevance_dir(cfg) / "ranker" / "adapter_config.json").exists()),
+    "cross_encoder": RankerStart(cross_encoder_dir, cross_encoder_start,
+                                 lambda cfg: (cross_encoder_dir(cfg) / CROSS_ENCODER_MARKER).exists()),
+    "llm_judge": RankerStart(llm_judge_dir, llm_judge_start, lambda cfg: is_llm_judge_folder(llm_judge_dir(cfg))),
+}
 
 
 def fixed_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, progress: bool = True) -> Path | None:
-    """The profile's Fixed Ranker, frozen in training: with a scoring ``training.ranker_kind`` its
-    start (:func:`scoring_ranker_start`, relevance-trained listwise), else the generative ranker's
-    relevance training (:func:`relevance_ranker`; None with ``relevance.enabled`` false: the
-    warm-started ranker is then the Fixed Ranker)."""
-    if cfg.training.ranker_kind in SCORING_RANKER_KINDS:
-        return scoring_ranker_start(cfg, retriever, progress=progress)
-    return relevance_ranker(cfg, retriever, progress=progress)
+    """The profile's Fixed Ranker, frozen in training: its ranker kind's start (:data:`RANKER_STARTS`)."""
+    return RANKER_STARTS[cfg.training.ranker_kind].build(cfg, retriever, progress=progress)
 
 
 def fixed_ranker_cached(cfg: ProfileConfig) -> bool:
-    """Whether :func:`fixed_ranker` can load the profile's Fixed Ranker without training it (and
-    so without a retriever): its folder of ``training.ranker_kind`` is in the cache, or there is
-    none to train (``relevance.enabled`` false for the generative ranker)."""
-    kind = cfg.training.ranker_kind
-    if kind == "llm_judge":
-        return is_llm_judge_folder(llm_judge_dir(cfg))
-    if kind == "cross_encoder":
-        return (cross_encoder_dir(cfg) / CROSS_ENCODER_MARKER).exists()
-    return not cfg.relevance.enabled or (relevance_dir(cfg) / "ranker" / "adapter_config.json").exists()
+    """Whether :func:`fixed_ranker` can load the profile's Fixed Ranker without training it (and so
+    without a retriever)."""
+    return RANKER_STARTS[cfg.training.ranker_kind].is_cached(cfg)
 
 
 def policy_starts(cfg: ProfileConfig, retriever: SearchBackend | None, *, progress: bool = True) -> dict[str, Path]:
     """Where every policy of the profile starts: the warm-started adapters (:func:`warm_start`) and,
-    with a scoring ``training.ranker_kind``, that ranker (:func:`scoring_ranker_start`) as ``cross_encoder``.
+    with a scoring ``training.ranker_kind``, that ranker's start (:func:`fixed_ranker`) as ``run_schema.SCORER_SLOT``.
     What :func:`evaluate_before_after` evaluates as "before GRPO"."""
     starts = dict(warm_start(cfg, retriever, progress=progress))
     if cfg.training.ranker_kind in SCORING_RANKER_KINDS:
-        starts["cross_encoder"] = scoring_ranker_start(cfg, retriever, progress=progress)
+        starts[SCORER_SLOT] = fixed_ranker(cfg, retriever, progress=progress)
     return starts

@@ -47,7 +47,7 @@ from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 #: Questions per part: what a rank loses at most when its job is cut.
 DEFAULT_CHUNK = 64
-_ADAPTER_FIELDS = ("agent_adapter", "fixed_ranker_adapter", "trained_ranker_adapter", "cross_encoder_model")
+_ADAPTER_FIELDS = ("agent_adapter", "fixed_ranker_adapter", "trained_ranker_adapter", "scorer_model")
 
 
 def _folder_digest(path: str | None) -> str | None:

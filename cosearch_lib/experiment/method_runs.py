@@ -23,17 +23,18 @@ from cosearch_lib.eval.benchmark_families import in_families
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.experiment.building import harness_config, policy_engine, search_backend, vllm_options
-from cosearch_lib.experiment.cached_starts import method_starts, scoring_ranker_start, warm_start
+from cosearch_lib.experiment.cached_starts import RANKER_STARTS, method_starts, warm_start
 from cosearch_lib.experiment.evaluation_shards import DEFAULT_CHUNK, context_key, evaluate_in_shards
 from cosearch_lib.experiment.preflight import engine_length
-from cosearch_lib.models.lora_policies import PolicySet, load_policy_model
+from cosearch_lib.models.lora_policies import PolicySet
+from cosearch_lib.models.policy_loading import load_policy_model
 from cosearch_lib.models.scoring_rankers import load_scoring_ranker
 from cosearch_lib.paths import path_text, project_relative, run_dir
 from cosearch_lib.retrieval.artifacts import corpus_paths
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
 from cosearch_lib.rl.trainer import JointTrainer, TrainerInputs
-from cosearch_lib.run_schema import clear_run, latest_checkpoint
+from cosearch_lib.run_schema import SCORER_SLOT, clear_run, latest_checkpoint
 
 
 def training_questions(questions: Sequence[QAExample], families: Sequence[str]) -> list[QAExample]:
@@ -92,12 +93,12 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
     if not resume and dp.is_main:
         clear_run(out_dir)
     dp.barrier()
-    scorer = load_scoring_ranker(scoring_ranker_start(cfg, retriever, progress=progress)) \
+    scorer = load_scoring_ranker(RANKER_STARTS[tcfg.ranker_kind].build(cfg, retriever, progress=progress)) \
         if tcfg.uses_scoring_ranker else None
     backend = backend if backend is not None else policy_engine(cfg, model, tokenizer, policy_backend)
     inputs = TrainerInputs(policies, tokenizer, retriever, training_questions(load_qa(qa[tcfg.split]), tcfg.families),
                            cfg.rollout, cfg.protocol,
-                           val_questions=val, backend=backend, cross_encoder=scorer,
+                           val_questions=val, backend=backend, scorer=scorer,
                            validation=harness_config(cfg, split=tcfg.val_split, n_per_dataset=tcfg.val_per_dataset,
                                                      n_samples=1, temperature=0.0))
     trainer = JointTrainer(tcfg, inputs, out_dir=out_dir, seed=cfg.seed, progress=progress, dp=dp)
@@ -163,7 +164,7 @@ def policy_adapters(cfg: ProfileConfig, retriever: SearchBackend, source: str, *
         fields["agent_adapter"] = path_text(warm_start(cfg, retriever, roles=("agent",), progress=progress).get("agent"))
     elif source == "warmstart":  # a profile without a warm start gets the base models
         warm = method_starts(cfg, retriever, "fixed_ranker", progress=progress)
-        fixed = warm.get("cross_encoder", warm.get("ranker"))  # a scoring ranker kind's start is its Fixed Ranker
+        fixed = warm.get(SCORER_SLOT, warm.get("ranker"))  # a scoring ranker kind's start is its Fixed Ranker
         fields = {"agent_adapter": path_text(warm.get("agent")), "fixed_ranker_adapter": path_text(fixed)}
     if agent_adapter:
         if not Path(agent_adapter).is_dir():
@@ -256,7 +257,7 @@ def evaluate_before_after(method: str, adapters: dict[str, str | Path], warm: di
     the ranks of ``dp`` and resumed (``cosearch evaluate`` and notebook 03 share the run folder's)."""
 
     frames = []
-    warm_adapters = {role: warm[role] for role in ("agent", "ranker", "cross_encoder") if role in warm}
+    warm_adapters = {role: warm[role] for role in ("agent", "ranker", SCORER_SLOT) if role in warm}
     runs = list(zip(labels, (warm_adapters, adapters)))
     for label, chosen in runs if before else runs[1:]:
         fields = trained_eval_settings(method, chosen, warm)

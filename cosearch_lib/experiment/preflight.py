@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cosearch_lib.agent.context_budget import ContextBudget, check_engine_fits, context_budget
-from cosearch_lib.config import ConfigError, ProfileConfig
+from cosearch_lib.config import ConfigError, ProfileConfig, ranker_kind
 from cosearch_lib.data.corpus_stream import iter_corpus
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import load_qa
@@ -112,8 +112,9 @@ def model_names(cfg: ProfileConfig) -> dict[str, str]:
     """The models a run of the profile loads, by profile key (``models.agent``: its name)."""
     names = {"models.agent": cfg.models.agent, "models.ranker": cfg.models.ranker,
              "retrieval.encoder.model": cfg.retrieval.encoder.model}
-    if cfg.training.ranker_kind == "cross_encoder":
-        names["training.cross_encoder.model"] = cfg.training.cross_encoder.model
+    kind = ranker_kind(cfg.training.ranker_kind)  # a ranker kind with a model of its own (the cross-encoder)
+    if kind.settings and hasattr(settings := getattr(cfg.training, kind.settings), "model"):
+        names[f"training.{kind.settings}.model"] = settings.model
     return names
 
 

@@ -5,7 +5,7 @@ This is the model of the paper's "cross-encoder ranker" ablation (Table 3): the 
 replaced by a cross-encoder that is trained by the same GRPO rewards. It starts from any encoder
 checkpoint (the bundled MiniLM on the embedded default, e.g. a BERT-family reranker on a GPU node);
 the head starts at zero, so every candidate scores alike until the warm start
-(``rl.cross_encoder_policy.warm_start_cross_encoder``) or GRPO moves it.
+(``rl.scorer_policy.warm_start_cross_encoder``) or GRPO moves it.
 
 A scorer is saved as a folder: the encoder in Hugging Face format, the tokenizer, ``head.pt`` and
 ``cross_encoder.json`` (written last: a folder without it is incomplete).

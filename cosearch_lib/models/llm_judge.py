@@ -13,7 +13,7 @@ the same LLM a smaller question, once per candidate, with the sub-query right be
 and scores the candidate by the logit margin of " Yes" over " No" at the next token (one forward
 pass for the N candidates, left-padded so every row ends at its own last token). The model is the
 ranker's base LLM with its own LoRA adapter (``judge``); the ranking policy samples K candidates
-Plackett-Luce from the N margins (``agent.rankers.CrossEncoderPolicyRanker`` takes any scorer with
+Plackett-Luce from the N margins (``agent.rankers.ScorerPolicyRanker`` takes any scorer with
 this interface), so every sampled ranking is valid and its log-probability is exact.
 
 Why the first sentence: in the embedded world (and in most encyclopaedic text) the first sentence

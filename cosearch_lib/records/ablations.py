@@ -1,4 +1,4 @@
-"""The paper's Tables 3 and 4 from the runs of a grid (``records.grid``), with paired intervals.
+"""The paper's Tables 3 and 4 from the runs of a grid (``records.grid_cells``), with paired intervals.
 
 Every cell of a grid ran notebook 03 on the same test questions with the same seed, so cells can be
 compared question by question: its evaluation records (``03_eval_records.parquet`` in the cell's
@@ -26,7 +26,7 @@ from cosearch_lib.config.methods import TRAINING_METHODS, method_spec
 from cosearch_lib.eval.intervals import method_interval
 from cosearch_lib.eval.paper_reference import paper_table
 from cosearch_lib.eval.tables import AVG_COLUMNS, comparison_table, load_records, summary_table
-from cosearch_lib.records.grid import Grid, cell_dir, cell_status, write_cell_profile
+from cosearch_lib.records.grid_cells import Grid, cell_dir, cell_status, write_cell_profile
 
 #: The evaluation records notebook 03 writes into a run folder.
 EVAL_RECORDS = "03_eval_records.parquet"

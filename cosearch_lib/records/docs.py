@@ -211,6 +211,9 @@ def _validation_comparisons(m: dict) -> list[str]:
     return out
 
 
+#: Columns of the GRPO-signal table RESULTS.md shows beside the learning curves (records.training_runs.grpo_signal_table).
+GRPO_SIGNAL_SHOWN = ("method", "part", "steps", "agent_f1", "agent_best_of_g_f1", "agent_groups_without_signal",
+                     "searches_per_traj", "grouping_n_groups_post")
 #: Columns of a learning-curve table RESULTS.md shows (records.training_runs.learning_curve_table).
 LEARNING_CURVE_SHOWN = ("method", "families", "start_step", "end_step", "start", "end", "diff", "ci_low", "ci_high",
                         "n_questions")
@@ -226,6 +229,11 @@ def _learning_curves(m: dict) -> list[str]:
                     f"The {VALIDATION_WHAT.get(kind, kind)} at the last validation (`end`, after `end_step` steps) minus "
                     "before the first update (`start`), paired over the same items, 95% bootstrap interval; families "
                     "`all`, then `multi` (the multi-hop families alone):", "", markdown_table(rows, LEARNING_CURVE_SHOWN)]
+    if m.get("grpo_signal") and out:
+        out += ["", "What GRPO had to work with on the training questions (`records.training_runs.grpo_signal_table`): "
+                "the step records averaged over the first steps, the last steps and every step; `agent_f1` is the mean of "
+                "a question's G samples, `agent_best_of_g_f1` the best of them, `grouping_n_groups_post` the ranker groups "
+                "trained per step (CoSearch):", "", markdown_table(m["grpo_signal"], GRPO_SIGNAL_SHOWN)]
     return out
 
 

@@ -33,6 +33,7 @@ from cosearch_lib.run_schema import (
     VALIDATION_COLUMNS,
     VALIDATION_FILE,
     latest_checkpoint,
+    renamed_slots,
 )
 
 #: Step-record columns that say why a trained ranker did or did not learn: its groups before and after
@@ -188,6 +189,32 @@ def learning_curve_table(validation: pd.DataFrame, methods: Sequence[str], *, ki
     return table
 
 
+#: What GRPO had to work with, per method, over its first and its last steps (:func:`grpo_signal_table`).
+GRPO_SIGNAL_COLUMNS = ("agent_f1", "agent_best_of_g_f1", "agent_groups_without_signal", "searches_per_traj",
+                       "grouping_n_groups_post")
+
+
+def grpo_signal_table(steps: pd.DataFrame, methods: Sequence[str], *, span: int = 2) -> pd.DataFrame:
+    """Each method's step records averaged over its first ``span`` steps and its last ``span``: the
+    training questions' mean-of-G and best-of-G F1 (pass@1 and pass@G in F1), the share of questions
+    without signal, searches per trajectory and, for a method that trains its ranker, the ranker groups
+    trained per step (its mean over every step too, ``all``). One row per (method, part), columns
+    ``method``, ``part``, ``steps`` (which steps, 0-based), then :data:`GRPO_SIGNAL_COLUMNS`; a column a
+    method's records lack is NaN."""
+    rows = []
+    trained = steps[steps["step"] >= 0] if "step" in steps else steps.iloc[0:0]
+    for method in methods:
+        mine = trained[trained["method"] == method].sort_values("step")
+        if not len(mine):
+            continue
+        parts = {"first": mine.head(span), "last": mine.tail(span), "all": mine}
+        for part, frame in parts.items():
+            values = {c: float(frame[c].mean()) if c in frame else float("nan") for c in GRPO_SIGNAL_COLUMNS}
+            rows.append({"method": method, "part": part, "steps": f"{int(frame['step'].min())}-{int(frame['step'].max())}",
+                         **values})
+    return pd.DataFrame(rows, columns=["method", "part", "steps", *GRPO_SIGNAL_COLUMNS])
+
+
 def training_summary(steps: pd.DataFrame, comparisons: pd.DataFrame | None = None,
                      validation: Mapping[str, pd.DataFrame] | None = None) -> list[str]:
     """What a training run shows, as sentences generated from its records (notebook 03's last cell):
@@ -231,9 +258,10 @@ def checkpoint_adapters(root: str | Path, method: str) -> dict[str, Path]:
     ckpt = latest_checkpoint(Path(root) / method)
     if ckpt is None:
         raise FileNotFoundError(f"no checkpoint of {method!r} under {Path(root) / method}")
-    # LoRA adapters (peft folders) and, for a scoring ranker, its saved folder (models.scoring_rankers)
-    return {p.name: p for p in sorted((ckpt / "adapters").iterdir())
-            if (p / "adapter_config.json").exists() or is_scoring_ranker_folder(p)}
+    # LoRA adapters (peft folders) and, for a scoring ranker, its saved folder (models.scoring_rankers),
+    # under today's slot names (an older checkpoint's scoring ranker: run_schema.RENAMED_SLOTS)
+    return renamed_slots({p.name: p for p in sorted((ckpt / "adapters").iterdir())
+                          if (p / "adapter_config.json").exists() or is_scoring_ranker_folder(p)})
 
 
 def warmstart_table(folders: dict[str, str | Path]) -> pd.DataFrame:

@@ -3,7 +3,7 @@
 A scoring ranker (``models.cross_encoder.CrossEncoderScorer``, ``models.llm_judge.LLMJudgeScorer``)
 gives each of a sub-query's candidates a score; the ranking policy samples K of them Plackett-Luce.
 Before GRPO it learns from the gold hops of the training split: the sub-query, the retriever's N
-candidates (``rl.cross_encoder_policy.relevance_lists``) and which of them contain the hop's answer.
+candidates (``rl.scorer_policy.relevance_lists``) and which of them contain the hop's answer.
 
 The loss of one list is the softmax cross-entropy of its scores against the uniform distribution
 over its relevant candidates (``listwise_loss``). Two choices keep it cheap on CPU: each list can
@@ -32,7 +32,7 @@ import torch
 from cosearch_lib.metrics import relevance_labels
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
-from cosearch_lib.rl.cross_encoder_policy import RelevanceList, listwise_loss, make_optimizer
+from cosearch_lib.rl.scorer_policy import RelevanceList, listwise_loss, make_optimizer
 
 
 @dataclass

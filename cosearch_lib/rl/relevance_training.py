@@ -46,7 +46,8 @@ from cosearch_lib.agent.rankers import LLMRanker, Ranking, RankRequest
 from cosearch_lib.config import ProtocolConfig, RankerRewardConfig, RelevanceConfig, RolloutConfig, SamplingConfig, TrainConfig
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.metrics import has_answer, hit_at_k
-from cosearch_lib.models.lora_policies import PolicySet, ServedAdapters
+from cosearch_lib.models.lora_policies import PolicySet
+from cosearch_lib.models.served_adapters import ServedAdapters
 from cosearch_lib.retrieval.relevance_sets import RelevanceQuery
 from cosearch_lib.retrieval.retriever import SearchBackend
 from cosearch_lib.rl.grpo_loss import group_advantages

@@ -61,7 +61,7 @@ class TrainingRun:
     seed: int
     progress: bool
     policies: Any  # models.lora_policies.PolicySet
-    served: Any  # models.lora_policies.ServedAdapters
+    served: Any  # models.served_adapters.ServedAdapters
 
     def _start_run(self, out_dir: str | Path, *, name: str, keep_checkpoints: int,
                    dp: DataParallel = SINGLE_PROCESS) -> None:

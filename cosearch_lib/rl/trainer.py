@@ -56,25 +56,26 @@ import pandas as pd
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import Ranker, RankerContext, make_ranker
 from cosearch_lib.agent.rollout import RolloutEngine
-from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig, ranker_kind
 from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.eval.tables import summary_table
-from cosearch_lib.models.lora_policies import PolicySet, ServedAdapters
+from cosearch_lib.models.lora_policies import PolicySet
+from cosearch_lib.models.served_adapters import ServedAdapters
 from cosearch_lib.retrieval.retriever import SearchBackend
-from cosearch_lib.rl.cross_encoder_policy import cross_encoder_update, load_scorer_state, make_optimizer, scorer_state
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
 from cosearch_lib.rl.judge import judge_calls
 from cosearch_lib.rl.policy_update import UpdateJob, grpo_update
 from cosearch_lib.rl.ranker_validation import RankerValidationSet, gold_sub_queries, summarize_items
 from cosearch_lib.rl.run_protocol import TrainingRun
+from cosearch_lib.rl.scorer_policy import load_scorer_state, make_optimizer, scorer_state, scorer_update
 from cosearch_lib.rl.step_batch import TRAINED_ROLES, StepBatch, role_job
 from cosearch_lib.rl.step_records import call_rows, step_record
 from cosearch_lib.rl.step_scoring import StepGroups, StepRewards, group_rollouts, reward_rollouts
 from cosearch_lib.rl.tracking import StepTracker, make_tracker
-from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR, RENAMED_STEP_COLUMNS, TRACKER_DIR
+from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR, RENAMED_STEP_COLUMNS, SCORER_SLOT, TRACKER_DIR, renamed_slots
 from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
 
@@ -95,7 +96,7 @@ class TrainerInputs:
     val_questions: Sequence[QAExample] = ()  # the validation questions (empty: no validation)
     validation: HarnessConfig | None = None  # the greedy evaluation validation runs (None: from ``rollout``)
     backend: Any = None  # generates the rollouts (required): the policy model's own (experiment.building.policy_engine), vLLM, a test's scripted one
-    cross_encoder: Any = None  # the scoring ranker of training.ranker_kind 'cross_encoder' or 'llm_judge'
+    scorer: Any = None  # the scoring ranker of a scoring training.ranker_kind (config.RANKER_KINDS: cross-encoder, LLM judge)
     chat: ChatTokens | None = None  # chat-token assembly (None: from the tokenizer)
 
 
@@ -124,18 +125,17 @@ class JointTrainer(TrainingRun):
                              "(experiment.building.policy_engine builds the policy model's own)")
         self.backend = inputs.backend
         self.pad_id = inputs.tokenizer.pad_token_id if inputs.tokenizer.pad_token_id is not None else inputs.tokenizer.eos_token_id
-        # A scoring ranker (training.ranker_kind cross_encoder or llm_judge) lives beside the LoRA
-        # policies, with its own optimizer when the method trains its ranker; it fills the
-        # "cross_encoder" slot whatever its model.
-        if cfg.uses_scoring_ranker and inputs.cross_encoder is None:
+        # A scoring ranker (a scoring training.ranker_kind) lives beside the LoRA policies, with its
+        # own optimizer when the method trains its ranker; it travels in the SCORER_SLOT whatever its model.
+        if cfg.uses_scoring_ranker and inputs.scorer is None:
             raise ValueError(f"training.ranker_kind {cfg.ranker_kind!r} with method {cfg.method!r} needs a scoring ranker "
-                             "(TrainerInputs.cross_encoder)")
-        self.cross_encoder = inputs.cross_encoder if cfg.uses_scoring_ranker else None
-        self.cross_encoder_trained = self.cross_encoder is not None and self.spec.trains_ranker
-        if self.cross_encoder_trained and dp.distributed:
-            raise ValueError("the cross-encoder ranker trains in one process only; launch this method without torchrun/srun")
-        self.cross_encoder_optimizer = make_optimizer(self.cross_encoder, *cfg.scoring_ranker_lr) \
-            if self.cross_encoder_trained else None
+                             "(TrainerInputs.scorer)")
+        self.scorer = inputs.scorer if cfg.uses_scoring_ranker else None
+        self.scorer_trained = self.scorer is not None and self.spec.trains_ranker
+        if self.scorer_trained and dp.distributed:
+            raise ValueError("a scoring ranker trains in one process only; launch this method without torchrun/srun")
+        self.scorer_optimizer = make_optimizer(self.scorer, *cfg.scoring_ranker_lr) \
+            if self.scorer_trained else None
         self.validation = inputs.validation if inputs.validation is not None else _validation_harness(cfg, rollout, seed)
         sampling = rollout.ranker_sampling(seed)
         self.ranker = self._method_ranker(sampling)
@@ -148,7 +148,7 @@ class JointTrainer(TrainingRun):
                                     agent_adapter=self.policies.adapter("agent"))
         # A backend that reads adapters from disk (vLLM: it has add_adapter) samples with saved copies:
         # every role adapter is saved and registered before the engine first generates
-        # (``self.served``, :class:`~cosearch_lib.models.lora_policies.ServedAdapters`), and the updated ones again after each step.
+        # (``self.served``, :class:`~cosearch_lib.models.served_adapters.ServedAdapters`), and the updated ones again after each step.
         # Every rank starts from rank 0's adapters (a fresh LoRA's random init included), before any
         # engine gets them.
         dp.broadcast_params(p for adapter in self.policies.params.values() for p in adapter.values())
@@ -163,15 +163,15 @@ class JointTrainer(TrainingRun):
 
     def _method_ranker(self, sampling: SamplingConfig) -> Ranker:
         """The method's ranking (``agent.rankers.RANKING_MODES``): a rule named by its ``RankedBy``
-        (retrieval top-K, oracle), or the ranker policy sampling with ``sampling``, the scoring ranker
-        when there is one, else the LLM ranker's adapter."""
+        (retrieval top-K, oracle), or the ranker policy sampling with ``sampling``: the ranking mode of
+        its kind (``config.RANKER_KINDS``), the scoring ranker or the LLM ranker's adapter."""
         rules = self.rollout_cfg.rules
         mode = self.spec.ranked_by.value
         if self.spec.ranked_by is RankedBy.POLICY:
-            mode = "cross_encoder_policy" if self.cross_encoder is not None else "llm"
+            mode = ranker_kind(self.cfg.ranker_kind).ranking_mode
         return make_ranker(mode, RankerContext(
             trivial_golds=rules.trivial_golds, backend=self.backend, chat=self.chat, protocol=self.protocol, sampling=sampling,
-            adapter=self.policies.adapter("ranker"), output_protocol=rules.ranker_output, scorer=self.cross_encoder,
+            adapter=self.policies.adapter("ranker"), output_protocol=rules.ranker_output, scorer=self.scorer,
             temperature=sampling.temperature, seed=self.seed))
 
     # -- one step
@@ -242,10 +242,10 @@ class JointTrainer(TrainingRun):
                 jobs.setdefault(self.policies.adapter(role), []).append(
                     role_job(role, batch, rewards, groups, temperatures[role]))
         stats: dict[str, dict[str, float]] = {}
-        if self.cross_encoder_trained and rewards.calls:
-            with clock("cross_encoder_update"):
-                stats["cross_encoder"] = cross_encoder_update(
-                    self.cross_encoder, self.cross_encoder_optimizer, rewards.calls, groups.ranker_advantages, cfg.grpo,
+        if self.scorer_trained and rewards.calls:
+            with clock("scorer_update"):
+                stats[SCORER_SLOT] = scorer_update(
+                    self.scorer, self.scorer_optimizer, rewards.calls, groups.ranker_advantages, cfg.grpo,
                     temperature=temperatures["ranker"], max_grad_norm=cfg.max_grad_norm)
         for adapter, adapter_jobs in jobs.items():
             with clock(f"{adapter}_update"):
@@ -255,7 +255,7 @@ class JointTrainer(TrainingRun):
 
     def _sync(self, updated: Mapping[str, Any]) -> None:
         """The sync stage: the updated adapters' new weights, to a generation engine that reads them from disk."""
-        self.served.push(self.step + 1, [a for a in updated if a != "cross_encoder"])
+        self.served.push(self.step + 1, [a for a in updated if a != SCORER_SLOT])
 
     def _log(self, record: dict) -> None:
         """Hand ``record`` to the live tracker (made at the first record, ``cfg.log_to``)."""
@@ -309,15 +309,15 @@ class JointTrainer(TrainingRun):
 
     def _agent_records(self) -> pd.DataFrame:
         """The harness records (one per validation question) of the agent loop, greedy, with the
-        method's ranking and the policies as loaded (adapters by name; the live cross-encoder).
+        method's ranking and the policies as loaded (adapters by name; the live scoring ranker).
         Under data parallelism the ranks split the questions (validation costs 1/world_size of one
         process's time, not all of it on every rank)."""
         live = {role: name for role in ("agent", "ranker") if (name := self.policies.adapter(role))}
-        if self.cross_encoder is not None:
-            live["cross_encoder"] = None  # the live scorer, handed to the harness in its context below
+        if self.scorer is not None:
+            live[SCORER_SLOT] = None  # the live scorer, handed to the harness in its context below
         ecfg = replace(self.validation, **policy_eval_settings(self.spec, live))
         ctx = HarnessContext(agent_backend=self.backend, chat=self.chat, retriever=self.retriever, protocol=self.protocol,
-                             cross_encoder=self.val_ranker if self.cross_encoder is not None else None)
+                             scorer=self.val_ranker if self.scorer is not None else None)
         if not self.dp.distributed:
             return evaluate(ecfg.methods[0], self.val_questions, ctx, ecfg, progress=False)
         # data parallel: each rank answers its share of the questions one process would answer (not
@@ -337,25 +337,26 @@ class JointTrainer(TrainingRun):
             self.tracker = None
 
     def _extra_state(self) -> dict[str, Any]:
-        if self.cross_encoder is None:
+        if self.scorer is None:
             return {}
-        return {"cross_encoder": scorer_state(self.cross_encoder, self.cross_encoder_optimizer)
-                if self.cross_encoder_trained else {"model": self.cross_encoder.state_dict()}}
+        return {SCORER_SLOT: scorer_state(self.scorer, self.scorer_optimizer)
+                if self.scorer_trained else {"model": self.scorer.state_dict()}}
 
     def _save_weights(self, folder: Path) -> None:
         self.policies.save_adapters(folder / "adapters")
-        if self.cross_encoder is not None:  # a folder the evaluation harness loads (HarnessConfig.cross_encoder_model)
-            self.cross_encoder.save(folder / "adapters" / "cross_encoder")
+        if self.scorer is not None:  # a folder the evaluation harness loads (HarnessConfig.scorer_model)
+            self.scorer.save(folder / "adapters" / SCORER_SLOT)
 
     def _load_extra_state(self, state: dict[str, Any], path: Path) -> None:
-        if self.cross_encoder is None:
+        if self.scorer is None:
             return
-        if "cross_encoder" not in state:
-            raise ValueError(f"checkpoint {path} holds no cross-encoder, but this run ranks with one")
-        if self.cross_encoder_trained:
-            load_scorer_state(self.cross_encoder, self.cross_encoder_optimizer, state["cross_encoder"])
+        saved = renamed_slots(state)
+        if SCORER_SLOT not in saved:
+            raise ValueError(f"checkpoint {path} holds no scoring ranker, but this run ranks with one")
+        if self.scorer_trained:
+            load_scorer_state(self.scorer, self.scorer_optimizer, saved[SCORER_SLOT])
         else:
-            self.cross_encoder.load_state_dict(state["cross_encoder"]["model"])
+            self.scorer.load_state_dict(saved[SCORER_SLOT]["model"])
 
 
 def _validation_harness(cfg: TrainConfig, rollout: RolloutConfig, seed: int) -> HarnessConfig:

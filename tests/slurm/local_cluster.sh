@@ -169,7 +169,8 @@ STATES=$(sacct -X -n -P -j "$ARRAY,$AGG" --format=State | sort | uniq -c)
 import json, subprocess, sys
 from pathlib import Path
 from cosearch_lib.config import load_profile
-from cosearch_lib.records.grid import cell_dir, cell_status, load_grid, select_notebooks
+from cosearch_lib.paths import select_notebooks
+from cosearch_lib.records.grid_cells import cell_dir, cell_status, load_grid
 from cosearch_lib.paths import run_dir
 
 grid, profile, array, agg = load_grid(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]

@@ -35,26 +35,9 @@ from cosearch_lib.atomic_io import write_json
 from cosearch_lib.config import SCORING_RANKER_KINDS, ConfigError, ProfileConfig, load_profile, papermill_parameters
 from cosearch_lib.experiment import fixed_ranker, fixed_ranker_cached, search_backend, warm_roles, warm_start, warmstart_dir
 from cosearch_lib.experiment.preflight import check_inputs
-from cosearch_lib.paths import notebooks_dir, project_relative, project_root, run_dir
+from cosearch_lib.paths import list_notebooks, project_relative, project_root, run_dir, select_notebooks
 from cosearch_lib.records.provenance import environment_snapshot
 from cosearch_lib.stop_signals import StopRequested, pending_stop
-
-
-def list_notebooks() -> list[Path]:
-    """The numbered notebooks, in order (``NN_name.ipynb``)."""
-    return sorted(p for p in notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
-
-
-def select_notebooks(selectors: list[str] | None) -> list[Path]:
-    """All notebooks, or those whose file name starts with one of ``selectors`` (e.g. ``["01"]``)."""
-    books = list_notebooks()
-    if not selectors:
-        return books
-    chosen = [b for b in books if any(b.name.startswith(s) or b.stem == s for s in selectors)]
-    missing = [s for s in selectors if not any(b.name.startswith(s) or b.stem == s for b in books)]
-    if missing:
-        raise FileNotFoundError(f"no notebook matches {missing}; have {[b.name for b in books]}")
-    return chosen
 
 
 def notebook_parameters(notebook: str | os.PathLike) -> dict[str, Any]:

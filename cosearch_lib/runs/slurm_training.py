@@ -17,7 +17,7 @@ Three job scripts, written to ``papermill_runs/<profile>/slurm/`` and submitted 
    from the newest checkpoint. SIGUSR1 before the time limit reaches every rank through srun; the
    ranks stop together after the step, checkpoint, and the job requeues itself. Then ``srun
    cosearch evaluate``: the evaluations of notebooks 03 and 02, sharded over the same ranks and
-   server, in parts that a requeued job resumes (``records.launched_evaluation``).
+   server, in parts that a requeued job resumes (``runs.launched_evaluation``).
 3. ``evaluate.sbatch`` (``--dependency=afterok:<train>``): notebooks 02 and 03 (``resume=true``) on
    one GPU. They find the methods trained and evaluated and go on to their tables and figures.
 """
@@ -35,7 +35,7 @@ from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.config.methods import method_spec
 from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.paths import project_relative, project_root, run_dir
-from cosearch_lib.records.grid import SBATCH_PRELUDE, STOPPABLE_SH, run_sbatch, sbatch_header, sbatch_job_id
+from cosearch_lib.runs.grid import SBATCH_PRELUDE, STOPPABLE_SH, run_sbatch, sbatch_header, sbatch_job_id
 from cosearch_lib.stop_signals import EXIT_STOPPED
 
 #: How long the training job waits for the retrieval server to answer (it may queue behind others).

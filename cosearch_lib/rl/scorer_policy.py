@@ -1,10 +1,11 @@
-"""Training the cross-encoder ranker of Table 3's ablation: a supervised warm start, then GRPO.
+"""Training a scoring ranker (a scoring ``config.RANKER_KINDS`` kind: the cross-encoder of Table 3's
+ablation, the LLM judge) with GRPO, and the cross-encoder's supervised warm start.
 
-The cross-encoder (``models.cross_encoder``) ranks by sampling K of the N candidates from the
-Plackett-Luce distribution of its scores (``agent.rankers.CrossEncoderPolicyRanker``). That makes
+A scoring ranker (``models.cross_encoder``, ``models.llm_judge``) ranks by sampling K of the N candidates from the
+Plackett-Luce distribution of its scores (``agent.rankers.ScorerPolicyRanker``). That makes
 it a policy with a log-probability per pick, so it trains with the same rewards, the same semantic
 groups and the same clipped surrogate as the generative ranker; the K picks play the part of the
-generated tokens (:func:`cross_encoder_update`). What differs from the LLM ranker: it reads the
+generated tokens (:func:`scorer_update`). What differs from the LLM ranker: it reads the
 sub-query and one passage at a time (not q0, not the other candidates), writes no reasoning, and
 cannot break the output protocol, so every call is valid. It has no KL term (no reference model
 is kept for it).
@@ -93,10 +94,10 @@ def make_optimizer(scorer: CrossEncoderScorer, lr: float, head_lr: float) -> tor
     return torch.optim.AdamW(scorer.param_groups(lr, head_lr), weight_decay=0.0)
 
 
-def cross_encoder_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Optimizer, calls: Sequence[Any],
-                         advantages: Sequence[float], cfg: GRPOConfig, *, temperature: float,
-                         max_grad_norm: float) -> dict[str, float]:
-    """One GRPO step of the cross-encoder on its calls (``RankerCall`` with ``candidate_texts``): each
+def scorer_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Optimizer, calls: Sequence[Any],
+                  advantages: Sequence[float], cfg: GRPOConfig, *, temperature: float,
+                  max_grad_norm: float) -> dict[str, float]:
+    """One GRPO step of the scoring ranker on its calls (``RankerCall`` with ``candidate_texts``): each
     call's picks are re-scored, their Plackett-Luce log-probs compared with the recorded ones, and
     the clipped surrogate aggregated over all picks of the calls (token-mean, calls with advantage 0
     counted in the denominator as in :func:`rl.policy_update.grpo_update`). Returns ``ranker_*`` stats
@@ -160,5 +161,5 @@ def load_scorer_state(scorer: CrossEncoderScorer, optimizer: torch.optim.Optimiz
     optimizer.load_state_dict(state["optimizer"])
 
 
-__all__ = ["RelevanceList", "cross_encoder_update", "listwise_loss", "load_scorer_state", "make_optimizer",
+__all__ = ["RelevanceList", "scorer_update", "listwise_loss", "load_scorer_state", "make_optimizer",
            "relevance_lists", "scorer_state", "warm_start_cross_encoder"]

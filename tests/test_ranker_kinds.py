@@ -1,0 +1,53 @@
+"""The ranker kinds' registry (config.RANKER_KINDS, experiment.RANKER_STARTS) and the scoring ranker's
+one slot (run_schema.SCORER_SLOT), with the names older records and checkpoints used for it."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from cosearch_lib.agent.rankers import RANKING_MODES
+from cosearch_lib.config import RANKER_KINDS, SCORING_RANKER_KINDS, TrainConfig, ranker_kind
+from cosearch_lib.eval.harness import EVAL_METHODS as HARNESS_METHODS
+from cosearch_lib.eval.tables import load_records
+from cosearch_lib.experiment import RANKER_STARTS
+from cosearch_lib.run_schema import RENAMED_STEP_COLUMNS, SCORER_SLOT, STAT_PREFIXES, renamed_slots
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", sorted(RANKER_KINDS))
+def test_every_ranker_kind_has_a_start_a_ranking_mode_an_evaluation_and_its_settings(name):
+    kind = ranker_kind(name)
+    assert kind.name == name and name in RANKER_STARTS  # its start: folder, builder, cache check
+    assert kind.ranking_mode in RANKING_MODES
+    assert kind.evaluated_as is None or kind.evaluated_as in HARNESS_METHODS
+    assert kind.settings is None or kind.settings in {f.name for f in fields(TrainConfig)}
+    cfg = TrainConfig(method="cosearch", ranker_kind=name)
+    assert cfg.uses_scoring_ranker == kind.scoring == (name in SCORING_RANKER_KINDS)
+    assert (cfg.roles()["ranker"] is None) == kind.scoring  # a scoring ranker is no LoRA role
+    if kind.scoring:
+        lr, head_lr = cfg.scoring_ranker_lr
+        settings = getattr(cfg, kind.settings)
+        assert lr == settings.lr and head_lr == getattr(settings, "head_lr", None)
+
+
+def test_the_registries_name_the_same_kinds_and_an_unknown_kind_is_refused_by_name():
+    assert set(RANKER_STARTS) == set(RANKER_KINDS)
+    with pytest.raises(KeyError, match="llm_judge"):
+        ranker_kind("bm25")
+
+
+def test_a_scoring_ranker_travels_in_one_slot_and_older_records_come_back_under_it():
+    assert SCORER_SLOT in STAT_PREFIXES
+    old = {"agent": "a", "cross_encoder": {"model": 1}}
+    assert renamed_slots(old) == {"agent": "a", SCORER_SLOT: {"model": 1}}
+    assert RENAMED_STEP_COLUMNS["cross_encoder_grad_norm"] == f"{SCORER_SLOT}_grad_norm"
+    assert RENAMED_STEP_COLUMNS["cross_encoder_update_s"] == f"{SCORER_SLOT}_update_s"
+    # evaluation records written when the harness method was named for the cross-encoder
+    path = ROOT / "docs/log_records/2026-11-27-laptop-seed0/03_eval_records.csv"
+    assert "agent_cross_encoder" in path.read_text()
+    methods = set(load_records(path)["eval_method"])
+    assert "agent_scorer" in methods and "agent_cross_encoder" not in methods
