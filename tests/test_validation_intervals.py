@@ -197,3 +197,19 @@ def test_grpo_signal_table_averages_the_first_and_last_steps_and_goes_under_the_
                                        "grpo_signal": table.to_dict(orient="records")}))
     assert "| cosearch | last | 4-5 | 0.450 | 0.650 | 0.500 | 1.550 | 14.500 |" in text
     assert text.index("Learning curve (agent)") < text.index("What GRPO had to work with")
+
+
+def test_three_validations_of_two_methods_are_bands_and_of_four_methods_error_bars():
+    from matplotlib.collections import PolyCollection
+
+    def rows(methods):
+        return [r for m in methods for k, s in enumerate((-1, 3, 7))
+                for r in agent_rows(m, s, {fam: [min(1.0, 0.1 * k + 0.2 * i) for i in range(4)]
+                                           for fam in ("syn_nq", "syn_hotpotqa")})]
+
+    def bands(methods):
+        ax = plot_validation_curves({"agent": validation_curves(pd.DataFrame(rows(methods)))}).axes[0]
+        return [c for c in ax.collections if isinstance(c, PolyCollection)]
+
+    assert len(bands(["search_r1", "cosearch"])) == 2  # the learning-curve figure: Retrieval Only beside CoSearch
+    assert bands(["search_r1", "fixed_ranker", "cosearch", "oracle"]) == []  # four bands would cover each other

@@ -299,8 +299,10 @@ def plot_fig2(val_f1: pd.DataFrame, steps: pd.DataFrame, *, title: str = ""):
 
 
 #: From this many validation points on, a method's curve is drawn as a line with a shaded interval
-#: band (a learning curve); fewer points keep error bars, nudged apart so that they stay readable.
-BAND_MIN_POINTS = 5
+#: band (a learning curve) in a panel of at most :data:`BAND_MAX_METHODS` methods; fewer points, or
+#: more methods (whose bands would cover each other), keep error bars, nudged apart to stay readable.
+BAND_MIN_POINTS = 3
+BAND_MAX_METHODS = 2
 
 
 def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "",
@@ -308,7 +310,7 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
     """Validation over training with 95% intervals: one panel per ``{panel title: curve table}``
     (:func:`cosearch_lib.records.training_runs.validation_curves`), one line per method, the
     interval as error bars, or as a shaded band for a method validated at :data:`BAND_MIN_POINTS`
-    steps or more; x = steps completed (0: before the first update). Error bars are nudged
+    steps or more when the panel has at most :data:`BAND_MAX_METHODS` methods; x = steps completed (0: before the first update). Error bars are nudged
     apart on x so that overlapping intervals stay readable. An empty table says so.
     ``references`` ({panel title: {label: value}}) draws fixed levels as dashed lines (e.g. the
     retriever's own order on the same items)."""
@@ -330,7 +332,7 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
             part = curve[curve["method"] == method].sort_values("x")
             if part.empty:
                 continue
-            if len(part) >= BAND_MIN_POINTS:  # a learning curve: the interval as a band around the line
+            if len(part) >= BAND_MIN_POINTS and len(methods) <= BAND_MAX_METHODS:  # a learning curve: the interval as a band
                 ax.plot(part["x"], part["estimate"], marker="o", ms=3, lw=1.6, color=palette[method], label=method)
                 ax.fill_between(part["x"], part["ci_low"], part["ci_high"], color=palette[method], alpha=0.18, lw=0)
                 continue
