@@ -166,6 +166,8 @@ SCORER_SLOT = "scorer"
 RENAMED_SLOTS = {"cross_encoder": SCORER_SLOT}
 #: Harness methods renamed since some evaluation records were written (their ``method`` values).
 RENAMED_EVAL_METHODS = {"agent_cross_encoder": "agent_scorer"}
+#: Harness settings (``eval.harness.HarnessConfig`` fields) renamed since some evaluations were keyed.
+RENAMED_HARNESS_FIELDS = {"cross_encoder_model": "scorer_model"}
 #: Step and call columns renamed since some records were written: {old name: new name}. ``hit@5``
 #: was Hit@5 of the K passages shown; every run written under that name had K <= 5, where it is Hit@K.
 RENAMED_STEP_COLUMNS = {"hit@5": "hit@K", **{f"{old}_{stat}": f"{new}_{stat}" for old, new in RENAMED_SLOTS.items()

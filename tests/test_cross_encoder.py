@@ -74,7 +74,7 @@ def request(key: tuple, k: int = 2) -> RankRequest:
     return RankRequest("q0", "which town has a harbour", cands, k=k, row_key=key)
 
 
-def test_the_cross_encoder_policy_samples_by_row_key_and_records_what_its_update_needs(bert_tok):
+def test_the_scorer_policy_samples_by_row_key_and_records_what_its_update_needs(bert_tok):
     scorer = tiny_scorer(bert_tok)
     ranker = make_ranker("scorer_policy", scorer=scorer, temperature=1.0, seed=3)
     keys = [(0, "q1", s, 0) for s in range(8)]

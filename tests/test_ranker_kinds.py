@@ -51,3 +51,16 @@ def test_a_scoring_ranker_travels_in_one_slot_and_older_records_come_back_under_
     assert "agent_cross_encoder" in path.read_text()
     methods = set(load_records(path)["eval_method"])
     assert "agent_scorer" in methods and "agent_cross_encoder" not in methods
+
+
+def test_an_evaluations_key_is_the_one_it_had_before_the_scoring_ranker_was_renamed():
+    """Parts of an evaluation written before the rename are found again (resumed jobs, requeues):
+    the key hashes the settings under the names they were written with. The two keys were computed
+    at the commit before the rename (cba3e26) with the same settings."""
+    from cosearch_lib.eval.harness import HarnessConfig
+    from cosearch_lib.experiment.evaluation_shards import evaluation_key
+
+    assert evaluation_key("x", HarnessConfig(methods=("agent_trained_ranker",))) == "f2df4a47ade6"
+    assert evaluation_key("x", HarnessConfig(methods=("agent_scorer",))) == "d86b835c3a8f"  # was agent_cross_encoder
+    with pytest.raises(ValueError, match="now named 'agent_scorer'"):
+        HarnessConfig(methods=("agent_cross_encoder",))

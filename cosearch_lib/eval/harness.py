@@ -56,6 +56,7 @@ from cosearch_lib.models.registry import quiet_loading
 from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder, load_scoring_ranker
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
+from cosearch_lib.run_schema import RENAMED_EVAL_METHODS
 
 #: The one-generation baselines, then the agent with each ranking. A rule ranking mode registered in
 #: ``agent.rankers.RANKING_MODES`` is offered as ``agent_<mode>`` without an entry here (:func:`eval_methods`).
@@ -175,6 +176,8 @@ def eval_methods() -> tuple[str, ...]:
 
 
 def check_method(method: str) -> str:
+    if method in RENAMED_EVAL_METHODS:
+        raise ValueError(f"evaluation method {method!r} is now named {RENAMED_EVAL_METHODS[method]!r}")
     if method not in eval_methods():
         raise ValueError(f"unknown evaluation method {method!r}; expected one of {eval_methods()}")
     return method

@@ -42,7 +42,7 @@ from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, empty_records
 from cosearch_lib.progress import tqdm
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
-from cosearch_lib.run_schema import file_sha256
+from cosearch_lib.run_schema import RENAMED_EVAL_METHODS, RENAMED_HARNESS_FIELDS, file_sha256
 from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 #: Questions per part: what a rank loses at most when its job is cut.
@@ -68,6 +68,11 @@ def evaluation_key(label: str, cfg: HarnessConfig, context: dict | None = None) 
     (what else shapes them: the models, the prompt protocol; ``context_key``)."""
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "n_per_dataset"}
     settings.update({k: _folder_digest(getattr(cfg, k)) for k in _ADAPTER_FIELDS})
+    # hashed under the names its parts were first written with, so that a renamed setting or method
+    # (run_schema.RENAMED_EVAL_METHODS: the scoring ranker's) keeps an evaluation's key, and its parts
+    settings.update({old: settings.pop(new) for old, new in RENAMED_HARNESS_FIELDS.items()})
+    old_names = {new: old for old, new in RENAMED_EVAL_METHODS.items()}
+    settings["methods"] = [old_names.get(m, m) for m in settings["methods"]]
     text = json.dumps({"label": label, "settings": settings, "context": context or {}}, sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
@@ -91,6 +96,9 @@ def evaluation_folder(root: str | Path, label: str, cfg: HarnessConfig, context:
 def read_parts(folder: Path) -> pd.DataFrame:
     parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
     frames = [pd.read_parquet(p) for p in parts]
+    for frame in frames:  # parts written before a method was renamed: under today's names
+        if "method" in frame:
+            frame["method"] = frame["method"].replace(RENAMED_EVAL_METHODS)
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else empty_records()
 

@@ -47,7 +47,7 @@ def load_policy_model(model_name: str, adapters: dict[str, str | Path | None], l
     * ``backend="vllm"``: transformers + peft train, as above, and a vLLM engine generates
       (:meth:`VLLMBackend.shared`, ``vllm_options``: :meth:`VLLMBackend.from_model`'s; CPU with
       ``make install-vllm``, GPU with the ``gpu`` extra). vLLM reads each adapter from a saved
-      folder: the trainer saves and registers them after every update (:func:`sync_adapters`).
+      folder: the trainer saves and registers them after every update (``models.served_adapters.sync_adapters``).
     """
     if not adapters:
         raise ValueError("load_policy_model needs at least one adapter name")

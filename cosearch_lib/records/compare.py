@@ -16,18 +16,29 @@ from pathlib import Path
 
 import pandas as pd
 
+from cosearch_lib.run_schema import RENAMED_EVAL_METHODS, RENAMED_STEP_COLUMNS
+
 #: Columns that hold wall-clock measurements (``rollout_s``, ``wall_s``, ...): never reproducible.
 TIMING_COLUMNS = r"(^|_)s$|^wall_s$|_seconds$"
 TABLE_SUFFIXES = (".csv", ".parquet")
 
 
 def read_any_table(path: str | Path) -> pd.DataFrame:
+    """A CSV or parquet table under today's names: step and call columns (``run_schema.RENAMED_STEP_COLUMNS``)
+    and evaluation methods (``RENAMED_EVAL_METHODS``) renamed since it was written, so that two runs
+    of the same code before and after a rename compare equal."""
     path = Path(path)
     if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix == ".csv":
-        return pd.read_csv(path)
-    raise ValueError(f"{path}: not a table (expected one of {TABLE_SUFFIXES})")
+        table = pd.read_parquet(path)
+    elif path.suffix == ".csv":
+        table = pd.read_csv(path)
+    else:
+        raise ValueError(f"{path}: not a table (expected one of {TABLE_SUFFIXES})")
+    table = table.rename(columns=RENAMED_STEP_COLUMNS)
+    for column in ("method", "eval_method"):
+        if column in table and table[column].dtype == object:
+            table[column] = table[column].replace(RENAMED_EVAL_METHODS)
+    return table
 
 
 def find_tables(root: str | Path) -> list[str]:

@@ -198,7 +198,7 @@ def grpo_signal_table(steps: pd.DataFrame, methods: Sequence[str], *, span: int 
     """Each method's step records averaged over its first ``span`` steps and its last ``span``: the
     training questions' mean-of-G and best-of-G F1 (pass@1 and pass@G in F1), the share of questions
     without signal, searches per trajectory and, for a method that trains its ranker, the ranker groups
-    trained per step (its mean over every step too, ``all``). One row per (method, part), columns
+    trained per step; each also averaged over every step (part ``all``). One row per (method, part), columns
     ``method``, ``part``, ``steps`` (which steps, 0-based), then :data:`GRPO_SIGNAL_COLUMNS`; a column a
     method's records lack is NaN."""
     rows = []

@@ -243,7 +243,7 @@ class JointTrainer(TrainingRun):
                     role_job(role, batch, rewards, groups, temperatures[role]))
         stats: dict[str, dict[str, float]] = {}
         if self.scorer_trained and rewards.calls:
-            with clock("scorer_update"):
+            with clock(f"{SCORER_SLOT}_update"):
                 stats[SCORER_SLOT] = scorer_update(
                     self.scorer, self.scorer_optimizer, rewards.calls, groups.ranker_advantages, cfg.grpo,
                     temperature=temperatures["ranker"], max_grad_norm=cfg.max_grad_norm)

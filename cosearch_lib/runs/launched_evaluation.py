@@ -39,12 +39,12 @@ from cosearch_lib.experiment import (
     with_policies,
 )
 from cosearch_lib.experiment.preflight import check_inputs, retriever_url
-from cosearch_lib.paths import run_dir
+from cosearch_lib.paths import list_notebooks, run_dir
 from cosearch_lib.records.training_runs import checkpoint_adapters, training_root
 from cosearch_lib.retrieval.artifacts import corpus_paths
 from cosearch_lib.rl.data_parallel import DataParallel, LaunchEnvironment
 from cosearch_lib.runs.launched_training import build_starts_apart, finish_job, name_failed_rank
-from cosearch_lib.runs.papermill_runner import list_notebooks, notebook_parameters, profile_notebook_parameters
+from cosearch_lib.runs.papermill_runner import notebook_parameters, profile_notebook_parameters
 from cosearch_lib.seeding import seed_everything
 
 #: The records ``cosearch evaluate`` leaves in the profile's run folder: notebook 03's evaluation, notebook 02's.
