@@ -179,6 +179,18 @@ def renamed_slots(state: Mapping[str, Any]) -> dict[str, Any]:
     return {RENAMED_SLOTS.get(name, name): value for name, value in state.items()}
 
 
+def under_current_names(table: Any) -> Any:
+    """A records table (a pandas DataFrame: step, call or evaluation records, read back) under today's
+    names: its columns renamed since it was written (:data:`RENAMED_STEP_COLUMNS`) and the harness
+    methods in its ``method`` and ``eval_method`` columns (:data:`RENAMED_EVAL_METHODS`). Every reader
+    of committed or resumed records goes through it."""
+    table = table.rename(columns=RENAMED_STEP_COLUMNS)
+    for column in ("method", "eval_method"):  # the harness method, or a label and the harness method under it
+        if column in table:
+            table[column] = table[column].replace(RENAMED_EVAL_METHODS)
+    return table
+
+
 def current_step_columns(record: Mapping[str, Any]) -> dict[str, Any]:
     """A step or call record (a dict) under today's column names (:data:`RENAMED_STEP_COLUMNS`)."""
     return {RENAMED_STEP_COLUMNS.get(name, name): value for name, value in record.items()}

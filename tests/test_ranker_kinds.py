@@ -64,3 +64,16 @@ def test_an_evaluations_key_is_the_one_it_had_before_the_scoring_ranker_was_rena
     assert evaluation_key("x", HarnessConfig(methods=("agent_scorer",))) == "d86b835c3a8f"  # was agent_cross_encoder
     with pytest.raises(ValueError, match="now named 'agent_scorer'"):
         HarnessConfig(methods=("agent_cross_encoder",))
+
+
+def test_every_reader_of_records_gives_todays_names_for_a_run_written_before_the_rename():
+    """The committed CoSearch curve of issue 48 was written before the scorer slot's rename: its step
+    columns come back renamed through compare-runs' reader and the training-run reader alike."""
+    from cosearch_lib.records.compare import read_any_table
+
+    path = ROOT / "docs/log_records/2026-11-28-issue48-third-session/cosearch_steps.csv"
+    assert "cross_encoder_grad_norm" in path.read_text().splitlines()[0]
+    table = read_any_table(path)
+    assert {"scorer_grad_norm", "scorer_update_s"} <= set(table.columns)
+    assert not [c for c in table.columns if c.startswith("cross_encoder")]
+    assert table["scorer_grad_norm"].notna().any() and set(table["method"]) == {"cosearch"}

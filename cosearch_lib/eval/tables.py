@@ -22,7 +22,7 @@ from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group, order_key
 from cosearch_lib.eval.harness import RECORD_COLUMNS, missing_as_none
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, compare_methods, method_interval, questions_for_power
-from cosearch_lib.run_schema import RENAMED_EVAL_METHODS
+from cosearch_lib.run_schema import under_current_names
 
 #: What the tables built from evaluation records show.
 TABLE_GLOSSARY: dict[str, str] = {
@@ -275,7 +275,7 @@ def save_records(records: pd.DataFrame, out_dir: str | Path, name: str) -> tuple
 
 def load_records(path: str | Path) -> pd.DataFrame:
     """Read records written by :func:`save_records` (parquet or CSV); ``golds`` come back as lists, and
-    methods renamed since they were written under today's names (``run_schema.RENAMED_EVAL_METHODS``)."""
+    methods renamed since they were written under today's names (``run_schema.under_current_names``)."""
     path = Path(path)
     if path.suffix == ".parquet":
         records = pd.read_parquet(path)
@@ -286,7 +286,4 @@ def load_records(path: str | Path) -> pd.DataFrame:
         records["golds"] = records["golds"].map(json.loads)
     else:
         raise ValueError(f"records path must end in .parquet or .csv, got {path}")
-    for column in ("method", "eval_method"):  # the harness method, or a label and the harness method under it
-        if column in records:
-            records[column] = records[column].replace(RENAMED_EVAL_METHODS)
-    return missing_as_none(records)
+    return missing_as_none(under_current_names(records))

@@ -42,7 +42,7 @@ from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, empty_records
 from cosearch_lib.progress import tqdm
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
-from cosearch_lib.run_schema import RENAMED_EVAL_METHODS, RENAMED_HARNESS_FIELDS, file_sha256
+from cosearch_lib.run_schema import RENAMED_EVAL_METHODS, RENAMED_HARNESS_FIELDS, file_sha256, under_current_names
 from cosearch_lib.stop_signals import StopRequest, StopRequested
 
 #: Questions per part: what a rank loses at most when its job is cut.
@@ -95,10 +95,7 @@ def evaluation_folder(root: str | Path, label: str, cfg: HarnessConfig, context:
 
 def read_parts(folder: Path) -> pd.DataFrame:
     parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    frames = [pd.read_parquet(p) for p in parts]
-    for frame in frames:  # parts written before a method was renamed: under today's names
-        if "method" in frame:
-            frame["method"] = frame["method"].replace(RENAMED_EVAL_METHODS)
+    frames = [under_current_names(pd.read_parquet(p)) for p in parts]  # parts written before a rename, too
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else empty_records()
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cosearch_lib.run_schema import RENAMED_EVAL_METHODS, RENAMED_STEP_COLUMNS
+from cosearch_lib.run_schema import under_current_names
 
 #: Columns that hold wall-clock measurements (``rollout_s``, ``wall_s``, ...): never reproducible.
 TIMING_COLUMNS = r"(^|_)s$|^wall_s$|_seconds$"
@@ -24,9 +24,8 @@ TABLE_SUFFIXES = (".csv", ".parquet")
 
 
 def read_any_table(path: str | Path) -> pd.DataFrame:
-    """A CSV or parquet table under today's names: step and call columns (``run_schema.RENAMED_STEP_COLUMNS``)
-    and evaluation methods (``RENAMED_EVAL_METHODS``) renamed since it was written, so that two runs
-    of the same code before and after a rename compare equal."""
+    """A CSV or parquet table under today's names (``run_schema.under_current_names``), so that two
+    runs of the same code before and after a rename compare equal."""
     path = Path(path)
     if path.suffix == ".parquet":
         table = pd.read_parquet(path)
@@ -34,11 +33,7 @@ def read_any_table(path: str | Path) -> pd.DataFrame:
         table = pd.read_csv(path)
     else:
         raise ValueError(f"{path}: not a table (expected one of {TABLE_SUFFIXES})")
-    table = table.rename(columns=RENAMED_STEP_COLUMNS)
-    for column in ("method", "eval_method"):
-        if column in table and table[column].dtype == object:
-            table[column] = table[column].replace(RENAMED_EVAL_METHODS)
-    return table
+    return under_current_names(table)
 
 
 def find_tables(root: str | Path) -> list[str]:

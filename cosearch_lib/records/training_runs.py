@@ -28,12 +28,12 @@ from cosearch_lib.paths import run_dir
 from cosearch_lib.rl.warm_start import warmstart_summary
 from cosearch_lib.run_schema import (
     RANKER_CALLS_FILE,
-    RENAMED_STEP_COLUMNS,
     STEPS_FILE,
     VALIDATION_COLUMNS,
     VALIDATION_FILE,
     latest_checkpoint,
     renamed_slots,
+    under_current_names,
 )
 
 #: Step-record columns that say why a trained ranker did or did not learn: its groups before and after
@@ -57,14 +57,14 @@ def read_steps(root: str | Path, methods: Sequence[str] | None = None) -> pd.Dat
     missing = [m for m in wanted if not (root / m / STEPS_FILE).exists()]
     if missing or not wanted:
         raise FileNotFoundError(f"no step records for {missing or 'any method'} under {root} (run the training first)")
-    frames = [pd.read_csv(root / m / STEPS_FILE).rename(columns=RENAMED_STEP_COLUMNS) for m in wanted]
+    frames = [under_current_names(pd.read_csv(root / m / STEPS_FILE)) for m in wanted]
     return pd.concat(frames, ignore_index=True)
 
 
 def read_ranker_calls(root: str | Path, method: str) -> pd.DataFrame:
     """The per-call records of a method (empty when it made no ranker calls)."""
     path = Path(root) / method / RANKER_CALLS_FILE
-    return pd.read_parquet(path).rename(columns=RENAMED_STEP_COLUMNS) if path.exists() else pd.DataFrame()
+    return under_current_names(pd.read_parquet(path)) if path.exists() else pd.DataFrame()
 
 
 def read_validation(root: str | Path, methods: Sequence[str] | None = None) -> pd.DataFrame:
