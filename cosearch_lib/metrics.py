@@ -10,7 +10,7 @@ Three families live here (docs/METHOD.md: rewards and evaluation):
   :func:`simple_tokenize`.
 * **Ranking metrics** over binary relevance labels listed in ranked order:
   :func:`hit_at_k`, :func:`recall_at_k`, :func:`mean_hit` (the paper's ``r_rel``),
-  :func:`ndcg_at_k`.
+  :func:`ndcg_at_k`, and :func:`shown_hits` (the records' ``hit@<k>`` and ``hit@K`` columns).
 * **Sub-query similarity** for semantic grouping (docs/METHOD.md, semantic grouping):
   :func:`normalize_query`, :func:`query_token_f1`.
 
@@ -63,6 +63,9 @@ __all__ = [
     "hit_at_k",
     "recall_at_k",
     "mean_hit",
+    "hit_cutoffs",
+    "hit_label",
+    "shown_hits",
     "ndcg_at_k",
 ]
 
@@ -408,6 +411,28 @@ def mean_hit(labels: Sequence[int] | Sequence[bool] | np.ndarray, ks: Sequence[i
         raise ValueError("ks must contain at least one cutoff")
     values = _check_labels(labels)
     return sum(1.0 if any(values[:k]) else 0.0 for k in cutoffs) / len(cutoffs)
+
+
+def hit_cutoffs(ks: Sequence[int], k_shown: int) -> tuple[int, ...]:
+    """The Hit@k cutoffs a list of ``k_shown`` passages tells apart: each ``k`` of ``ks`` below K, then
+    K itself. A cutoff at or above K measures the whole list (Hit@K), so at K = 2 the paper's
+    {1, 3, 5} become (1, 2), and at K = 5 they stay (1, 3, 5).
+    """
+    k_shown = _check_k(k_shown, "k_shown")
+    cutoffs = [_check_k(k, "every k in ks") for k in ks]
+    return (*sorted({k for k in cutoffs if k < k_shown}), k_shown)
+
+
+def hit_label(k: int, k_shown: int) -> str:
+    """The record column of Hit@k of a K-long shown list: ``hit@K`` for the whole list (k >= K),
+    ``hit@<k>`` below it. Columns named so mean the same thing in every profile, whatever its K."""
+    return "hit@K" if k >= k_shown else f"hit@{k}"
+
+
+def shown_hits(labels: Sequence[int] | Sequence[bool] | np.ndarray, ks: Sequence[int], k_shown: int) -> dict[str, float]:
+    """{:func:`hit_label`: Hit@k} of the passages shown, at each of :func:`hit_cutoffs` (``ks``, K).
+    Example: labels [0, 1], ks (1, 3, 5), K = 2 -> {"hit@1": 0.0, "hit@K": 1.0}."""
+    return {hit_label(k, k_shown): hit_at_k(labels, k) for k in hit_cutoffs(ks, k_shown)}
 
 
 def _dcg(gains: Sequence[int]) -> float:

@@ -21,9 +21,11 @@ import hashlib
 import json
 import shutil
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from cosearch_lib.metrics import hit_cutoffs, hit_label
 
 STEPS_FILE = "steps.csv"
 RANKER_CALLS_FILE = "ranker_calls.parquet"
@@ -32,8 +34,28 @@ CHECKPOINTS_DIR = "checkpoints"
 LIVE_ADAPTERS_DIR = "live_adapters"
 TRACKER_DIR = "tb"
 
-#: Hit@k cutoffs of the ranker validation; each gives a ``val_ranker_hit@<k>`` step-record column.
-RANKER_VALIDATION_KS = (1, 3, 5)
+#: How a Hit column reads in the glossaries: ``hit@<k>`` stands for one column per cutoff k of the
+#: profile's ``training.ranker_reward.hit_ks`` below K (``hit@1`` at K = 2; ``hit@1``, ``hit@3`` at
+#: K = 5), ``hit@K`` for the whole list of K passages shown (``metrics.hit_cutoffs``, ``hit_label``).
+HIT_PATTERN, HIT_WHOLE_LIST = "hit@<k>", "hit@K"
+
+
+def hit_names(hit_ks: Sequence[int], k_shown: int) -> list[str]:
+    """The Hit columns (without prefix) of cutoffs ``hit_ks`` at K shown passages: ``["hit@1", "hit@K"]``
+    for the paper's {1, 3, 5} at K = 2."""
+    return [hit_label(k, k_shown) for k in hit_cutoffs(hit_ks, k_shown)]
+
+
+def expand_hit_patterns(names: Sequence[str], hits: Sequence[str]) -> list[str]:
+    """Glossary keys as columns: each ``<prefix>hit@<k>`` becomes ``<prefix>`` + every name of ``hits``
+    (``hit_names``), its ``<prefix>hit@K`` dropped (``hits`` ends with it); other keys stay."""
+    out: list[str] = []
+    for name in names:
+        if name.endswith(HIT_PATTERN):
+            out += [name[: -len(HIT_PATTERN)] + h for h in hits]
+        elif not name.endswith(HIT_WHOLE_LIST):
+            out.append(name)
+    return out
 
 #: What the per-policy columns of a step record start with: a role's GRPO stats (``<role>_``) or an
 #: adapter's optimizer stats (``<adapter>_``): agent, ranker, the shared backbone's adapter, or the
@@ -106,12 +128,11 @@ STEP_GLOSSARY: dict[str, str] = {
     "validate_s": "seconds of the validation after the step (at the steps of val_f1)",
     "step_s": "seconds of the step's stages from rollout to sync (validation excluded)",
     "val_f1": "greedy avg F1 on the validation questions (every eval_every steps, after the last, and at step -1)",
-    "val_ranker_hit@1": "Hit@1 of the K passages the method's greedy ranking shows (retriever top-K for search_r1, "
-                        "Eq. 7 for oracle), mean over the held-out sub-queries of the validation questions (their "
-                        "gold-chain hops, relevance: the hop's answer; the question itself without a chain); "
-                        "at the steps of val_f1",
-    "val_ranker_hit@3": "Hit@3 of the same lists (the whole list when K < 3; see val_ranker_hit@1)",
-    "val_ranker_hit@5": "Hit@5 of the same lists (the whole list when K < 5)",
+    "val_ranker_hit@<k>": "Hit@k of the K passages the method's greedy ranking shows (retriever top-K for search_r1, "
+                          "Eq. 7 for oracle), mean over the held-out sub-queries of the validation questions (their "
+                          "gold-chain hops, relevance: the hop's answer; the question itself without a chain); "
+                          "at the steps of val_f1; one column per cutoff k below K of training.ranker_reward.hit_ks",
+    "val_ranker_hit@K": "Hit@K of the same lists: whether any of the K passages shown holds the answer",
     "val_ranker_valid_rate": "share of the held-out rankings that followed the protocol (rule rankings: 1)",
 }
 
@@ -123,8 +144,9 @@ RELEVANCE_STEP_GLOSSARY: dict[str, str] = {
     "n_prompts": "sub-queries ranked this step (each one GRPO group)",
     "n_samples": "sampled rankings (prompts x G)",
     "reward": "mean reward of the sampled rankings: r_rel of the K passages shown, the invalid penalty for a broken output",
-    **{f"hit@{k}": f"mean Hit@{k} of the K passages the sampled rankings show (the retriever's top-K for an invalid output)"
-       for k in RANKER_VALIDATION_KS},
+    "hit@<k>": "mean Hit@k of the K passages the sampled rankings show (the retriever's top-K for an invalid output), "
+               "per cutoff k below K of relevance.hit_ks",
+    "hit@K": "mean Hit@K of the same lists (any of the K passages holds the answer)",
     "valid_rate": "share of sampled rankings that followed the protocol",
     "groups_with_signal": "groups whose G rewards are not all equal (the others get zero advantage: no gradient)",
     "output_tokens": "mean generated tokens per ranking",
@@ -133,8 +155,9 @@ RELEVANCE_STEP_GLOSSARY: dict[str, str] = {
     "rollout_s": "seconds sampling the rankings", "reward_s": "seconds of the rewards and advantages",
     "update_s": "seconds of the GRPO update", "validate_s": "seconds of the validation after the step",
     "step_s": "seconds of rollout, reward and update",
-    **{f"val_ranker_hit@{k}": f"greedy Hit@{k} on the held-out sub-queries (every eval_every steps, after the last, "
-                              f"and at step -1)" for k in RANKER_VALIDATION_KS},
+    "val_ranker_hit@<k>": "greedy Hit@k on the held-out sub-queries (every eval_every steps, after the last, and at "
+                          "step -1), per cutoff k below K of relevance.hit_ks",
+    "val_ranker_hit@K": "greedy Hit@K on the held-out sub-queries, at the same steps",
     "val_ranker_valid_rate": "share of the greedy held-out rankings that followed the protocol",
 }
 
@@ -150,11 +173,27 @@ VALIDATION_GLOSSARY: dict[str, str] = {
                    "/question when the question text stands in)",
     "dataset": "the question's family; the bootstrap resamples within it",
     "f1": "agent rows: greedy answer F1 of the question (val_f1 is their macro average over families)",
-    **{f"hit@{k}": f"ranker rows: Hit@{k} of the K passages the method's greedy ranking shows "
-                   f"(val_ranker_hit@{k} is their mean)" for k in RANKER_VALIDATION_KS},
+    "hit@<k>": "ranker rows: Hit@k of the K passages the method's greedy ranking shows (val_ranker_hit@<k> is "
+               "their mean), per cutoff k below K of the hit_ks",
+    "hit@K": "ranker rows: Hit@K of the same list (val_ranker_hit@K is their mean)",
     "valid": "ranker rows: 1 when the ranking followed the protocol (rule rankings: always)",
 }
-VALIDATION_COLUMNS = tuple(VALIDATION_GLOSSARY)
+#: The validation columns of a run with the paper's cutoffs at K <= 3 (``hit@1``, ``hit@K``): an
+#: empty table's; a run's own are :func:`validation_columns` of its hit names.
+VALIDATION_COLUMNS = tuple(expand_hit_patterns(list(VALIDATION_GLOSSARY), ["hit@1", HIT_WHOLE_LIST]))
+
+
+def validation_columns(present: Sequence[str]) -> list[str]:
+    """``validation.csv``'s columns in glossary order, with the Hit columns ``present`` holds."""
+    return expand_hit_patterns(list(VALIDATION_GLOSSARY), hit_columns_in(present) or ["hit@1", HIT_WHOLE_LIST])
+
+
+def hit_columns_in(columns: Sequence[str], prefix: str = "") -> list[str]:
+    """The Hit names (without ``prefix``) of the ``<prefix>hit@<k>`` and ``<prefix>hit@K`` columns
+    among ``columns``: cutoffs in increasing order, then ``hit@K``."""
+    names = [c[len(prefix):] for c in columns if c.startswith(f"{prefix}hit@")]
+    cutoffs = sorted((n for n in names if n[4:].isdigit()), key=lambda n: int(n[4:]))
+    return cutoffs + [n for n in names if n == HIT_WHOLE_LIST]
 
 #: Where a scoring ranker (config.RANKER_KINDS: the cross-encoder, the LLM judge) travels, whatever
 #: its model: the adapters' key (``{"agent": ..., "scorer": ...}``), a checkpoint's state key and
@@ -168,10 +207,30 @@ RENAMED_SLOTS = {"cross_encoder": SCORER_SLOT}
 RENAMED_EVAL_METHODS = {"agent_cross_encoder": "agent_scorer"}
 #: Harness settings (``eval.harness.HarnessConfig`` fields) renamed since some evaluations were keyed.
 RENAMED_HARNESS_FIELDS = {"cross_encoder_model": "scorer_model"}
-#: Step and call columns renamed since some records were written: {old name: new name}. ``hit@5``
-#: was Hit@5 of the K passages shown; every run written under that name had K <= 5, where it is Hit@K.
-RENAMED_STEP_COLUMNS = {"hit@5": "hit@K", **{f"{old}_{stat}": f"{new}_{stat}" for old, new in RENAMED_SLOTS.items()
-                                            for stat in ("grad_norm", "update_s")}}
+#: The prefixes of Hit columns (step, call, relevance and validation records; evaluation records;
+#: the step records' validation) that were named for the paper's cutoffs {1, 3, 5} before they were
+#: named for K (``metrics.hit_label``). Every run written then had K <= 5, so ``hit@5`` was Hit@K;
+#: ``hit@3`` was Hit@K too where K <= 3, and is dropped on reading where it equals ``hit@K`` in every row.
+OLD_HIT_PREFIXES = ("", "ranker_", "val_ranker_")
+#: Step and call columns renamed since some records were written: {old name: new name}.
+RENAMED_STEP_COLUMNS = {**{f"{p}hit@5": f"{p}{HIT_WHOLE_LIST}" for p in OLD_HIT_PREFIXES},
+                        **{f"{old}_{stat}": f"{new}_{stat}" for old, new in RENAMED_SLOTS.items()
+                           for stat in ("grad_norm", "update_s")}}
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    """Whether two columns (pandas Series) or values hold the same values, missing ones included."""
+    if hasattr(a, "isna"):
+        return bool(((a == b) | (a.isna() & b.isna())).all())
+    return a == b or (a != a and b != b)  # NaN != NaN
+
+
+def _old_hit3_columns(table: Any) -> list[str]:
+    """The old ``<prefix>hit@3`` columns of a renamed table that measured the whole list (equal to
+    ``<prefix>hit@K`` everywhere: K <= 3); see :data:`OLD_HIT_PREFIXES`."""
+    return [f"{p}hit@3" for p in OLD_HIT_PREFIXES
+            if f"{p}hit@3" in table and f"{p}{HIT_WHOLE_LIST}" in table
+            and _same_values(table[f"{p}hit@3"], table[f"{p}{HIT_WHOLE_LIST}"])]
 
 
 def renamed_slots(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -184,7 +243,10 @@ def under_current_names(table: Any) -> Any:
     names: its columns renamed since it was written (:data:`RENAMED_STEP_COLUMNS`) and the harness
     methods in its ``method`` and ``eval_method`` columns (:data:`RENAMED_EVAL_METHODS`). Every reader
     of committed or resumed records goes through it."""
+    renamed = [old for old in RENAMED_STEP_COLUMNS if old in table]
     table = table.rename(columns=RENAMED_STEP_COLUMNS)
+    if any(old.endswith("hit@5") for old in renamed):
+        table = table.drop(columns=_old_hit3_columns(table))
     for column in ("method", "eval_method"):  # the harness method, or a label and the harness method under it
         if column in table:
             table[column] = table[column].replace(RENAMED_EVAL_METHODS)
@@ -192,14 +254,28 @@ def under_current_names(table: Any) -> Any:
 
 
 def current_step_columns(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A step or call record (a dict) under today's column names (:data:`RENAMED_STEP_COLUMNS`)."""
-    return {RENAMED_STEP_COLUMNS.get(name, name): value for name, value in record.items()}
+    """A step or call record (a dict) under today's column names (:data:`RENAMED_STEP_COLUMNS`; an old
+    ``hit@3`` equal to its ``hit@K`` is dropped, as :func:`under_current_names` does per table)."""
+    renamed = {RENAMED_STEP_COLUMNS.get(name, name): value for name, value in record.items()}
+    if any(name.endswith("hit@5") for name in record):
+        for name in _old_hit3_columns(renamed):
+            del renamed[name]
+    return renamed
+
+
+def hit_pattern_of(name: str) -> str | None:
+    """The glossary pattern of a Hit column with a numeric cutoff (``val_ranker_hit@3`` ->
+    ``val_ranker_hit@<k>``); None for any other name."""
+    head, sep, cutoff = name.rpartition("hit@")
+    return f"{head}{HIT_PATTERN}" if sep and cutoff.isdigit() else None
 
 
 def describe_step_metric(name: str) -> str:
     """The glossary entry of a step-record column (patterns included); KeyError when undocumented."""
     if name in STEP_GLOSSARY:
         return STEP_GLOSSARY[name]
+    if hit_pattern_of(name) in STEP_GLOSSARY:
+        return STEP_GLOSSARY[hit_pattern_of(name)]
     if name.startswith("grouping_"):
         return STEP_GLOSSARY["grouping_<stat>"]
     for head in STAT_PREFIXES:

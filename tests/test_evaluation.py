@@ -16,7 +16,6 @@ from cosearch_lib.config import SearchBudget
 from cosearch_lib.data.passage import Passage
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import (
-    RECORD_COLUMNS,
     HarnessConfig,
     HarnessContext,
     MethodSkippedWarning,
@@ -84,7 +83,7 @@ def by_question(table):
 def test_records_schema_scores_and_one_row_per_method_question_sample(tok, chat):
     ctx, _ = make_ctx(tok, chat, by_question({"q1": "<answer>Kessmere</answer>", "q2": "<answer>Kessmere Bridge</answer>"}))
     records = run_evaluation(["direct", "cot"], [Q1, Q2], ctx, small_cfg(n_samples=2), progress=False)
-    assert list(records.columns) == RECORD_COLUMNS
+    assert list(records.columns) == small_cfg().record_columns()
     assert len(records) == 8 and not records.duplicated(["method", "question_id", "sample"]).any()
     assert list(records["method"]) == ["direct"] * 4 + ["cot"] * 4
     q1 = records[records.question_id == "q1"].iloc[0]
@@ -232,7 +231,7 @@ def test_agent_format_failure_and_search_cap(tok, chat):
     records = evaluate("agent_retrieval", [Q1, Q2], ctx, small_cfg(max_searches=2), progress=False)
     bad, capped = records.iloc[0], records.iloc[1]
     assert bad.prediction is None and bad.f1 == 0.0 and not bad.format_ok and bad.finish == "invalid"
-    assert bad.error == "no_tags" and bad.n_searches == 0 and math.isnan(bad["ranker_hit@5"])
+    assert bad.error == "no_tags" and bad.n_searches == 0 and math.isnan(bad["ranker_hit@K"])
     assert capped.finish == "max_searches" and capped.n_searches == 2 and capped.error is None  # the refused third is not counted
 
 
@@ -243,7 +242,7 @@ def test_methods_without_their_artefacts_are_skipped_with_a_clear_message(tok, c
     ctx, backend = make_ctx(tok, chat, by_question({"q1": "<answer>Kessmere</answer>"}))
     with pytest.warns(MethodSkippedWarning, match="trained_ranker_adapter"):
         empty = evaluate("agent_trained_ranker", [Q1], ctx, small_cfg(), progress=False)
-    assert len(empty) == 0 and list(empty.columns) == RECORD_COLUMNS and not backend.calls
+    assert len(empty) == 0 and list(empty.columns) == small_cfg().record_columns() and not backend.calls
     with pytest.warns(MethodSkippedWarning, match="cross-encoder"):
         records = run_evaluation(["direct", "agent_scorer"], [Q1], ctx, small_cfg(), progress=False)
     assert list(records["method"]) == ["direct"]

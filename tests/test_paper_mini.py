@@ -32,8 +32,8 @@ import pandas as pd
 import pytest
 
 from cosearch_lib.config import load_profile
-from cosearch_lib.eval.harness import RECORD_COLUMNS
 from cosearch_lib.eval.tables import load_records
+from cosearch_lib.experiment import harness_config
 from cosearch_lib.experiment.cached_starts import relevance_dir, warmstart_dir
 from cosearch_lib.models.adapter_weights import adapter_change
 from cosearch_lib.paths import project_root
@@ -139,7 +139,7 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
     # notebooks 02 and 03 read the job's parts: they wrote none and rewrote none
     assert {p: p.stat().st_mtime_ns for p in (out / "evaluation").glob("*/part-*.parquet")} == parts_written
     evaluated = load_records(out / "03_eval_records.parquet")  # the parts, read by notebook 03
-    assert list(evaluated.columns) == [*RECORD_COLUMNS, "eval_method"]  # as on the transformers backend
+    assert list(evaluated.columns) == [*harness_config(cfg).record_columns(), "eval_method"]  # as on the transformers backend; K = 5: ranker_hit@1, @3, @K
     assert {"cosearch: warm start", "cosearch: after GRPO"} <= set(evaluated["method"])
     assert evaluated.groupby("method").size().eq(evaluated["question_id"].nunique()).all()
     oracle_records = load_records(out / "02_eval_records.parquet")

@@ -30,12 +30,12 @@ def test_relevance_curves_per_k_beside_the_retriever_and_none_without_held_out_r
     from cosearch_lib.records.ranker_quality import relevance_curves
 
     rows = [{"method": "relevance", "kind": "ranker", "step": step, "dataset": "nq", "question_id": f"q{i}/hop0",
-             "hit@1": float(step == 0 or i == 0), "hit@5": 1.0} for step in (-1, 0) for i in range(2)]
-    retriever = [{"hit@1": 0.0, "hit@5": 1.0}, {"hit@1": 1.0, "hit@5": 1.0}]
+             "hit@1": float(step == 0 or i == 0), "hit@K": 1.0} for step in (-1, 0) for i in range(2)]
+    retriever = [{"hit@1": 0.0, "hit@5": 1.0}, {"hit@1": 1.0, "hit@5": 1.0}]  # written before hit@5 was named hit@K
     panels, refs = relevance_curves(pd.DataFrame(rows), retriever)
-    assert list(panels) == ["held-out Hit@1", "held-out Hit@5"]
+    assert list(panels) == ["held-out Hit@1", "held-out Hit@K"]
     assert panels["held-out Hit@1"]["estimate"].tolist() == [0.5, 1.0]  # before the first update, after it
-    assert refs == {"held-out Hit@1": {RETRIEVER_ORDER: 0.5}, "held-out Hit@5": {RETRIEVER_ORDER: 1.0}}
+    assert refs == {"held-out Hit@1": {RETRIEVER_ORDER: 0.5}, "held-out Hit@K": {RETRIEVER_ORDER: 1.0}}
     for empty in (pd.DataFrame(), pd.DataFrame(rows).assign(kind="agent")):
         with pytest.raises(ValueError, match="val_per_dataset: 0"):
             relevance_curves(empty, retriever)

@@ -10,7 +10,7 @@ import pytest
 
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.records.training_runs import read_validation
-from cosearch_lib.rl.ranker_validation import RANKER_VALIDATION_COLUMNS, GoldSubQuery, gold_sub_queries
+from cosearch_lib.rl.ranker_validation import GoldSubQuery, gold_sub_queries, ranker_validation_columns
 from cosearch_lib.run_schema import VALIDATION_COLUMNS, describe_step_metric
 from cosearch_lib.viz.plots import TRAINING_PANELS, plot_training_curves
 
@@ -52,9 +52,9 @@ def test_gold_sub_queries_are_the_gold_chain_hops_else_the_question():
 #                                      Tellis 101, 1843 000, Kessmere 100, atlases 001, Drask 010
 #   oracle (Eq. 7): an answer passage is among the N = 6 for every sub-query -> first
 EXPECTED = {
-    "search_r1": {"val_ranker_hit@1": 1 / 5, "val_ranker_hit@3": 4 / 5, "val_ranker_hit@5": 4 / 5},
-    "cosearch": {"val_ranker_hit@1": 2 / 5, "val_ranker_hit@3": 4 / 5, "val_ranker_hit@5": 4 / 5},
-    "oracle": {"val_ranker_hit@1": 1.0, "val_ranker_hit@3": 1.0, "val_ranker_hit@5": 1.0},
+    "search_r1": {"val_ranker_hit@1": 1 / 5, "val_ranker_hit@K": 4 / 5},
+    "cosearch": {"val_ranker_hit@1": 2 / 5, "val_ranker_hit@K": 4 / 5},
+    "oracle": {"val_ranker_hit@1": 1.0, "val_ranker_hit@K": 1.0},
 }
 
 
@@ -62,7 +62,7 @@ EXPECTED = {
 def test_validation_hit_at_k_of_each_method_equals_the_hand_count(tok, tmp_path, method):
     t = trainer(tok, tiny_model(tok), tmp_path, method=method, val_questions=VAL_QUESTIONS)
     result = t.validate()  # before any update: validation works at step 0
-    assert set(result) == {"val_f1", *RANKER_VALIDATION_COLUMNS}
+    assert set(result) == {"val_f1", *ranker_validation_columns(["hit@1", "hit@K"])}  # K = 3: Hit@3 is Hit@K
     for column, want in EXPECTED[method].items():
         assert result[column] == pytest.approx(want), column
     assert result["val_ranker_valid_rate"] == 1.0
@@ -108,11 +108,11 @@ def test_step_records_carry_the_validation_at_the_eval_steps_and_at_step_minus_o
                 val_questions=VAL_QUESTIONS)
     frame = t.run()
     assert frame["step"].tolist() == [-1, 0, 1, 2]
-    validated = frame[["val_f1", *RANKER_VALIDATION_COLUMNS]].notna().all(axis=1).tolist()
+    validated = frame[["val_f1", *ranker_validation_columns(t.ranker_validation.hits)]].notna().all(axis=1).tolist()
     assert validated == [True, False, True, True]  # start, after step 2 (eval_every) and after the last
     assert frame["val_ranker_hit@1"].dropna().tolist() == pytest.approx([1 / 5] * 3)
     start = t.records[0]
-    assert set(start) == {"step", "method", "val_f1", *RANKER_VALIDATION_COLUMNS} and start["method"] == "search_r1"
+    assert set(start) == {"step", "method", "val_f1", *ranker_validation_columns(t.ranker_validation.hits)} and start["method"] == "search_r1"
     for record in t.records:
         for key in record:
             assert describe_step_metric(key)
@@ -156,8 +156,8 @@ def test_validation_items_add_up_to_the_step_columns_and_survive_a_checkpoint(to
         record = frame[frame["step"] == step].iloc[0]
         # val_f1 is the macro average over families of the agent rows; Hit@k the plain mean of the ranker rows
         assert record["val_f1"] == pytest.approx(agent.groupby("dataset")["f1"].mean().mean())
-        for k in (1, 3, 5):
-            assert record[f"val_ranker_hit@{k}"] == pytest.approx(ranker[f"hit@{k}"].mean())
+        for hit in ("hit@1", "hit@K"):  # K = 3
+            assert record[f"val_ranker_{hit}"] == pytest.approx(ranker[hit].mean())
         assert ranker["hit@1"].tolist() == pytest.approx([1, 0, 1, 0, 0])  # the scripted ranking, by hand above
     on_disk = read_validation(tmp_path.parent, [tmp_path.name])
     assert len(on_disk) == len(items) and on_disk["f1"].sum() == pytest.approx(items["f1"].sum())

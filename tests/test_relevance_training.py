@@ -29,7 +29,7 @@ from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, lor
 from cosearch_lib.records.ranker_quality import read_relevance_run, relevance_endpoints
 from cosearch_lib.rl.ranker_validation import gold_sub_queries
 from cosearch_lib.rl.relevance_training import RELEVANCE_METHOD, RelevanceInputs, RelevanceTrainer, ranking_items
-from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, VALIDATION_COLUMNS, latest_checkpoint
+from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, VALIDATION_COLUMNS, hit_pattern_of, latest_checkpoint
 
 from tests.doubles import CORPUS, LORA, FixedRetriever, ScriptedBackend, tiny_model
 
@@ -129,7 +129,7 @@ def test_a_step_scores_each_sample_groups_by_prompt_and_moves_only_the_ranker(to
     assert any(not torch.equal(v, now[n]) for n, v in before.items())
     assert all(torch.equal(v, now[n]) for n, v in base.items())
     for key in rec:  # every column is documented
-        assert key in RELEVANCE_STEP_GLOSSARY or (key.startswith("ranker_") and "ranker_<stat>" in RELEVANCE_STEP_GLOSSARY)
+        assert key in RELEVANCE_STEP_GLOSSARY or hit_pattern_of(key) in RELEVANCE_STEP_GLOSSARY or (key.startswith("ranker_") and "ranker_<stat>" in RELEVANCE_STEP_GLOSSARY)
 
 
 def test_the_relevance_update_runs_with_the_profiles_training_knobs_and_its_own_loss(tok, tmp_path, monkeypatch):

@@ -115,9 +115,9 @@ def test_ranker_call_records(tok, chat):
     assert call.q0 == QUESTION.question and call.sub_query == "tellis birthplace" and call.turn == 0
     assert call.candidate_ids == ["0", "1", "2", "3", "4"] and call.relevant == [0, 0, 1, 1, 0]
     assert call.order == [2, 3] and call.valid and call.i_ans == 1  # Eq. 7 promoted the answer passages
-    assert call.hit_at == {1: 1.0, 3: 1.0, 5: 1.0} and call.r_rel == 1.0 and call.shown_hit == 1.0
+    assert call.shown_labels == [1, 1] and call.shown_hit == 1.0
     calls = ranker_calls_frame([t])
-    assert calls.loc[0, "shown_ids"] == ["2", "3"]
+    assert calls.loc[0, "shown_ids"] == ["2", "3"] and calls.loc[0, "hit@K"] == 1.0
 
 
 def test_llm_ranker_in_the_loop_valid_and_invalid(tok, chat):
@@ -132,7 +132,7 @@ def test_llm_ranker_in_the_loop_valid_and_invalid(tok, chat):
     engine = RolloutEngine(backend, chat, FixedRetriever(CORPUS), ranker, RolloutConfig(search=SearchBudget(topn=5, topk=2)), ProtocolConfig(search=SearchBudget(topk=2)))
     good, bad = engine.run([QUESTION], n_samples=2)
     g, b = good.ranker_calls[0], bad.ranker_calls[0]
-    assert g.valid and g.order == [2, 0] and g.hit_at[1] == 1.0 and g.output_text.endswith("</rerank>")
+    assert g.valid and g.order == [2, 0] and g.shown_labels[0] == 1 and g.output_text.endswith("</rerank>")
     assert len(g.output_ids) == len(g.output_logprobs) > 0 and g.prompt_ids[: 3] == chat.prompt_ids([{"role": "user", "content": "x"}])[:3]
     assert not b.valid and b.error is not None and b.order == [0, 1]  # fallback: retriever top-K
     ranker_calls = [c for c in backend.calls if c[2] == "ranker"]

@@ -22,7 +22,7 @@ def agent_rows(method: str, step: int, f1_by_family: dict[str, list[float]]) -> 
 
 def ranker_rows(method: str, step: int, hits_by_family: dict[str, list[float]]) -> list[dict]:
     return [{"step": step, "method": method, "kind": "ranker", "question_id": f"{fam}-{i}/hop0", "dataset": fam,
-             "hit@1": h, "hit@3": h, "hit@5": h, "valid": 1.0}
+             "hit@1": h, "hit@K": h, "valid": 1.0}
             for fam, hits in hits_by_family.items() for i, h in enumerate(hits)]
 
 

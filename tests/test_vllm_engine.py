@@ -244,9 +244,8 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
     import pandas as pd
 
     from cosearch_lib.config import load_profile
-    from cosearch_lib.eval.harness import RECORD_COLUMNS
     from cosearch_lib.eval.tables import load_records
-    from cosearch_lib.experiment import warmstart_dir
+    from cosearch_lib.experiment import harness_config, warmstart_dir
     from cosearch_lib.models.adapter_weights import adapter_change
     from cosearch_lib.run_schema import describe_step_metric
     from cosearch_lib.runs.papermill_runner import list_notebooks, run_notebook
@@ -262,7 +261,7 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
         nb = next(p for p in list_notebooks() if p.name.startswith(prefix))
         run_notebook(nb, "ci_vllm", parameters=params, progress=False, cell_timeout=900)
     records = load_records(runs / "02_eval_records.parquet")
-    assert list(records.columns) == RECORD_COLUMNS and list(dict.fromkeys(records["method"])) == baselines.split(",")
+    assert list(records.columns) == (columns := harness_config(load_profile("ci_vllm")).record_columns()) and list(dict.fromkeys(records["method"])) == baselines.split(",")
     steps = pd.read_csv(runs / "training" / "cosearch" / "steps.csv")
     assert steps["step"].tolist() == [0, 1] and all(describe_step_metric(c) for c in steps.columns)
     assert steps["sync_s"].notna().all()  # both adapters re-registered with the engine after each update
@@ -278,7 +277,7 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
     for adapter in ("agent", "ranker"):
         assert adapter_change(warm / adapter, last / adapter)["changed"] > 0, adapter
     evaluated = load_records(runs / "03_eval_records.parquet")
-    assert list(evaluated.columns) == [*RECORD_COLUMNS, "eval_method"]  # as on the transformers backend
+    assert list(evaluated.columns) == [*columns, "eval_method"]  # as on the transformers backend
     assert set(evaluated["method"]) == {"cosearch: after GRPO"}
     assert "val_f1" not in steps or steps["val_f1"].isna().all()  # eval_every: 0
 

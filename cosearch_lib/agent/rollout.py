@@ -30,7 +30,7 @@ from cosearch_lib.agent.parsers import AgentAction, parse_agent_turn, released_a
 from cosearch_lib.agent.prompts import agent_messages, format_observation
 from cosearch_lib.agent.rankers import Ranker, RankRequest
 from cosearch_lib.config import ProtocolConfig, RolloutConfig
-from cosearch_lib.metrics import answer_f1, exact_match, has_answer, hit_at_k, mean_hit
+from cosearch_lib.metrics import answer_f1, exact_match, has_answer
 from cosearch_lib.models.generation.contract import prefix_scope
 from cosearch_lib.progress import tqdm
 
@@ -55,11 +55,15 @@ class RankerCall:
     output_logprobs: list[float]
     output_text: str
     i_ans: int = 0  # 1 if any of the N candidates contains an answer
-    r_rel: float = 0.0  # mean Hit@{1,3,5} of the shown list (paper's relevance reward)
-    hit_at: dict[int, float] = field(default_factory=dict)  # Hit@k of the shown list, k in {1, 3, 5}
     shown_texts: list[str] = field(default_factory=list)  # contents of the shown passages, in order (the judge reads them)
     judged: list[int] | None = None  # LLM-as-judge relevance of the shown passages (rl.judge); None: not judged
     candidate_texts: list[str] = field(default_factory=list)  # cross-encoder policy only: the N texts it scored
+
+    @property
+    def shown_labels(self) -> list[int]:
+        """``relevant`` of the passages shown to the agent, in the order shown (what Hit@k and the
+        ranker's ``r_rel``, ``rl.rewards.relevance_reward``, are computed on)."""
+        return [self.relevant[i] for i in self.order]
 
     @property
     def shown_hit(self) -> float:
@@ -133,14 +137,12 @@ def _row_key(step: int, traj: Trajectory, turn: int) -> tuple:
 
 def _ranker_call(traj: Trajectory, turn: int, req: RankRequest, ranking, trivial: str = "drop_each") -> RankerCall:
     relevant = [int(has_answer(p.contents, traj.golds, trivial=trivial)) for p in req.candidates]
-    shown = [relevant[i] for i in ranking.order]
-    hits = {k: hit_at_k(shown, k) if shown else 0.0 for k in (1, 3, 5)}
     return RankerCall(
         traj_id=traj.traj_id, question_id=traj.question_id, sample=traj.sample, turn=turn, q0=req.q0,
         sub_query=req.sub_query, candidate_ids=[p.id for p in req.candidates], relevant=relevant,
         order=list(ranking.order), valid=ranking.valid, error=ranking.error, prompt_ids=ranking.prompt_ids,
         output_ids=ranking.output_ids, output_logprobs=ranking.output_logprobs, output_text=ranking.output_text,
-        i_ans=int(any(relevant)), r_rel=mean_hit(shown, (1, 3, 5)) if shown else 0.0, hit_at=hits,
+        i_ans=int(any(relevant)),
         shown_texts=[req.candidates[i].contents for i in ranking.order], candidate_texts=list(ranking.candidate_texts))
 
 
@@ -312,6 +314,6 @@ def ranker_calls_frame(trajs: list[Trajectory]) -> pd.DataFrame:
     for t in trajs:
         for c in t.ranker_calls:
             rows.append({"traj_id": c.traj_id, "question_id": c.question_id, "sample": c.sample, "turn": c.turn,
-                         "sub_query": c.sub_query, "valid": c.valid, "error": c.error, "i_ans": c.i_ans, "r_rel": c.r_rel,
-                         **{f"hit@{k}": v for k, v in c.hit_at.items()}, "shown_ids": [c.candidate_ids[i] for i in c.order]})
+                         "sub_query": c.sub_query, "valid": c.valid, "error": c.error, "i_ans": c.i_ans,
+                         "hit@K": c.shown_hit, "shown_ids": [c.candidate_ids[i] for i in c.order]})
     return pd.DataFrame(rows)

@@ -48,6 +48,7 @@ from cosearch_lib.config.grpo import (
     AGGREGATIONS,
     MICRO_BATCHED_AGGREGATIONS,
     OLD_LOGPROBS,
+    PAPER_HIT_KS,
     AgentRewardConfig,
     GroupingConfig,
     GRPOConfig,
@@ -86,6 +87,7 @@ from cosearch_lib.config.training import (
 from cosearch_lib.config.world import DataConfig, WorldConfig
 
 __all__ = [
+    "PAPER_HIT_KS",
     "AGENT_STOPS", "AGGREGATIONS", "MICRO_BATCHED_AGGREGATIONS", "BASELINE_REPLIES", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN", "OLD_LOGPROBS",
     "METHODS", "PAPER_RULES", "RANKER_KINDS", "RankerKind", "ranker_kind", "SCORING_RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
     "TRAIN_BACKENDS", "AgentRewardConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",

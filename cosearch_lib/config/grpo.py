@@ -65,12 +65,16 @@ class AgentRewardConfig(_Resolved):
 # --------------------------------------------------------------------------- ranker reward (Eq. 6)
 
 
+#: The paper's Hit@k cutoffs of r_rel (Eq. 5), the default of every ``hit_ks``.
+PAPER_HIT_KS = (1, 3, 5)
+
+
 @dataclass
 class RankerRewardConfig(_Resolved):
     variant: str | None = None  # "paper" (Eq. 6) or "released" (authors' code: binarised r_main, >= rule, invalid penalty); None = the rule set's
     gamma: float = 0.5  # paper: an easy call gets r_main added only when r_rel > gamma
     relevance: str = "hit"  # r_rel: "hit" (mean Hit@k over hit_ks), "ndcg" (nDCG@K of the shown list, K = len(order)) or "judge" (mean Hit@k over an LLM judge's labels of the shown passages: rl.judge)
-    hit_ks: tuple[int, ...] = (1, 3, 5)  # Hit@k cutoffs averaged into r_rel when relevance="hit"
+    hit_ks: tuple[int, ...] = PAPER_HIT_KS  # Hit@k cutoffs averaged into r_rel when relevance="hit"; also the ranker Hit columns of the records (those >= K give hit@K)
     ndcg_ideal: str = "pool"  # nDCG normaliser: "pool" (best of all N candidates, as the release) or "shown" (the K)
     use_main: bool = True  # False = ablation "w/o r_main": r_rank = r_rel
     use_rel: bool = True  # False = ablation "w/o r_rel": r_rank = r_main

@@ -50,13 +50,13 @@ from cosearch_lib.agent.rollout import RolloutEngine, Trajectory, run_together
 from cosearch_lib.config import BASELINE_REPLIES, ProtocolConfig, RolloutConfig, RuleSet, SamplingConfig, SearchBudget
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group
-from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_at_k
+from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_cutoffs, shown_hits
 from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.models.registry import quiet_loading
 from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder, load_scoring_ranker
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
-from cosearch_lib.run_schema import RENAMED_EVAL_METHODS
+from cosearch_lib.run_schema import RENAMED_EVAL_METHODS, expand_hit_patterns, hit_names
 
 #: The one-generation baselines, then the agent with each ranking. A rule ranking mode registered in
 #: ``agent.rankers.RANKING_MODES`` is offered as ``agent_<mode>`` without an entry here (:func:`eval_methods`).
@@ -64,7 +64,6 @@ EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker",
                 "agent_oracle", "agent_scorer", "agent_hop_oracle")
 #: What runs without extra artefacts (no trained adapter, no cross-encoder).
 DEFAULT_EVAL_METHODS = ("direct", "cot", "rag", "agent_retrieval", "agent_fixed_ranker", "agent_oracle")
-HIT_KS = (1, 3, 5)
 
 #: Every record column, in order, with its meaning (the metric glossary of the evaluation tables).
 RECORD_GLOSSARY: dict[str, str] = {
@@ -83,14 +82,19 @@ RECORD_GLOSSARY: dict[str, str] = {
     "finish": "answer | invalid (protocol broken) | max_searches (searched past the cap) | max_tokens (out of tokens)",
     "error": "parser error code of the first malformed turn or reply; None when none",
     "n_searches": "searches actually run (direct/cot: 0, rag: 1)",
-    "ranker_hit@1": "mean over the row's searches of Hit@1 of the K passages shown (rag: its retrieval); NaN if none",
-    "ranker_hit@3": "as ranker_hit@1, Hit@3",
-    "ranker_hit@5": "as ranker_hit@1, Hit@5",
+    "ranker_hit@<k>": "mean over the row's searches of Hit@k of the K passages shown (rag: its retrieval), for each "
+                      "cutoff k below K of HarnessConfig.hit_ks (the profile's training.ranker_reward.hit_ks: "
+                      "ranker_hit@1 at K = 2; ranker_hit@1 and ranker_hit@3 at K = 5); NaN if none",
+    "ranker_hit@K": "as ranker_hit@<k>, Hit@K: whether any of the K passages shown holds an answer",
     "ranker_valid_rate": "share of the row's ranker calls that followed the protocol (rule rankers: 1.0); NaN if none",
     "n_generated_tokens": "tokens the agent / answerer generated (ranker tokens not included)",
     "wall_s": "wall-clock seconds of the method's batch divided evenly over its rows (agent methods evaluated together: the shared rollout's)",
 }
-RECORD_COLUMNS = list(RECORD_GLOSSARY)
+def record_columns(hit_ks: Sequence[int], k_shown: int) -> list[str]:
+    """The record columns, in order, for Hit cutoffs ``hit_ks`` and K shown passages: the glossary's,
+    its ``ranker_hit@<k>`` and ``ranker_hit@K`` expanded (``run_schema.hit_names``: ``ranker_hit@1``
+    and ``ranker_hit@K`` at K = 2)."""
+    return expand_hit_patterns(list(RECORD_GLOSSARY), hit_names(hit_ks, k_shown))
 
 
 class MethodSkippedWarning(UserWarning):
@@ -118,6 +122,7 @@ class HarnessConfig:
     trained_ranker_adapter: str | None = None  # ranker LoRA of agent_trained_ranker (name or folder); None = skip it
     scorer_model: str | None = None  # agent_scorer's ranker when HarnessContext.scorer is None: a saved scoring ranker's folder (models.scoring_rankers) or a pretrained cross-encoder's name; None = skip
     search: SearchBudget = field(default_factory=SearchBudget)  # N, K and the search cap (the profile's ``search``, by reference)
+    hit_ks: tuple[int, ...] = (1, 3, 5)  # Hit@k cutoffs of the ranker_hit@ columns (the profile's training.ranker_reward.hit_ks); those >= K give ranker_hit@K
     agent_max_new_tokens: int = 256  # tokens per agent turn, and for the CoT reply
     ranker_max_new_tokens: int = 160  # tokens per LLM ranker call
     answer_max_new_tokens: int = 64  # tokens for the direct and RAG replies (an answer tag only)
@@ -138,6 +143,19 @@ class HarnessConfig:
             raise ValueError(f"HarnessConfig.n_per_dataset must be >= 1 or None, got {self.n_per_dataset}")
         if self.n_samples < 1:
             raise ValueError(f"HarnessConfig.n_samples must be >= 1, got {self.n_samples}")
+        self.hit_ks = tuple(self.hit_ks)
+        hit_cutoffs(self.hit_ks, self.search.topk)  # a cutoff below 1 fails here, naming it
+
+    def record_columns(self) -> list[str]:
+        """The columns of this evaluation's records (:func:`record_columns` at its cutoffs and K)."""
+        return record_columns(self.hit_ks, self.search.topk)
+
+    def shown_hits(self, shown: Sequence[int] | None) -> dict[str, float]:
+        """The ``ranker_hit@`` columns of one shown list (relevance labels in the order shown); NaN
+        without one."""
+        if not shown:
+            return {f"ranker_{name}": float("nan") for name in hit_names(self.hit_ks, self.search.topk)}
+        return {f"ranker_{name}": value for name, value in shown_hits(shown, self.hit_ks, self.search.topk).items()}
 
     def rollout_config(self) -> RolloutConfig:
         """The agent methods' rollout settings (the ranker samples at the same temperature)."""
@@ -254,7 +272,7 @@ def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample],
         frames.append(together[method] if method in together else
                       evaluate(method, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label))
     frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else empty_records()
+    return pd.concat(frames, ignore_index=True) if frames else empty_records(cfg)
 
 
 def evaluate_agents(methods: Sequence[str], examples: Sequence[QAExample], ctx: HarnessContext, cfg: HarnessConfig, *,
@@ -280,7 +298,7 @@ def evaluate_agents(methods: Sequence[str], examples: Sequence[QAExample], ctx: 
     trajs = run_together(list(engines.values()), chosen, n_samples=cfg.n_samples, seed=cfg.seed, progress=progress,
                          desc=desc) if chosen and engines else [[] for _ in engines]
     seconds = (time.perf_counter() - start) / max(sum(map(len, trajs)), 1)
-    out = {method: empty_records() for method in methods}
+    out = {method: empty_records(cfg) for method in methods}
     for method, rows in zip(engines, trajs):
         if trajectories is not None:
             trajectories[method] = rows
@@ -290,14 +308,15 @@ def evaluate_agents(methods: Sequence[str], examples: Sequence[QAExample], ctx: 
 
 def _records_frame(rows: list[dict], cfg: HarnessConfig, seconds: float) -> pd.DataFrame:
     """The records of one method: ``seconds`` spread over its rows as ``wall_s``."""
-    frame = missing_as_none(pd.DataFrame(rows, columns=RECORD_COLUMNS))
+    frame = missing_as_none(pd.DataFrame(rows, columns=cfg.record_columns()))
     frame["split"] = cfg.split
     frame["wall_s"] = seconds / max(len(frame), 1)
     return frame
 
 
-def empty_records() -> pd.DataFrame:
-    return pd.DataFrame(columns=RECORD_COLUMNS)
+def empty_records(cfg: HarnessConfig | None = None) -> pd.DataFrame:
+    """No rows, with the columns of ``cfg``'s records (None: the default HarnessConfig's)."""
+    return pd.DataFrame(columns=(cfg or HarnessConfig()).record_columns())
 
 
 def missing_as_none(records: pd.DataFrame) -> pd.DataFrame:
@@ -390,7 +409,7 @@ def _prompted_row(method: str, ex: QAExample, sample: int, passages, reply: tupl
     finish = "answer" if ok else ("max_tokens" if finish_reason == "length" else "invalid")
     shown = [int(has_answer(p.contents, ex.golden_answers, trivial=cfg.rules.trivial_golds)) for p in passages] \
         if passages is not None else None
-    hits = {f"ranker_hit@{k}": hit_at_k(shown, k) if shown else float("nan") for k in HIT_KS}
+    hits = cfg.shown_hits(shown)
     return {**_base_row(method, ex.id, ex.data_source, ex.question, ex.golden_answers, sample),
             "prediction": answer, "f1": answer_f1(answer, ex.golden_answers, cfg.f1),
             "em": exact_match(answer, ex.golden_answers),
@@ -467,7 +486,8 @@ def _rollout_engine(ranker: Ranker, ctx: HarnessContext, cfg: HarnessConfig) -> 
 
 def _agent_row(method: str, t: Trajectory, cfg: HarnessConfig) -> dict:
     calls = t.ranker_calls
-    hits = {f"ranker_hit@{k}": _mean_or_nan([c.hit_at.get(k, 0.0) for c in calls]) for k in HIT_KS}
+    per_call = [cfg.shown_hits(c.shown_labels or [0]) for c in calls]  # an empty shown list scores 0
+    hits = {name: _mean_or_nan([h[name] for h in per_call]) for name in cfg.shown_hits(None)}
     return {**_base_row(method, t.question_id, t.data_source, t.question, t.golds, t.sample),
             "prediction": t.answer, "f1": answer_f1(t.answer, t.golds, cfg.f1), "em": t.em, "format_ok": t.format_ok, "finish": t.finish,
             "error": next((turn.error for turn in t.turns if not turn.format_ok), None), "n_searches": t.n_searches,

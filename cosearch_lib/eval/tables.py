@@ -20,7 +20,7 @@ import pandas as pd
 from cosearch_lib.atomic_io import write_table
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group, order_key
-from cosearch_lib.eval.harness import RECORD_COLUMNS, missing_as_none
+from cosearch_lib.eval.harness import missing_as_none
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, compare_methods, method_interval, questions_for_power
 from cosearch_lib.run_schema import under_current_names
 
@@ -282,7 +282,7 @@ def load_records(path: str | Path) -> pd.DataFrame:
         records["golds"] = records["golds"].map(list)
     elif path.suffix == ".csv":
         # only empty cells are missing: an answer such as "NA" or "None" stays a string
-        records = pd.read_csv(path, keep_default_na=False, na_values={c: [""] for c in RECORD_COLUMNS})
+        records = pd.read_csv(path, keep_default_na=False, na_values=[""])
         records["golds"] = records["golds"].map(json.loads)
     else:
         raise ValueError(f"records path must end in .parquet or .csv, got {path}")

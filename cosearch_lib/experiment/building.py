@@ -54,13 +54,13 @@ def search_backend(profile: str | ProfileConfig, *, progress: bool = True) -> Se
 def harness_config(cfg: ProfileConfig, **overrides: Any) -> HarnessConfig:
     """The :class:`HarnessConfig` a profile describes: split, questions, samples and temperature from its
     ``evaluation`` section, token and search budgets from ``rollout``, N and K from ``retrieval``,
-    the profile's seed. Keyword overrides (any HarnessConfig field) win, e.g. ``methods=[...]``."""
+    the profile's seed, the Hit cutoffs of its ranker reward. Keyword overrides (any HarnessConfig field) win, e.g. ``methods=[...]``."""
     ev, ro = cfg.evaluation, cfg.rollout
     fields = dict(split=ev.split, n_per_dataset=ev.n_per_dataset, n_samples=ev.n_samples, seed=cfg.seed,
                   temperature=ev.temperature, search=cfg.search, agent_max_new_tokens=ro.agent_max_new_tokens,
                   ranker_max_new_tokens=ro.ranker_max_new_tokens, answer_max_new_tokens=ev.answer_max_new_tokens,
                   max_context_tokens=ro.max_context_tokens, rules=ro.rules, f1=ev.f1,
-                  baseline_reply=ev.baseline_reply)
+                  baseline_reply=ev.baseline_reply, hit_ks=cfg.training.ranker_reward.hit_ks)
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(HarnessConfig)})
     if unknown:
         raise TypeError(f"unknown HarnessConfig field(s) {unknown}")

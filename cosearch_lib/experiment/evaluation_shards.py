@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from cosearch_lib.atomic_io import write_table
+from cosearch_lib.config import PAPER_HIT_KS
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, empty_records
 from cosearch_lib.progress import tqdm
@@ -71,6 +72,8 @@ def evaluation_key(label: str, cfg: HarnessConfig, context: dict | None = None) 
     # hashed under the names its parts were first written with, so that a renamed setting or method
     # (run_schema.RENAMED_EVAL_METHODS: the scoring ranker's) keeps an evaluation's key, and its parts
     settings.update({old: settings.pop(new) for old, new in RENAMED_HARNESS_FIELDS.items()})
+    if tuple(settings["hit_ks"]) == PAPER_HIT_KS:  # the cutoffs every evaluation had before the setting existed
+        del settings["hit_ks"]
     old_names = {new: old for old, new in RENAMED_EVAL_METHODS.items()}
     settings["methods"] = [old_names.get(m, m) for m in settings["methods"]]
     text = json.dumps({"label": label, "settings": settings, "context": context or {}}, sort_keys=True, default=str)
@@ -93,11 +96,11 @@ def evaluation_folder(root: str | Path, label: str, cfg: HarnessConfig, context:
     return Path(root) / f"{slug}-{evaluation_key(label, cfg, context)}"
 
 
-def read_parts(folder: Path) -> pd.DataFrame:
+def read_parts(folder: Path, cfg: HarnessConfig | None = None) -> pd.DataFrame:
     parts = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
     frames = [under_current_names(pd.read_parquet(p)) for p in parts]  # parts written before a rename, too
     frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else empty_records()
+    return pd.concat(frames, ignore_index=True) if frames else empty_records(cfg)
 
 
 def evaluate_in_shards(label: str, examples: Sequence[QAExample], cfg: HarnessConfig,
@@ -110,7 +113,7 @@ def evaluate_in_shards(label: str, examples: Sequence[QAExample], cfg: HarnessCo
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1, got {chunk}")
     folder = evaluation_folder(root, label, cfg, context)
-    done = set(read_parts(folder)["question_id"].astype(str))
+    done = set(read_parts(folder, cfg)["question_id"].astype(str))
     todo = [ex for ex in examples if ex.id not in done]
     dp.barrier()  # every rank has read the same parts before any writes one
     mine = dp.shard(todo)
@@ -134,7 +137,7 @@ def evaluate_in_shards(label: str, examples: Sequence[QAExample], cfg: HarnessCo
                 raise StopRequested(stop.received or "a signal to another rank", r + 1, folder)
     bar.close()
     dp.barrier()  # every part is written
-    records = read_parts(folder)
+    records = read_parts(folder, cfg)
     if not len(records):
         return records
     order = {ex.id: i for i, ex in enumerate(examples)}

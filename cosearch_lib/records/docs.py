@@ -120,16 +120,23 @@ def _searches(m: dict) -> list[str]:
 
 
 #: Relevance-training step columns RESULTS.md shows (run_schema.RELEVANCE_STEP_GLOSSARY).
-RELEVANCE_SHOWN = ("step", "reward", "hit@1", "valid_rate", "groups_with_signal", "val_ranker_hit@1", "val_ranker_hit@5",
+RELEVANCE_SHOWN = ("step", "reward", "hit@1", "valid_rate", "groups_with_signal", "val_ranker_hit@1", "val_ranker_hit@K",
                    "step_s")
 #: Ranker-quality columns RESULTS.md shows (records.ranker_quality.quality_table).
-QUALITY_SHOWN = ("ranker", "n_items", "hit@1", "hit@1_low", "hit@1_high", "hit@3", "hit@5", "valid_rate")
+QUALITY_SHOWN = ("ranker", "n_items", "hit@1", "hit@1_low", "hit@1_high", "hit@3", "hit@K", "valid_rate")
+
+
+def _shown_table(rows: list[dict], shown: tuple[str, ...]) -> str:
+    """``rows`` as a markdown table of the ``shown`` columns some row has (``hit@3`` only at K > 3)."""
+    return markdown_table(rows, [c for c in shown if any(c in r for r in rows)])
 
 
 def _ranker_quality(m: dict) -> list[str]:
     """The Fixed Ranker's relevance training and the ranker-quality table, when the run recorded them."""
     out = []
     rel = m.get("relevance")
+    if rel:  # records written before a column was renamed read under today's names
+        rel = {**rel, "steps": [current_step_columns(r) for r in rel["steps"]]}
     if rel and any("examples" in r for r in rel["steps"]):  # a scoring ranker's listwise training (its curve)
         out += ["", f"The Fixed Ranker ({m.get('ranker_kind')}) trained listwise on the training split's gold hops: its "
                 "held-out Hit@1 (first pick) by lists trained:", "",
@@ -138,10 +145,10 @@ def _ranker_quality(m: dict) -> list[str]:
     elif rel:
         out += ["", f"The Fixed Ranker's relevance training (ranker-only GRPO, r_rel; CoSearch's ranker starts from "
                 f"`{rel.get('cosearch_start')}`), one row per step, held-out Hit@k where validated:", "",
-                markdown_table(rel["steps"], [c for c in RELEVANCE_SHOWN if any(c in r for r in rel["steps"])])]
+                _shown_table(rel["steps"], RELEVANCE_SHOWN)]
     if m.get("ranker_quality"):
         out += ["", "Ranker quality on held-out sub-queries (Hit@k of the K passages shown; 95% bootstrap interval of Hit@1):",
-                "", markdown_table(m["ranker_quality"], QUALITY_SHOWN)]
+                "", _shown_table([current_step_columns(r) for r in m["ranker_quality"]], QUALITY_SHOWN)]
     if m.get("ranker_quality_comparisons"):
         out += ["", "Paired over the same held-out sub-queries, a - b of Hit@1:", "",
                 markdown_table(m["ranker_quality_comparisons"], COMPARISON_SHOWN)]

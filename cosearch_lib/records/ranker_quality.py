@@ -23,13 +23,12 @@ from cosearch_lib.config import SCORING_RANKER_KINDS
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval
 from cosearch_lib.eval.tables import comparison_table
 from cosearch_lib.records.training_runs import validation_curves
-from cosearch_lib.run_schema import RANKER_VALIDATION_KS, STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE
+from cosearch_lib.run_schema import STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE, hit_columns_in, under_current_names
 
 #: The row labels of the ranker-quality table, in its order.
 RETRIEVER_ORDER = "retriever order"
 WARM_START = "warm start"
 RELEVANCE_TRAINED = "relevance-trained (Fixed Ranker)"
-HIT_COLUMNS = tuple(f"hit@{k}" for k in RANKER_VALIDATION_KS)
 
 
 def read_relevance_run(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -40,7 +39,7 @@ def read_relevance_run(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         raise FileNotFoundError(f"no relevance-training records in {folder} (train it first: experiment.relevance_ranker)")
     validation = pd.read_csv(folder / VALIDATION_FILE, dtype={"question_id": str, "dataset": str}) \
         if (folder / VALIDATION_FILE).exists() else pd.DataFrame(columns=list(VALIDATION_COLUMNS))  # never validated
-    return pd.read_csv(folder / STEPS_FILE), validation
+    return under_current_names(pd.read_csv(folder / STEPS_FILE)), under_current_names(validation)
 
 
 def relevance_endpoints(validation: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -56,11 +55,15 @@ def relevance_endpoints(validation: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def quality_records(rows: Mapping[str, pd.DataFrame | Sequence[dict[str, Any]]]) -> pd.DataFrame:
-    """One frame of per-item rows, ``method`` = the ranker's label; every ranker must cover the same items."""
+    """One frame of per-item rows, ``method`` = the ranker's label; every ranker must cover the same items
+    and have the same Hit columns (``hit@<k>``, ``hit@K``: the same K)."""
     frames = []
     for label, part in rows.items():
-        frame = pd.DataFrame(part, columns=["question_id", "dataset", *HIT_COLUMNS, "valid"]).assign(method=label)
-        frames.append(frame)
+        part = under_current_names(pd.DataFrame(part))
+        frames.append(part[["question_id", "dataset", *hit_columns_in(part.columns), "valid"]].assign(method=label))
+    hits = [hit_columns_in(f.columns) for f in frames]
+    if any(h != hits[0] for h in hits):
+        raise ValueError(f"the rankers' rows have different Hit columns {hits}: score them at the same K and cutoffs")
     items = [frozenset(f["question_id"]) for f in frames]
     if any(i != items[0] for i in items):
         raise ValueError("the rankers were scored on different held-out items; score them on the same ones")
@@ -69,12 +72,12 @@ def quality_records(rows: Mapping[str, pd.DataFrame | Sequence[dict[str, Any]]])
 
 def quality_table(records: pd.DataFrame, *, level: float = LEVEL, n_resamples: int = N_RESAMPLES,
                   seed: int = 0) -> pd.DataFrame:
-    """Per ranker: Hit@1/3/5 (mean over items) each with its family-stratified bootstrap interval,
-    the valid rate and the item count."""
+    """Per ranker: each Hit column (``hit@<k>``, ``hit@K``; mean over items) with its family-stratified
+    bootstrap interval, the valid rate and the item count."""
     out = []
     for label, part in records.groupby("method", sort=False):
         row: dict[str, Any] = {"ranker": label, "n_items": len(part)}
-        for col in HIT_COLUMNS:
+        for col in hit_columns_in(records.columns):
             ci = bootstrap_interval(part[col].to_numpy(float), part["dataset"].to_numpy(), statistic="mean", level=level,
                                     n_resamples=n_resamples, seed=seed, when_too_few="note")
             row.update({col: ci.estimate, f"{col}_low": ci.ci_low, f"{col}_high": ci.ci_high})
@@ -136,20 +139,21 @@ def listwise_curve(folder: str | Path) -> pd.DataFrame:
     return pd.DataFrame(columns=["recipe", "examples", "hit@1", "train_s", "loss"])
 
 
-def relevance_curves(validation: pd.DataFrame, retriever_rows: Sequence[dict[str, Any]], *, ks: Sequence[int] = (1, 5),
-                     seed: int = 0) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, float]]]:
-    """The relevance run's held-out Hit@k curves (``training_runs.validation_curves``, one panel per k)
-    and, per panel, the retriever's order on the same items as a reference level: the arguments of
+def relevance_curves(validation: pd.DataFrame, retriever_rows: Sequence[dict[str, Any]], *,
+                     hits: Sequence[str] | None = None, seed: int = 0) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, float]]]:
+    """The relevance run's held-out Hit curves (``training_runs.validation_curves``, one panel per Hit
+    column of ``hits``; None: every one the records hold, e.g. ``hit@1`` and ``hit@K``) and, per panel,
+    the retriever's order on the same items as a reference level: the arguments of
     ``viz.plots.plot_validation_curves``. A run validated on no held-out item (``relevance.val_per_dataset: 0``)
     has no curve: ValueError saying so."""
     if "kind" not in validation.columns or not (validation["kind"] == "ranker").any():
         raise ValueError("the relevance run has no ranker validation rows, so no held-out curve "
                          "(relevance.val_per_dataset: 0?)")
-    retriever = pd.DataFrame(list(retriever_rows))
+    retriever = under_current_names(pd.DataFrame(list(retriever_rows)))
     panels, refs = {}, {}
-    for k in ks:
-        title = f"held-out Hit@{k}"
-        panels[title] = validation_curves(validation, kind="ranker", metric=f"hit@{k}", seed=seed)
+    for hit in hits or hit_columns_in(validation.columns):
+        title = f"held-out {hit.replace('hit', 'Hit')}"
+        panels[title] = validation_curves(validation, kind="ranker", metric=hit, seed=seed)
         if len(retriever):
-            refs[title] = {RETRIEVER_ORDER: float(retriever[f"hit@{k}"].mean())}
+            refs[title] = {RETRIEVER_ORDER: float(retriever[hit].mean())}
     return panels, refs

@@ -69,11 +69,12 @@ def read_ranker_calls(root: str | Path, method: str) -> pd.DataFrame:
 
 def read_validation(root: str | Path, methods: Sequence[str] | None = None) -> pd.DataFrame:
     """The per-item validation records (``validation.csv``) of the named methods (default: every
-    method under ``root`` that has them), concatenated; columns :data:`run_schema.VALIDATION_COLUMNS`.
+    method under ``root`` that has them), concatenated; columns :func:`run_schema.validation_columns`
+    (records written before a rename, under today's names).
     A method trained without validation (``eval_every: 0``) contributes no rows."""
     root = Path(root)
     wanted = list(methods) if methods is not None else list(TRAINING_METHODS)
-    frames = [pd.read_csv(root / m / VALIDATION_FILE, dtype={"question_id": str, "dataset": str})
+    frames = [under_current_names(pd.read_csv(root / m / VALIDATION_FILE, dtype={"question_id": str, "dataset": str}))
               for m in wanted if (root / m / VALIDATION_FILE).exists()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(VALIDATION_COLUMNS))
 

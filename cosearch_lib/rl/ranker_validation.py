@@ -34,12 +34,15 @@ import numpy as np
 
 from cosearch_lib.agent.rankers import Ranker, RankRequest
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
-from cosearch_lib.metrics import has_answer, hit_at_k, is_trivial_answer
+from cosearch_lib.metrics import has_answer, is_trivial_answer, shown_hits
 from cosearch_lib.retrieval.retriever import SearchBackend
-from cosearch_lib.run_schema import RANKER_VALIDATION_KS
+from cosearch_lib.run_schema import hit_names
 
-#: The step-record columns :meth:`RankerValidationSet.score` fills (documented in run_schema.STEP_GLOSSARY).
-RANKER_VALIDATION_COLUMNS = (*(f"val_ranker_hit@{k}" for k in RANKER_VALIDATION_KS), "val_ranker_valid_rate")
+
+def ranker_validation_columns(hits: Sequence[str]) -> list[str]:
+    """The step-record columns :meth:`RankerValidationSet.score` fills for the Hit columns ``hits``
+    (``run_schema.hit_names``), documented in run_schema.STEP_GLOSSARY."""
+    return [*(f"val_ranker_{h}" for h in hits), "val_ranker_valid_rate"]
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,10 @@ class RankerValidationSet:
     same candidates and only the ranking can move the numbers."""
 
     def __init__(self, sub_queries: Sequence[GoldSubQuery], retriever: SearchBackend, *, topn: int,
-                 topk: int) -> None:
+                 topk: int, hit_ks: Sequence[int] = (1, 3, 5)) -> None:
         self.sub_queries, self.retriever, self.topn, self.topk = list(sub_queries), retriever, topn, topk
+        self.hit_ks = tuple(hit_ks)  # the reward's cutoffs (training.ranker_reward.hit_ks); those >= K give hit@K
+        self.hits = hit_names(self.hit_ks, topk)  # the Hit columns: ["hit@1", "hit@K"] at K = 2
         self._candidates: list[list[Any]] | None = None
 
     def candidates(self) -> list[list[Any]]:
@@ -92,7 +97,7 @@ class RankerValidationSet:
 
     def score_items(self, ranker: Ranker, positions: Sequence[int] | None = None) -> list[dict[str, Any]]:
         """One row per held-out sub-query: ``question_id`` (:attr:`GoldSubQuery.item_id`),
-        ``dataset``, ``hit@<k>`` of the passages ``ranker`` shows, and ``valid`` (the ranking followed
+        ``dataset``, the :attr:`hits` columns (Hit@k of the passages ``ranker`` shows), and ``valid`` (the ranking followed
         the protocol; rule rankers: always). Pass a greedy ranker: a sampled one would make the curve
         noisy. These rows are what paired intervals between methods and steps resample.
         ``positions``: only those sub-queries, in that order (a data-parallel rank's share); None: all."""
@@ -110,21 +115,22 @@ class RankerValidationSet:
             labels = [int(has_answer(p.contents, list(s.answers))) for p in request.candidates]
             shown = [labels[i] for i in ranking.order]
             rows.append({"question_id": s.item_id, "dataset": s.dataset,
-                         **{f"hit@{k}": float(hit_at_k(shown, k)) if shown else 0.0 for k in RANKER_VALIDATION_KS},
+                         **shown_hits(shown or [0], self.hit_ks, self.topk),  # nothing shown: no hit
                          "valid": float(ranking.valid)})
         return rows
 
     def score(self, ranker: Ranker) -> dict[str, float]:
-        """``val_ranker_hit@<k>`` (mean over the sub-queries of Hit@k of the passages ``ranker``
-        shows) and ``val_ranker_valid_rate`` (share of rankings that followed the protocol; rule
+        """``val_ranker_hit@<k>`` and ``val_ranker_hit@K`` (mean over the sub-queries of Hit@k of the
+        passages ``ranker`` shows) and ``val_ranker_valid_rate`` (share of rankings that followed the protocol; rule
         rankings: 1). All NaN when there is no held-out sub-query."""
-        return summarize_items(self.score_items(ranker))
+        return summarize_items(self.score_items(ranker), self.hits)
 
 
-def summarize_items(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """The ``val_ranker_*`` step-record columns from :meth:`RankerValidationSet.score_items` rows."""
+def summarize_items(rows: Sequence[dict[str, Any]], hits: Sequence[str]) -> dict[str, float]:
+    """The ``val_ranker_*`` step-record columns from :meth:`RankerValidationSet.score_items` rows, for
+    the Hit columns ``hits`` (:attr:`RankerValidationSet.hits`)."""
     if not rows:
-        return dict.fromkeys(RANKER_VALIDATION_COLUMNS, math.nan)
-    out = {f"val_ranker_hit@{k}": float(np.mean([r[f"hit@{k}"] for r in rows])) for k in RANKER_VALIDATION_KS}
+        return dict.fromkeys(ranker_validation_columns(hits), math.nan)
+    out = {f"val_ranker_{h}": float(np.mean([r[h] for r in rows])) for h in hits}
     out["val_ranker_valid_rate"] = float(np.mean([r["valid"] for r in rows]))
     return out

@@ -45,7 +45,7 @@ from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import LLMRanker, Ranking, RankRequest
 from cosearch_lib.config import ProtocolConfig, RankerRewardConfig, RelevanceConfig, RolloutConfig, SamplingConfig, TrainConfig
 from cosearch_lib.data.passage import Passage
-from cosearch_lib.metrics import has_answer, hit_at_k
+from cosearch_lib.metrics import has_answer, shown_hits
 from cosearch_lib.models.lora_policies import PolicySet
 from cosearch_lib.models.served_adapters import ServedAdapters
 from cosearch_lib.retrieval.relevance_sets import RelevanceQuery
@@ -56,10 +56,7 @@ from cosearch_lib.rl.policy_update import UpdateJob, grpo_update
 from cosearch_lib.rl.ranker_validation import GoldSubQuery, RankerValidationSet, summarize_items
 from cosearch_lib.rl.rewards import relevance_reward
 from cosearch_lib.rl.run_protocol import TrainingRun
-from cosearch_lib.run_schema import (
-    LIVE_ADAPTERS_DIR,
-    RANKER_VALIDATION_KS,
-)
+from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR
 from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
 
@@ -190,7 +187,8 @@ class RelevanceTrainer(TrainingRun):
             raise ValueError(f"relevance training: none of the {len(all_items)} training sub-queries has a relevant "
                              f"passage among its top-{self.topn} candidates")
         self.pool_stats = {"sub_queries": len(all_items), "answerable": len(self.pool)}
-        self.validation = RankerValidationSet(list(inputs.val_queries), self.retriever, topn=self.topn, topk=self.topk)
+        self.validation = RankerValidationSet(list(inputs.val_queries), self.retriever, topn=self.topn, topk=self.topk,
+                                              hit_ks=cfg.hit_ks)
 
     # -- one step
 
@@ -233,7 +231,7 @@ class RelevanceTrainer(TrainingRun):
         return bool(every and self.step % every == 0) or self.step == self.cfg.steps
 
     def _progress_figures(self, record: dict) -> dict[str, str]:
-        return {"reward": f"{record['reward']:.3f}", "hit1": f"{record['hit@1']:.2f}"}
+        return {"reward": f"{record['reward']:.3f}", "hitK": f"{record['hit@K']:.2f}"}
 
     def _save_weights(self, folder: Path) -> None:
         self.policies.save_adapters(folder / "adapters", [self.adapter])
@@ -242,9 +240,10 @@ class RelevanceTrainer(TrainingRun):
         """The step's sampled rankings in numbers (columns of RELEVANCE_STEP_GLOSSARY)."""
         g = self.cfg.group_size
         by_group = np.asarray(rewards, dtype=float).reshape(-1, g)
-        shown = [[s.item.relevant[i] for i in s.order] for s in samples]
+        hits = [shown_hits([s.item.relevant[i] for i in s.order] or [0], self.validation.hit_ks, self.topk)
+                for s in samples]  # nothing shown: no hit
         return {"n_prompts": len(samples) // g, "n_samples": len(samples), "reward": float(np.mean(rewards)),
-                **{f"hit@{k}": float(np.mean([hit_at_k(x, k) if x else 0.0 for x in shown])) for k in RANKER_VALIDATION_KS},
+                **{h: float(np.mean([r[h] for r in hits])) for h in self.validation.hits},
                 "valid_rate": float(np.mean([s.ranking.valid for s in samples])),
                 "groups_with_signal": int(np.sum(by_group.max(axis=1) > by_group.min(axis=1))),
                 "output_tokens": float(np.mean([len(s.output_ids) for s in samples]))}
@@ -257,7 +256,7 @@ class RelevanceTrainer(TrainingRun):
         self.served.serve(self.step)
         rows = self.validation.score_items(self.val_ranker)
         self.val_records.extend({"step": step, "method": RELEVANCE_METHOD, "kind": "ranker", **row} for row in rows)
-        return summarize_items(rows)
+        return summarize_items(rows, self.validation.hits)
 
     # -- the result
 

@@ -15,7 +15,7 @@ copy here:
   (``rl.run_checkpoints``), by rank 0 of a data-parallel job, the newest ``keep_checkpoints`` kept;
 * **resume**: :meth:`TrainingRun.load_checkpoint` restores the newest whole checkpoint (none: the
   run stays at step 0) after checking that it is this run's: the same method and the same seed;
-  records of older checkpoints come back under today's column names (``renamed_columns``);
+  records of older checkpoints come back under today's column names (``run_schema.current_step_columns``);
 * **the loop**: :func:`rl.step_loop.run_steps` (stop signals, checkpoints every
   ``checkpoint_every`` steps and after the last).
 """
@@ -38,10 +38,11 @@ from cosearch_lib.run_schema import (
     CHECKPOINTS_DIR,
     RANKER_CALLS_FILE,
     STEPS_FILE,
-    VALIDATION_COLUMNS,
     VALIDATION_FILE,
     checkpoint_name,
+    current_step_columns,
     latest_checkpoint,
+    validation_columns,
 )
 from cosearch_lib.stage_clock import StageClock
 
@@ -56,7 +57,6 @@ class TrainingRun:
 
     #: Columns of its records renamed since some checkpoints were written: {old name: new name}
     #: (the joint trainer's ``run_schema.RENAMED_STEP_COLUMNS``); applied on resume.
-    renamed_columns: dict[str, str] = {}
     cfg: Any
     seed: int
     progress: bool
@@ -127,7 +127,8 @@ class TrainingRun:
         return pd.DataFrame(self.call_records)
 
     def validation_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.val_records, columns=list(VALIDATION_COLUMNS))
+        present = dict.fromkeys(name for record in self.val_records for name in record)
+        return pd.DataFrame(self.val_records, columns=validation_columns(list(present)))
 
     # -- validation around the steps
 
@@ -218,10 +219,10 @@ class TrainingRun:
         self.policies.load_state_dict(state["policies"])
         self._load_extra_state(state, path)
         self.step = state["step"]
-        renamed = self.renamed_columns  # records of older checkpoints under today's column names
-        self.records = [{renamed.get(k, k): v for k, v in r.items()} for r in state["records"]]
-        self.call_records = [{renamed.get(k, k): v for k, v in r.items()} for r in state.get("call_records", [])]
-        self.val_records = state.get("val_records", [])  # checkpoints older than validation.csv have none
+        # records of older checkpoints under today's column names (run_schema.current_step_columns)
+        self.records = [current_step_columns(r) for r in state["records"]]
+        self.call_records = [current_step_columns(r) for r in state.get("call_records", [])]
+        self.val_records = [current_step_columns(r) for r in state.get("val_records", [])]  # older checkpoints: none
         restore_rng_states(state["rng"])
         self.served.forget()  # the generation engine serves the restored weights from its next use
         return self.step

@@ -75,7 +75,7 @@ from cosearch_lib.rl.step_batch import TRAINED_ROLES, StepBatch, role_job
 from cosearch_lib.rl.step_records import call_rows, step_record
 from cosearch_lib.rl.step_scoring import StepGroups, StepRewards, group_rollouts, reward_rollouts
 from cosearch_lib.rl.tracking import StepTracker, make_tracker
-from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR, RENAMED_STEP_COLUMNS, SCORER_SLOT, TRACKER_DIR, renamed_slots
+from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR, SCORER_SLOT, TRACKER_DIR, renamed_slots
 from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
 
@@ -103,8 +103,6 @@ class TrainerInputs:
 class JointTrainer(TrainingRun):
     """Trains the policies of one method; ``run`` steps, records and checkpoints (the protocol both
     trainers share: ``rl.run_protocol.TrainingRun``)."""
-
-    renamed_columns = RENAMED_STEP_COLUMNS
 
     def __init__(self, cfg: TrainConfig, inputs: TrainerInputs, *, out_dir: str | Path, seed: int = 0,
                  progress: bool = True, tracker: StepTracker | None = None, dp: DataParallel = SINGLE_PROCESS) -> None:
@@ -143,7 +141,7 @@ class JointTrainer(TrainingRun):
         self.val_ranker = self._method_ranker(replace(sampling, temperature=0.0))
         self.ranker_validation = RankerValidationSet(
             gold_sub_queries(select_examples(self.val_questions, cfg.val_per_dataset)), self.retriever,
-            topn=rollout.search.topn, topk=rollout.search.topk)
+            topn=rollout.search.topn, topk=rollout.search.topk, hit_ks=cfg.ranker_reward.hit_ks)
         self.engine = RolloutEngine(self.backend, self.chat, self.retriever, self.ranker, rollout, self.protocol,
                                     agent_adapter=self.policies.adapter("agent"))
         # A backend that reads adapters from disk (vLLM: it has add_adapter) samples with saved copies:
@@ -305,7 +303,7 @@ class JointTrainer(TrainingRun):
                                      "f1": float(r.f1)} for r in agent.itertuples())
             self.val_records.extend({**base, "kind": "ranker", **row} for row in ranker_rows)
         f1 = float(summary_table(agent)["avg"].iloc[0]) if len(agent) else float("nan")
-        return {"val_f1": f1, **summarize_items(ranker_rows)}
+        return {"val_f1": f1, **summarize_items(ranker_rows, self.ranker_validation.hits)}
 
     def _agent_records(self) -> pd.DataFrame:
         """The harness records (one per validation question) of the agent loop, greedy, with the
@@ -365,4 +363,5 @@ def _validation_harness(cfg: TrainConfig, rollout: RolloutConfig, seed: int) -> 
     return HarnessConfig(split=cfg.val_split, n_per_dataset=cfg.val_per_dataset, seed=seed, temperature=0.0,
                          search=rollout.search, agent_max_new_tokens=rollout.agent_max_new_tokens,
                          ranker_max_new_tokens=rollout.ranker_max_new_tokens,
-                         max_context_tokens=rollout.max_context_tokens, rules=rollout.rules)
+                         max_context_tokens=rollout.max_context_tokens, rules=rollout.rules,
+                         hit_ks=cfg.ranker_reward.hit_ks)

@@ -25,6 +25,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from cosearch_lib.agent.rollout import RankerCall, Trajectory, Turn
+from cosearch_lib.metrics import shown_hits
 from cosearch_lib.progress import NO_WIDGET_ENV_VARS, headless  # noqa: F401  (re-exported: the switch is documented here too)
 
 #: A trajectory counts as "correct" in the filters and the example picker when F1 >= this
@@ -87,7 +88,11 @@ def _candidate_rows(call: RankerCall, max_candidates: int) -> list[int]:
 
 
 def _hits(call: RankerCall) -> str:
-    return " ".join(f"Hit@{k}={v:.0f}" for k, v in sorted(call.hit_at.items()))
+    """Hit@1 and Hit@K of what the agent read (K: the passages shown)."""
+    if not call.order:
+        return "nothing shown"
+    hits = shown_hits(call.shown_labels, (1,), len(call.order))
+    return " ".join(f"{name.replace('hit', 'Hit').replace('@K', f'@{len(call.order)}')}={v:.0f}" for name, v in hits.items())
 
 
 def _ranker_verdict(call: RankerCall) -> str:
