@@ -42,11 +42,12 @@ from cosearch_lib.paths import run_dir
 from cosearch_lib.rl.step_records import question_groups, step_record
 from cosearch_lib.stage_clock import StageClock
 
-SHOWN = ("agent_f1", "agent_best_of_g_f1", "agent_groups_without_signal", "agent_format_ok", "searches_per_traj",
-         "agent_entropy", "n_ranker_calls", "grouping_n_groups_post")
-NAMES = {"agent_f1": "mean_f1", "agent_best_of_g_f1": "best_of_g_f1", "agent_groups_without_signal": "no_signal",
-         "agent_format_ok": "format_ok", "searches_per_traj": "searches", "agent_entropy": "entropy",
-         "n_ranker_calls": "calls", "grouping_n_groups_post": "ranker_groups"}
+#: step-record columns (run_schema.STEP_GLOSSARY) -> the names this benchmark prints them under
+NAMES = {"rollout/agent_f1": "mean_f1", "rollout/agent_best_of_g_f1": "best_of_g_f1",
+         "rollout/agent_groups_without_signal": "no_signal", "rollout/agent_format_ok": "format_ok",
+         "rollout/searches_per_traj": "searches", "rollout/agent_entropy": "entropy", "ranker/n_calls": "calls",
+         "ranker/grouping_n_groups_post": "ranker_groups"}
+SHOWN = tuple(NAMES)
 
 
 def main() -> None:

@@ -30,9 +30,10 @@ import yaml
 
 from cosearch_lib.config import load_profile
 from cosearch_lib.experiment import build_retriever, build_trainer, warm_start
+from cosearch_lib.run_schema import current_step_record
 
-COLUMNS = ("step", "rollout_s", "update_s", "step_s", "agent_reward", "agent_f1", "hit@K", "searches_per_traj",
-           "n_ranker_calls")
+COLUMNS = ("step", "time/rollout_s", "time/update_s", "time/step_s", "rollout/agent_reward", "rollout/agent_f1",
+           "ranker/hit@K", "rollout/searches_per_traj", "ranker/n_calls")
 
 
 def apply_setting(cfg, assignment: str) -> None:
@@ -62,6 +63,7 @@ def main(argv: list[str]) -> None:
                             progress=False)
     for _ in range(steps):
         record = trainer.train_step()
+        record = current_step_record(record)  # a commit before the namespaces wrote flat names
         print(json.dumps({k: record.get(k) for k in COLUMNS}), flush=True)
 
 

@@ -70,9 +70,9 @@ from cosearch_lib.rl.policy_sequences import PolicySequence
 from cosearch_lib.rl.policy_update import UpdateJob, grpo_update
 from cosearch_lib.seeding import rng
 
-PHASES = ["rollout_s", "reward_s", "update_s", "step_s"]
-COUNTS = ["n_trajectories", "n_ranker_calls", "agent_n_forwarded", "agent_n_tokens", "ranker_n_forwarded",
-          "ranker_n_tokens", "agent_reward", "hit@K"]
+PHASES = ["time/rollout_s", "time/reward_s", "time/update_s", "time/step_s"]
+COUNTS = ["rollout/n_trajectories", "ranker/n_calls", "loss/agent_n_forwarded", "loss/agent_n_tokens",
+          "loss/ranker_n_forwarded", "loss/ranker_n_tokens", "rollout/agent_reward", "ranker/hit@K"]
 
 
 def peak_rss_mb() -> float:
@@ -212,7 +212,7 @@ def report_data_parallel(args) -> None:
             rows += [{"method": method, "ranks": n, **{k: rec.get(k) for k in ["step", *PHASES, *COUNTS]},
                       "peak_rss_mb_rank0": r["peak_rss_mb"]} for rec in r["records"]]
         same = all(a.get(k) == b.get(k) for a, b in zip(runs[1]["records"], runs[args.nproc]["records"]) for k in COUNTS)
-        step = {n: float(np.mean([rec["step_s"] for rec in r["records"]])) for n, r in runs.items()}
+        step = {n: float(np.mean([rec["time/step_s"] for rec in r["records"]])) for n, r in runs.items()}
         summary["methods"][method] = {"step_s": step, "speedup": round(step[1] / step[args.nproc], 2),
                                       "same_counts_and_rewards": same}
     table = pd.DataFrame(rows)

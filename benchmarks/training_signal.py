@@ -39,13 +39,13 @@ def main() -> None:
         trainer = experiment.build_trainer(replace(cfg, seed=seed), retriever, warm=warm, out_dir=out,
                                            progress=False, eval_every=0)
         steps = [trainer.train_step() for _ in range(cfg.training.steps)]
-        roles = {r: any(s.get(f"{r}_n_forwarded", 0) > 0 for s in steps) for r in ("agent", "ranker")}
+        roles = {r: any(s.get(f"loss/{r}_n_forwarded", 0) > 0 for s in steps) for r in ("agent", "ranker")}
         both += all(roles.values())
         print(f"seed {seed} ({time.perf_counter() - t0:.0f} s):")
         for s in steps:
-            print(f"  step {s['step']}: forwarded agent {s.get('agent_n_forwarded', 0)}, "
-                  f"ranker {s.get('ranker_n_forwarded', 0)}; format ok {s['agent_format_ok']:.2f}, "
-                  f"searches/trajectory {s['searches_per_traj']:.2f}, {s['step_s']:.0f} s")
+            print(f"  step {s['step']}: forwarded agent {s.get('loss/agent_n_forwarded', 0)}, "
+                  f"ranker {s.get('loss/ranker_n_forwarded', 0)}; format ok {s['rollout/agent_format_ok']:.2f}, "
+                  f"searches/trajectory {s['rollout/searches_per_traj']:.2f}, {s['time/step_s']:.0f} s")
     print(f"both roles got a gradient in {both} of {len(args.seeds)} seeds")
 
 

@@ -63,10 +63,53 @@ def expand_hit_patterns(names: Sequence[str], hits: Sequence[str]) -> list[str]:
 STAT_PREFIXES = ("agent", "ranker", "shared", "scorer")
 
 
+#: The namespaces of a step record's metric keys, as cleanrl's (``losses/``, ``charts/``), so that
+#: TensorBoard and the tables group them by what they measure:
+#: ``rollout/`` the agent's trajectories, ``ranker/`` the ranker's calls, rewards and groups,
+#: ``loss/`` each role's GRPO statistics and each adapter's gradient norm, ``time/`` the stage
+#: seconds, ``val/`` the held-out validation. ``step`` and ``method`` carry none.
+METRIC_NAMESPACES = ("rollout", "ranker", "loss", "time", "val")
+#: The per-role statistics of a GRPO update (``rl.grpo_loss.policy_loss``), and the adapter's gradient norm.
+LOSS_STATS = ("loss", "pg_loss", "kl", "clip_frac", "ratio_mean", "ratio_max", "adv_mean", "n_forwarded", "n_tokens",
+              "pad_frac", "logp_drift_mean", "logp_drift_p99", "ratio_outside_clip", "tis_weight_mean", "grad_norm",
+              "<stat>")
+#: The stage seconds of a step (``stage_clock``).
+TIME_COLUMNS = ("sync_s", "rollout_s", "reward_s", "group_s", "update_s", "validate_s", "step_s")
+_UNSPACED = ("step", "method")
+
+
+def _namespaced(name: str) -> str:
+    """A step-record column under its namespace (:data:`METRIC_NAMESPACES`), from the flat name the
+    records carried before (``agent_reward`` -> ``rollout/agent_reward``, ``ranker_entropy`` ->
+    ``ranker/entropy``, ``agent_kl`` -> ``loss/agent_kl``, ``rollout_s`` -> ``time/rollout_s``,
+    ``val_f1`` -> ``val/f1``); a name with a namespace, ``step`` and ``method`` are returned as they are.
+    Glossary patterns (``<role>_kl``) map the same way. The relevance training's columns too:
+    its sampled rankings under ``ranker/``, its update's gradient norm ``loss/ranker_grad_norm``."""
+    if "/" in name or name in _UNSPACED:
+        return name
+    if name.startswith("val_"):
+        return f"val/{name[4:]}"
+    if name in TIME_COLUMNS:
+        return f"time/{name}"
+    head, _, tail = name.partition("_")
+    per_policy = head in (*STAT_PREFIXES, "<role>", "<adapter>")
+    if per_policy and tail == "update_s":
+        return f"time/{name}"
+    if name == "grad_norm":  # the relevance training's: it updates the ranker's adapter
+        return "loss/ranker_grad_norm"
+    if per_policy and tail in LOSS_STATS:
+        return f"loss/{name}"
+    if head == "agent" or name in ("n_questions", "n_trajectories", "searches_per_traj"):
+        return f"rollout/{name}"
+    if name == "n_ranker_calls":
+        return "ranker/n_calls"
+    return f"ranker/{name.removeprefix('ranker_')}"
+
+
 #: Every column of the per-step records (``steps.csv``), for the README glossary. ``<role>`` is
 #: agent or ranker (the policy updated), ``<adapter>`` agent, ranker, shared or scorer (the scoring
 #: ranker of a scoring ``training.ranker_kind``, whose GRPO stats read ``ranker_*``).
-STEP_GLOSSARY: dict[str, str] = {
+_FLAT_STEP_GLOSSARY: dict[str, str] = {
     "step": "0-based training step; -1: the validation before the first update (TrainConfig.validate_at_start), "
             "a row with only step, method and the val_* columns",
     "method": "training method (config.methods.TRAINING_METHODS)",
@@ -139,7 +182,7 @@ STEP_GLOSSARY: dict[str, str] = {
 
 #: Every column of a relevance-training run's ``steps.csv`` (``rl.relevance_training``: the Fixed
 #: Ranker's ranker-only GRPO). Its ``validation.csv`` has the VALIDATION_GLOSSARY columns, method ``relevance``.
-RELEVANCE_STEP_GLOSSARY: dict[str, str] = {
+_FLAT_RELEVANCE_STEP_GLOSSARY: dict[str, str] = {
     "step": "0-based step; -1: the greedy validation before the first update (only step and the val_* columns)",
     "n_prompts": "sub-queries ranked this step (each one GRPO group)",
     "n_samples": "sampled rankings (prompts x G)",
@@ -160,6 +203,29 @@ RELEVANCE_STEP_GLOSSARY: dict[str, str] = {
     "val_ranker_hit@K": "greedy Hit@K on the held-out sub-queries, at the same steps",
     "val_ranker_valid_rate": "share of the greedy held-out rankings that followed the protocol",
 }
+
+
+STEP_GLOSSARY: dict[str, str] = {_namespaced(k): v for k, v in _FLAT_STEP_GLOSSARY.items()}
+RELEVANCE_STEP_GLOSSARY: dict[str, str] = {_namespaced(k): v for k, v in _FLAT_RELEVANCE_STEP_GLOSSARY.items()}
+
+
+def step_metric_name(name: str) -> str:
+    """Today's name of a step-record column: under its namespace (:data:`METRIC_NAMESPACES`) when the
+    flat name the records carried before is a documented step or relevance-step column
+    (``agent_reward`` -> ``rollout/agent_reward``, ``ranker_entropy`` -> ``ranker/entropy``,
+    ``agent_kl`` -> ``loss/agent_kl``, ``rollout_s`` -> ``time/rollout_s``, ``val_f1`` -> ``val/f1``,
+    the relevance training's ``reward`` -> ``ranker/reward``); any other name as it is, so a table's
+    other columns (``method``, a summary's ``part``) pass through."""
+    spaced = _namespaced(name)
+    if spaced == name:
+        return name
+    for glossary in (STEP_GLOSSARY, RELEVANCE_STEP_GLOSSARY):
+        try:
+            describe_step_metric(spaced, glossary)
+            return spaced
+        except KeyError:
+            pass
+    return name
 
 
 #: Columns of ``validation.csv``: one row per validation item (a validation question or a held-out
@@ -270,19 +336,41 @@ def hit_pattern_of(name: str) -> str | None:
     return f"{head}{HIT_PATTERN}" if sep and cutoff.isdigit() else None
 
 
-def describe_step_metric(name: str) -> str:
-    """The glossary entry of a step-record column (patterns included); KeyError when undocumented."""
-    if name in STEP_GLOSSARY:
-        return STEP_GLOSSARY[name]
-    if hit_pattern_of(name) in STEP_GLOSSARY:
-        return STEP_GLOSSARY[hit_pattern_of(name)]
-    if name.startswith("grouping_"):
-        return STEP_GLOSSARY["grouping_<stat>"]
-    for head in STAT_PREFIXES:
-        tail = name[len(head) + 1:] if name.startswith(f"{head}_") else None
-        for pattern in ((f"<role>_{tail}", f"<adapter>_{tail}") if tail else ()):
-            if pattern in STEP_GLOSSARY:
-                return STEP_GLOSSARY[pattern]
+def step_table_under_current_names(table: Any) -> Any:
+    """A step-records table (``steps.csv``, read back) under today's names: :func:`under_current_names`,
+    then every flat column under its namespace (:func:`step_metric_name`)."""
+    table = under_current_names(table)
+    return table.rename(columns={c: step_metric_name(c) for c in table.columns})
+
+
+def current_step_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A step record (a dict: a checkpoint's, a metrics file's row) under today's names:
+    :func:`current_step_columns`, then every flat key under its namespace (:func:`step_metric_name`)."""
+    return {step_metric_name(k): v for k, v in current_step_columns(record).items()}
+
+
+def namespaced_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A step record as a trainer assembles it (flat names from its stages) under the namespaced
+    names it is written with (:func:`step_metric_name`)."""
+    return {step_metric_name(k): v for k, v in record.items()}
+
+
+def describe_step_metric(name: str, glossary: Mapping[str, str] | None = None) -> str:
+    """The entry of a step-record column (today's name, patterns included) in ``glossary`` (default
+    :data:`STEP_GLOSSARY`); KeyError when undocumented."""
+    glossary = STEP_GLOSSARY if glossary is None else glossary
+    if name in glossary:
+        return glossary[name]
+    if hit_pattern_of(name) in glossary:
+        return glossary[hit_pattern_of(name)]
+    space, _, rest = name.rpartition("/")
+    if rest.startswith("grouping_") and f"{space}/grouping_<stat>" in glossary:
+        return glossary[f"{space}/grouping_<stat>"]
+    head, _, tail = rest.partition("_")
+    if head in STAT_PREFIXES:
+        for pattern in (f"{space}/<role>_{tail}", f"{space}/<adapter>_{tail}", f"{space}/{head}_<stat>"):
+            if pattern in glossary:
+                return glossary[pattern]
     raise KeyError(f"step metric {name!r} has no glossary entry")
 
 

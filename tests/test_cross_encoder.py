@@ -220,8 +220,8 @@ def test_cosearch_trains_the_cross_encoder_with_grpo_and_resumes_it_from_a_check
     full.run()
     moved = [not torch.equal(a, p) for a, p in zip(start, full.scorer.parameters())]
     assert any(moved), "GRPO left the cross-encoder where it started: the resume check below would prove nothing"
-    assert full.step == 2 and "scorer_grad_norm" in full.frame()
-    assert full.frame()["ranker_n_forwarded"].sum() > 0  # the cross-encoder got gradient
+    assert full.step == 2 and "loss/scorer_grad_norm" in full.frame()
+    assert full.frame()["loss/ranker_n_forwarded"].sum() > 0  # the cross-encoder got gradient
     assert all(describe_step_metric(c) for c in full.frame().columns)  # every column documented
     ckpt = latest_checkpoint(tmp_path / "full")
     assert (ckpt / "adapters" / "scorer" / "cross_encoder.json").exists()
@@ -231,7 +231,7 @@ def test_cosearch_trains_the_cross_encoder_with_grpo_and_resumes_it_from_a_check
     resumed = built(tmp_path / "half")
     resumed.load_checkpoint()
     resumed.run()
-    cols = ["agent_reward", "hit@K", "ranker_reward_pre", "ranker_loss"]
+    cols = ["rollout/agent_reward", "ranker/hit@K", "ranker/reward_pre", "loss/ranker_loss"]
     assert resumed.frame()[cols].equals(full.frame()[cols])
     for a, b in zip(resumed.scorer.parameters(), full.scorer.parameters()):
         assert torch.equal(a, b)

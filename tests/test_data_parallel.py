@@ -399,11 +399,11 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
 
     assert json.loads((two / "train.run.json").read_text())["world_size"] == 2
     a, b = (pd.read_csv(run / "training" / "cosearch" / "steps.csv") for run in (one, two))
-    assert len(a) == 1 and a["val_f1"].notna().all()
+    assert len(a) == 1 and a["val/f1"].notna().all()
     assert_same_records(a.to_dict("records"), b.to_dict("records"))
     va, vb = (pd.read_csv(run / "training" / "cosearch" / "validation.csv") for run in (one, two))
     pd.testing.assert_frame_equal(va, vb)  # the ranks' validation shares, gathered back in one process's order
-    assert (a["agent_n_forwarded"] > 0).all() and (a["ranker_n_forwarded"] > 0).all()  # both roles updated
+    assert (a["loss/agent_n_forwarded"] > 0).all() and (a["loss/ranker_n_forwarded"] > 0).all()  # both roles updated
     wa, wb = _adapters(one / "training" / "cosearch"), _adapters(two / "training" / "cosearch")
     assert {k.split("/")[0] for k in wa} == {"agent", "ranker"}
     assert_same_adapters_close(wa, wb)

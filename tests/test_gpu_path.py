@@ -310,7 +310,7 @@ def test_trainer_registers_the_adapters_then_re_registers_exactly_the_updated_on
     for name, _, weights in new:
         assert same(weights, adapter_weights(model, name))  # the folder holds the updated weights
         assert not same(weights, before[name])
-    assert rec["sync_s"] > 0 and rec["step_s"] >= rec["update_s"] + rec["sync_s"]  # the re-registration was timed
+    assert rec["time/sync_s"] > 0 and rec["time/step_s"] >= rec["time/update_s"] + rec["time/sync_s"]  # the re-registration was timed
 
 
 def test_resumed_trainer_registers_the_checkpoint_weights_before_rolling_out(tok, tmp_path):
@@ -333,7 +333,7 @@ def test_transformers_path_registers_nothing(tok, tmp_path):
     t = _trainer(tok, lora_model(tiny_model(tok), {"agent": None, "ranker": None}, LORA), tmp_path / "run",
                  ScriptedBackend(tok, script))
     rec = t.train_step()
-    assert not t.served.enabled and "sync_s" not in rec and not (tmp_path / "run" / "live_adapters").exists()
+    assert not t.served.enabled and "time/sync_s" not in rec and not (tmp_path / "run" / "live_adapters").exists()
 
 
 def test_build_trainer_uses_the_generation_backend_of_the_policy_model(tok, tmp_path, monkeypatch):

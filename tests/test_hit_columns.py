@@ -50,5 +50,5 @@ def test_old_hit_columns_are_read_under_todays_names():
 
 
 def test_every_hit_column_has_a_glossary_entry():
-    for name in ("val_ranker_hit@1", "val_ranker_hit@3", "val_ranker_hit@K", "hit@K"):
+    for name in ("val/ranker_hit@1", "val/ranker_hit@3", "val/ranker_hit@K", "ranker/hit@K"):
         assert describe_step_metric(name)

@@ -134,18 +134,18 @@ def _check_notebook_03_on_ci(runs: Path, figs: Path, evaluated: bool = True, n_s
     nb = nbformat.read(runs / "03_joint_grpo_training.ipynb", as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     steps = pd.read_csv(runs / "training" / "cosearch" / "steps.csv")
-    assert steps["step"].tolist() == list(range(n_steps)) and (steps["n_trajectories"] == 4).all()  # 1 question x G=4
-    assert steps["agent_reward"].between(-0.2, 1).all()  # Eq. 4: -alpha for a broken protocol, else F1
-    searched = steps["n_ranker_calls"] > 0  # hit@K exists exactly when the agent searched
-    assert steps.loc[searched, "hit@K"].between(0, 1).all() and steps.loc[~searched, "hit@K"].isna().all()
-    assert steps["val_f1"].isna().tolist() == [True] * (n_steps - 1) + [False]  # ci's eval_every=2: after the last step only
+    assert steps["step"].tolist() == list(range(n_steps)) and (steps["rollout/n_trajectories"] == 4).all()  # 1 question x G=4
+    assert steps["rollout/agent_reward"].between(-0.2, 1).all()  # Eq. 4: -alpha for a broken protocol, else F1
+    searched = steps["ranker/n_calls"] > 0  # hit@K exists exactly when the agent searched
+    assert steps.loc[searched, "ranker/hit@K"].between(0, 1).all() and steps.loc[~searched, "ranker/hit@K"].isna().all()
+    assert steps["val/f1"].isna().tolist() == [True] * (n_steps - 1) + [False]  # ci's eval_every=2: after the last step only
     assert all(describe_step_metric(c) for c in steps.columns) and STEP_GLOSSARY
     ckpts = sorted((runs / "training" / "cosearch" / "checkpoints").iterdir())
     assert [c.name for c in ckpts] == [f"step_{n_steps:06d}"]  # keep_checkpoints=1
     assert {p.name for p in (ckpts[0] / "adapters").iterdir()} == {"agent", "ranker"}
     # ci trains for real: the warm start moved both adapters off the base model (lora_B != 0), both
     # roles had non-zero advantages in some step, and GRPO moved both adapters off the warm start
-    assert (steps["agent_n_forwarded"] > 0).any() and (steps["ranker_n_forwarded"] > 0).any(), steps.to_string()
+    assert (steps["loss/agent_n_forwarded"] > 0).any() and (steps["loss/ranker_n_forwarded"] > 0).any(), steps.to_string()
     warm = warmstart_dir(load_profile("ci"))
     for adapter in ("agent", "ranker"):
         assert lora_b_max_abs(warm / adapter) > 0, adapter

@@ -112,18 +112,18 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
     assert train["world_size"] == 2 and train["retriever"] == url
     for method in ("cosearch",):
         steps = pd.read_csv(out / "training" / method / "steps.csv")
-        assert steps["n_trajectories"].tolist() == [cfg.training.questions_per_step * 8]  # G = 8, the paper's
+        assert steps["rollout/n_trajectories"].tolist() == [cfg.training.questions_per_step * 8]  # G = 8, the paper's
         # each rank's vLLM engine: the adapters registered again after the update, the old log-probs
         # recomputed by the trainer (a ratio of exactly 1 before the update), the agent's weights moved
-        assert steps["sync_s"].notna().all() and (steps["agent_n_forwarded"] > 0).all()
-        assert (steps["agent_ratio_outside_clip"] == 0).all()
+        assert steps["time/sync_s"].notna().all() and (steps["loss/agent_n_forwarded"] > 0).all()
+        assert (steps["loss/agent_ratio_outside_clip"] == 0).all()
         last = sorted((out / "training" / method / "checkpoints").iterdir())[-1] / "adapters"
         assert adapter_change(warmstart_dir(cfg) / "agent", last / "agent")["changed"] > 0
-    assert steps["n_ranker_calls"].iloc[0] > 0  # CoSearch's ranker was called on the N candidates and scored
+    assert steps["ranker/n_calls"].iloc[0] > 0  # CoSearch's ranker was called on the N candidates and scored
     # the validation after the last step (paper's eval_every), shared by the 2 ranks and gathered: one
     # test question per benchmark (training.val_per_dataset), the paper's val_split
     validation = pd.read_csv(out / "training" / "cosearch" / "validation.csv")
-    assert steps["val_f1"].notna().all() and set(validation["step"]) == {0}  # the step record it joins
+    assert steps["val/f1"].notna().all() and set(validation["step"]) == {0}  # the step record it joins
     assert (validation["kind"] == "agent").sum() == 7 and validation.loc[validation["kind"] == "agent", "question_id"].is_unique
     # the Fixed Ranker was relevance-trained on the prepared set (world questions of the NQ family), by
     # `cosearch evaluate` before its ranks started, whose notebook-02 method agent_fixed_ranker reads it

@@ -47,7 +47,7 @@ def drawn_labels(fig) -> set[str]:
 
 
 def test_an_empty_panel_says_why_and_keeps_no_ticks():
-    fig = plot_training_curves(pd.DataFrame(columns=["step", "method", "agent_reward"]))
+    fig = plot_training_curves(pd.DataFrame(columns=["step", "method", "rollout/agent_reward"]))
     assert not has_data(fig)
     for ax in fig.axes:
         assert no_data_texts(ax) == ["no data: no step records"]
@@ -56,8 +56,8 @@ def test_an_empty_panel_says_why_and_keeps_no_ticks():
 
 
 def test_one_step_gets_whole_ticks_and_one_shared_range():
-    steps = pd.DataFrame([{"step": 0, "method": "cosearch", "agent_reward": 0.5, "hit@K": np.nan,
-                           "searches_per_traj": 1.0}])
+    steps = pd.DataFrame([{"step": 0, "method": "cosearch", "rollout/agent_reward": 0.5, "ranker/hit@K": np.nan,
+                           "rollout/searches_per_traj": 1.0}])
     fig = plot_training_curves(steps)
     reward, hit5, searches = fig.axes
     assert no_data_texts(hit5) == ["no data: not logged in these step records"]  # all NaN: not an empty axis
@@ -68,7 +68,7 @@ def test_one_step_gets_whole_ticks_and_one_shared_range():
 
 
 def test_fig2_without_validation_or_step_metrics_says_so_and_shares_whole_steps():
-    steps = pd.DataFrame([{"step": s, "method": m, "hit@K": np.nan, "searches_per_traj": 1.0 + s}
+    steps = pd.DataFrame([{"step": s, "method": m, "ranker/hit@K": np.nan, "rollout/searches_per_traj": 1.0 + s}
                           for m in ("search_r1", "cosearch") for s in (0, 1)])
     fig = plot_fig2(pd.DataFrame(columns=["method", "x", "estimate", "ci_low", "ci_high"]), steps)
     val, hit5, searches = fig.axes
@@ -85,7 +85,7 @@ def test_ranker_dynamics_without_rewarded_calls_draw_no_empty_panels_and_no_lege
     assert not has_data(fig) and legend_labels(fig) == []
     assert all(no_data_texts(ax) == ["no data: no ranker calls were rewarded"] for ax in fig.axes)
     assert all(not list(ax.get_xticks()) for ax in fig.axes)  # no "-0.045-0.030..." run together
-    pre_only = nan.assign(ranker_main_pre=[0.1, 0.2, 0.3, 0.4])
+    pre_only = nan.assign(**{"ranker/main_pre": [0.1, 0.2, 0.3, 0.4]})
     fig = plot_ranker_dynamics(pre_only)
     assert legend_labels(fig) == ["pre-filter"]  # the post-filter line is not drawn, so not named
     assert [line.get_label() for line in fig.axes[0].get_lines()] == ["pre-filter"]
@@ -95,7 +95,7 @@ def test_ranker_dynamics_without_rewarded_calls_draw_no_empty_panels_and_no_lege
     fig.canvas.draw()  # the note and the legend do not overlap
     assert not note[0].get_window_extent().overlaps(fig.legends[0].get_window_extent())
     assert all(not note[0].get_window_extent().overlaps(ax.get_window_extent()) for ax in fig.axes)
-    both = pre_only.assign(ranker_main_post=[np.nan, 0.2, np.nan, np.nan])  # one step kept a group
+    both = pre_only.assign(**{"ranker/main_post": [np.nan, 0.2, np.nan, np.nan]})  # one step kept a group
     fig = plot_ranker_dynamics(both)
     assert legend_labels(fig) == ["post-filter", "pre-filter"]
     assert not any(t.get_text().startswith("no post-filter point") for t in fig.texts)
@@ -214,17 +214,17 @@ def test_grpo_signal_draws_mean_and_best_of_g_and_a_rolling_mean_once_a_run_is_l
     from cosearch_lib.viz.grpo_signal import plot_grpo_signal
 
     rng = np.random.default_rng(0)
-    long = pd.DataFrame([{"method": "search_r1", "step": s, "agent_f1": rng.random() / 2, "agent_best_of_g_f1": 0.5 + rng.random() / 2,
-                          "agent_groups_without_signal": rng.random(), "agent_entropy": 0.1 * rng.random()} for s in range(25)])
-    short = pd.DataFrame([{"method": "cosearch", "step": s, "agent_f1": 0.1, "agent_best_of_g_f1": 0.3} for s in range(3)])
-    fig = plot_grpo_signal(pd.concat([pd.DataFrame([{"method": "search_r1", "step": -1, "val_f1": 0.1}]), long, short]))
+    long = pd.DataFrame([{"method": "search_r1", "step": s, "rollout/agent_f1": rng.random() / 2, "rollout/agent_best_of_g_f1": 0.5 + rng.random() / 2,
+                          "rollout/agent_groups_without_signal": rng.random(), "rollout/agent_entropy": 0.1 * rng.random()} for s in range(25)])
+    short = pd.DataFrame([{"method": "cosearch", "step": s, "rollout/agent_f1": 0.1, "rollout/agent_best_of_g_f1": 0.3} for s in range(3)])
+    fig = plot_grpo_signal(pd.concat([pd.DataFrame([{"method": "search_r1", "step": -1, "val/f1": 0.1}]), long, short]))
     f1_ax, share_ax, entropy_ax = fig.axes
     labels = [line.get_label() for line in f1_ax.get_lines() if not line.get_label().startswith("_")]
     assert labels == ["search_r1: mean of G (10-step mean)", "search_r1: best of G (10-step mean)",
                       "cosearch: mean of G", "cosearch: best of G"]
     rolled = next(line for line in f1_ax.get_lines() if line.get_label() == "search_r1: best of G (10-step mean)")
     y = np.asarray(rolled.get_ydata(), dtype=float)
-    assert np.isnan(y[:9]).all() and y[9] == pytest.approx(long["agent_best_of_g_f1"][:10].mean())
+    assert np.isnan(y[:9]).all() and y[9] == pytest.approx(long["rollout/agent_best_of_g_f1"][:10].mean())
     assert list(np.asarray(rolled.get_xdata())[:2]) == [1, 2]  # steps completed; the step -1 row is left out
     assert [line.get_label() for line in share_ax.get_lines() if not line.get_label().startswith("_")] == \
         ["search_r1 (10-step mean)"]  # cosearch logged no share: nothing drawn for it

@@ -74,6 +74,6 @@ def test_every_reader_of_records_gives_todays_names_for_a_run_written_before_the
     path = ROOT / "docs/log_records/2026-11-28-issue48-third-session/cosearch_steps.csv"
     assert "cross_encoder_grad_norm" in path.read_text().splitlines()[0]
     table = read_any_table(path)
-    assert {"scorer_grad_norm", "scorer_update_s"} <= set(table.columns)
+    assert {"loss/scorer_grad_norm", "time/scorer_update_s"} <= set(table.columns)
     assert not [c for c in table.columns if c.startswith("cross_encoder")]
-    assert table["scorer_grad_norm"].notna().any() and set(table["method"]) == {"cosearch"}
+    assert table["loss/scorer_grad_norm"].notna().any() and set(table["method"]) == {"cosearch"}

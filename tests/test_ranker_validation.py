@@ -11,7 +11,7 @@ import pytest
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.records.training_runs import read_validation
 from cosearch_lib.rl.ranker_validation import GoldSubQuery, gold_sub_queries, ranker_validation_columns
-from cosearch_lib.run_schema import VALIDATION_COLUMNS, describe_step_metric
+from cosearch_lib.run_schema import VALIDATION_COLUMNS, describe_step_metric, step_metric_name
 from cosearch_lib.viz.plots import TRAINING_PANELS, plot_training_curves
 
 from tests.doubles import tiny_model, trainer
@@ -108,16 +108,17 @@ def test_step_records_carry_the_validation_at_the_eval_steps_and_at_step_minus_o
                 val_questions=VAL_QUESTIONS)
     frame = t.run()
     assert frame["step"].tolist() == [-1, 0, 1, 2]
-    validated = frame[["val_f1", *ranker_validation_columns(t.ranker_validation.hits)]].notna().all(axis=1).tolist()
+    validation_columns = ["val/f1", "val/ranker_hit@1", "val/ranker_hit@K", "val/ranker_valid_rate"]  # K = 3
+    validated = frame[validation_columns].notna().all(axis=1).tolist()
     assert validated == [True, False, True, True]  # start, after step 2 (eval_every) and after the last
-    assert frame["val_ranker_hit@1"].dropna().tolist() == pytest.approx([1 / 5] * 3)
+    assert frame["val/ranker_hit@1"].dropna().tolist() == pytest.approx([1 / 5] * 3)
     start = t.records[0]
-    assert set(start) == {"step", "method", "val_f1", *ranker_validation_columns(t.ranker_validation.hits)} and start["method"] == "search_r1"
+    assert set(start) == {"step", "method", *validation_columns} and start["method"] == "search_r1"
     for record in t.records:
         for key in record:
             assert describe_step_metric(key)
     # the training-curve plot (x = steps completed = step + 1) puts the starting point at 0
-    fig = plot_training_curves(frame, panels=(*TRAINING_PANELS, ("val_f1", "validation avg F1")))
+    fig = plot_training_curves(frame, panels=(*TRAINING_PANELS, ("val/f1", "validation avg F1")))
     val_axis = next(ax for ax in fig.axes if ax.get_title() == "validation avg F1")
     assert list(val_axis.lines[0].get_xdata()) == [0, 2, 3]
     reward_axis = next(ax for ax in fig.axes if ax.get_title().startswith("agent reward"))
@@ -155,9 +156,9 @@ def test_validation_items_add_up_to_the_step_columns_and_survive_a_checkpoint(to
         assert dict(zip(ranker["question_id"], ranker["dataset"]))["q3/question"] == "syn_popqa"
         record = frame[frame["step"] == step].iloc[0]
         # val_f1 is the macro average over families of the agent rows; Hit@k the plain mean of the ranker rows
-        assert record["val_f1"] == pytest.approx(agent.groupby("dataset")["f1"].mean().mean())
+        assert record["val/f1"] == pytest.approx(agent.groupby("dataset")["f1"].mean().mean())
         for hit in ("hit@1", "hit@K"):  # K = 3
-            assert record[f"val_ranker_{hit}"] == pytest.approx(ranker[hit].mean())
+            assert record[f"val/ranker_{hit}"] == pytest.approx(ranker[hit].mean())
         assert ranker["hit@1"].tolist() == pytest.approx([1, 0, 1, 0, 0])  # the scripted ranking, by hand above
     on_disk = read_validation(tmp_path.parent, [tmp_path.name])
     assert len(on_disk) == len(items) and on_disk["f1"].sum() == pytest.approx(items["f1"].sum())
@@ -201,9 +202,10 @@ def test_a_stop_signal_during_the_start_validation_finishes_the_first_step_and_c
 
 
 def test_records_of_a_checkpoint_written_before_the_hit_at_k_rename_resume_under_todays_names(tok, tmp_path, monkeypatch):
-    """A checkpoint whose records still say ``hit@5`` (before the step column was named for K)
-    resumes with ``hit@K`` only: steps.csv then has one column for it, not two. It is also older
-    than the run identity (``state["run"]``): its method and seed are read from its config."""
+    """A checkpoint whose records still say ``hit@5`` (before the step column was named for K) and
+    carry flat metric keys (before the namespaces) resumes under today's names only: steps.csv then
+    has one column for each, not two. It is also older than the run identity (``state["run"]``): its
+    method and seed are read from its config."""
     import cosearch_lib.rl.run_protocol as protocol_mod
 
     t = trainer(tok, tiny_model(tok), tmp_path, method="cosearch", steps=2)
@@ -212,9 +214,13 @@ def test_records_of_a_checkpoint_written_before_the_hit_at_k_rename_resume_under
 
     def old_names(path):
         state = real_load(path)
-        rename = lambda r: {("hit@5" if k == "hit@K" else k): v for k, v in r.items()}  # noqa: E731
-        return {**{k: v for k, v in state.items() if k != "run"}, "records": [rename(r) for r in state["records"]],
-                "call_records": [rename(r) for r in state["call_records"]]}
+        flat = {new: old for old, new in {"hit@5": "ranker/hit@K", **{old: step_metric_name(old) for r in ("agent", "ranker")
+                                   for old in (f"{r}_n_forwarded", f"{r}_loss", f"{r}_kl", "agent_reward", "n_ranker_calls",
+                                               "val_f1", "rollout_s", "step_s", "update_s", "grouping_n_groups_post")}}.items()}
+        step = lambda r: {flat.get(k, k): v for k, v in r.items()}  # noqa: E731
+        call = lambda r: {("hit@5" if k == "hit@K" else k): v for k, v in r.items()}  # noqa: E731
+        return {**{k: v for k, v in state.items() if k != "run"}, "records": [step(r) for r in state["records"]],
+                "call_records": [call(r) for r in state["call_records"]]}
 
     monkeypatch.setattr(protocol_mod, "load_state", old_names)
     with pytest.raises(ValueError, match="of method 'cosearch', not 'oracle'"):
@@ -223,5 +229,6 @@ def test_records_of_a_checkpoint_written_before_the_hit_at_k_rename_resume_under
     assert again.load_checkpoint() == 1
     again.run()
     frame, calls = again.frame(), again.calls_frame()
-    assert "hit@5" not in frame and frame["hit@K"].notna().all() and len(frame) == 2
+    assert set(frame.columns) == set(t.frame().columns) and not [c for c in frame if "/" not in c and c not in ("step", "method")]
+    assert "hit@5" not in frame and frame["ranker/hit@K"].notna().all() and len(frame) == 2
     assert "hit@5" not in calls and calls["hit@K"].notna().all()

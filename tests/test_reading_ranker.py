@@ -286,7 +286,7 @@ def test_cosearch_trains_the_llm_judge_with_grpo_and_resumes_it_from_a_checkpoin
     start = tiny_judge(tok).state_dict()
     full = built(tmp_path / "full")
     full.run()
-    assert full.frame()["ranker_n_forwarded"].sum() > 0  # the judge got gradient ...
+    assert full.frame()["loss/ranker_n_forwarded"].sum() > 0  # the judge got gradient ...
     end = full.scorer.state_dict()
     assert set(end) == set(start) and all("lora_" in k for k in end)  # (a checkpoint keeps the adapter only)
     assert any(not torch.equal(start[k], end[k]) for k in end)  # ... and its adapter moved
@@ -297,6 +297,6 @@ def test_cosearch_trains_the_llm_judge_with_grpo_and_resumes_it_from_a_checkpoin
     resumed = built(tmp_path / "half")
     resumed.load_checkpoint()
     resumed.run()
-    cols = ["agent_reward", "hit@K", "ranker_reward_pre", "ranker_loss"]
+    cols = ["rollout/agent_reward", "ranker/hit@K", "ranker/reward_pre", "loss/ranker_loss"]
     assert resumed.frame()[cols].equals(full.frame()[cols])
     assert all(torch.equal(a, end[k]) for k, a in resumed.scorer.state_dict().items())

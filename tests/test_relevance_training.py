@@ -29,7 +29,7 @@ from cosearch_lib.models.lora_policies import PolicySet, adapter_parameters, lor
 from cosearch_lib.records.ranker_quality import read_relevance_run, relevance_endpoints
 from cosearch_lib.rl.ranker_validation import gold_sub_queries
 from cosearch_lib.rl.relevance_training import RELEVANCE_METHOD, RelevanceInputs, RelevanceTrainer, ranking_items
-from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, VALIDATION_COLUMNS, hit_pattern_of, latest_checkpoint
+from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, VALIDATION_COLUMNS, describe_step_metric, latest_checkpoint
 
 from tests.doubles import CORPUS, LORA, FixedRetriever, ScriptedBackend, tiny_model
 
@@ -121,15 +121,15 @@ def test_a_step_scores_each_sample_groups_by_prompt_and_moves_only_the_ranker(to
     before = weights(t)
     rec = t.train_step()
     # per prompt: samples 0, 2 show the answer first (r_rel 1), sample 1 shows none (0), sample 3 is invalid (-0.2)
-    assert rec["n_prompts"] == 2 and rec["n_samples"] == 8
-    assert rec["reward"] == pytest.approx((1 + 0 + 1 - 0.2) / 4)
-    assert rec["hit@1"] == pytest.approx(0.5) and rec["valid_rate"] == pytest.approx(0.75)
-    assert rec["groups_with_signal"] == 2 and rec["ranker_n_forwarded"] == 8
+    assert rec["ranker/n_prompts"] == 2 and rec["ranker/n_samples"] == 8
+    assert rec["ranker/reward"] == pytest.approx((1 + 0 + 1 - 0.2) / 4)
+    assert rec["ranker/hit@1"] == pytest.approx(0.5) and rec["ranker/valid_rate"] == pytest.approx(0.75)
+    assert rec["ranker/groups_with_signal"] == 2 and rec["loss/ranker_n_forwarded"] == 8
     now = dict(t.policies.model.named_parameters())
     assert any(not torch.equal(v, now[n]) for n, v in before.items())
     assert all(torch.equal(v, now[n]) for n, v in base.items())
     for key in rec:  # every column is documented
-        assert key in RELEVANCE_STEP_GLOSSARY or hit_pattern_of(key) in RELEVANCE_STEP_GLOSSARY or (key.startswith("ranker_") and "ranker_<stat>" in RELEVANCE_STEP_GLOSSARY)
+        assert describe_step_metric(key, RELEVANCE_STEP_GLOSSARY)
 
 
 def test_the_relevance_update_runs_with_the_profiles_training_knobs_and_its_own_loss(tok, tmp_path, monkeypatch):
@@ -165,14 +165,14 @@ def test_an_unpenalised_invalid_output_scores_its_retriever_fallback(tok, tmp_pa
     # sample 3 falls back to the retriever's top-2, [1] and [2]: mean Hit@{1,3,5} is 2/3 for t1/hop1 (answer
     # in [2]), 0 for the others (answers in [3] and [5])
     fallback = {"t1/hop0": 0.0, "t1/hop1": 2 / 3, "t2/hop0": 0.0}
-    assert rec["reward"] == pytest.approx(sum(2 + fallback[i] for i in items) / 8)
+    assert rec["ranker/reward"] == pytest.approx(sum(2 + fallback[i] for i in items) / 8)
 
 
 def test_validation_rows_before_the_first_update_and_after_each_due_step(tok, tmp_path):
     t = relevance_trainer(tok, tmp_path, steps=2)
     frame = t.run()
     assert list(frame["step"]) == [-1, 0, 1]
-    assert frame["val_ranker_hit@1"].tolist() == [1.0, 1.0, 1.0]  # the scripted greedy ranking finds Drask
+    assert frame["val/ranker_hit@1"].tolist() == [1.0, 1.0, 1.0]  # the scripted greedy ranking finds Drask
     val = t.validation_frame()
     assert list(val.columns) == list(VALIDATION_COLUMNS)
     assert set(val["method"]) == {RELEVANCE_METHOD} and sorted(val["step"].unique()) == [-1, 0, 1]

@@ -33,9 +33,9 @@ def eval_records() -> pd.DataFrame:
 
 
 def steps() -> pd.DataFrame:
-    cols = ("ranker_main_pre", "ranker_main_post", "r_rel_pre", "r_rel_post", "ranker_reward_pre", "ranker_reward_post",
-            "grouping_mean_group_size_pre", "grouping_mean_group_size_post")
-    return pd.DataFrame([{"method": "cosearch", "step": s, "agent_reward": 0.1 * s, "hit@K": 0.5, "searches_per_traj": 1.0,
+    cols = ("ranker/main_pre", "ranker/main_post", "ranker/r_rel_pre", "ranker/r_rel_post", "ranker/reward_pre", "ranker/reward_post",
+            "ranker/grouping_mean_group_size_pre", "ranker/grouping_mean_group_size_post")
+    return pd.DataFrame([{"method": "cosearch", "step": s, "rollout/agent_reward": 0.1 * s, "ranker/hit@K": 0.5, "rollout/searches_per_traj": 1.0,
                           **dict.fromkeys(cols, 0.5)} for s in range(3)])
 
 

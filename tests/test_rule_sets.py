@@ -336,7 +336,7 @@ def test_a_joint_training_step_under_the_released_set_uses_its_rules(tok, tmp_pa
         assert t.ranker.output_protocol == rules.ranker_output and t.engine.cfg.rules is rules
         records[rules.name] = t.train_step()
         calls[rules.name] = t.calls_frame()
-        assert records[rules.name]["n_ranker_calls"] == len(calls[rules.name]) > 0
+        assert records[rules.name]["ranker/n_calls"] == len(calls[rules.name]) > 0
     paper, released = (calls[n].set_index(["traj_id", "turn"]) for n in ("paper", "released"))
     two_thirds = paper["r_rel"].sub(2 / 3).abs() < 1e-12
     assert two_thirds.any() and (paper.loc[two_thirds, "r_main"] == 1).all()

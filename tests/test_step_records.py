@@ -29,8 +29,8 @@ def test_step_record_says_how_much_better_a_groups_best_is_and_which_groups_carr
     cfg = TrainConfig(method="search_r1", group_size=2, questions_per_step=2)
     rewards = reward_rollouts(trajs, cfg)
     record = step_record(0, "search_r1", rewards, group_rollouts(rewards, cfg, PAPER_RULES), {})
-    assert record["agent_f1"] == pytest.approx(0.25)  # one right answer among four
-    assert record["agent_best_of_g_f1"] == pytest.approx(0.5)  # q1's best is right, q2 has none
-    assert record["agent_groups_without_signal"] == pytest.approx(0.5)  # q2's two rewards are equal
-    assert record["agent_entropy"] == pytest.approx((1 + 3 + 2 + 0.5 + 0.5 + 0.5) / 6)  # sampled tokens only
-    assert math.isnan(record["ranker_entropy"])  # no search call, nothing the ranker sampled
+    assert record["rollout/agent_f1"] == pytest.approx(0.25)  # one right answer among four
+    assert record["rollout/agent_best_of_g_f1"] == pytest.approx(0.5)  # q1's best is right, q2 has none
+    assert record["rollout/agent_groups_without_signal"] == pytest.approx(0.5)  # q2's two rewards are equal
+    assert record["rollout/agent_entropy"] == pytest.approx((1 + 3 + 2 + 0.5 + 0.5 + 0.5) / 6)  # sampled tokens only
+    assert math.isnan(record["ranker/entropy"])  # no search call, nothing the ranker sampled

@@ -153,7 +153,7 @@ def test_trainer_logs_each_step_record_and_closes_at_the_end_of_run(tok, tmp_pat
         logged = {c[1]: c[2] for c in calls if c[0] == "add_scalar" and c[3] == record["step"] + 1}
         expected = {k: float(v) for k, v in record.items()
                     if k not in ("step", "method") and not (isinstance(v, float) and math.isnan(v))}
-        assert logged == expected and "agent_reward" in logged
+        assert logged == expected and "rollout/agent_reward" in logged
     assert len(frame) == 2 and t.tracker is None
 
 

@@ -297,6 +297,33 @@ def _mixed_length_sequences(lengths, seed=0):
                            [0.0] * 3 + (-torch.rand(n - 3, generator=g) * 3).tolist()) for n in lengths]
 
 
+def test_an_update_reads_its_statistics_back_at_its_end_whatever_its_micro_batches(tok, monkeypatch):
+    """Issue 49, item 9: the update's statistics stay tensors until it ends. The GRPO code
+    (rl.grpo_loss, rl.policy_update, rl.update_stats) reads back as many times with six micro-batches
+    as with one, and the numbers agree."""
+    import sys
+
+    rl_code = ("grpo_loss.py", "policy_update.py", "update_stats.py")
+    seqs, advs = _mixed_length_sequences([20, 6, 19, 7, 18, 5]), [1.0, -0.5, 0.7, 2.0, -1.5, -0.3]
+    reads, stats = {}, {}
+    for micro_batch in (1, 6):
+        reads[micro_batch] = []
+        with monkeypatch.context() as patched:
+            for name in ("item", "tolist", "__float__", "__int__", "__bool__", "cpu"):
+                def read(self, *a, _real=getattr(torch.Tensor, name), _name=name, _log=reads[micro_batch], **k):
+                    caller = sys._getframe(1).f_code.co_filename
+                    if caller.endswith(rl_code):
+                        _log.append((_name, caller.rsplit("/", 1)[-1]))
+                    return _real(self, *a, **k)
+                patched.setattr(torch.Tensor, name, read)
+            stats[micro_batch], _, _ = _recorded_update(tok, seqs, advs, micro_batch=micro_batch, length_grouped=False,
+                                                        kl_coef=0.05)
+    assert len(reads[1]) == len(reads[6]) and len(reads[1]) <= 3, reads  # the tally's one read, the grad norms'
+    assert stats[1]["agent_n_forwarded"] == stats[6]["agent_n_forwarded"] == 6
+    for key in ("agent_loss", "agent_kl", "agent_ratio_mean", "agent_logp_drift_mean"):
+        assert stats[1][key] == pytest.approx(stats[6][key], rel=1e-5, abs=1e-7), key
+
+
 def test_micro_batches_longest_first_ties_in_given_order():
     lengths = {0: 5, 1: 9, 2: 5, 3: 12, 4: 9}
     assert micro_batches([0, 1, 2, 3, 4], lengths, 2, by_length=True) == [[3, 1], [4, 0], [2]]
@@ -391,14 +418,14 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     base, agent, ranker = snapshot(model), snapshot(model, "agent"), snapshot(model, "ranker")
     rec = t.train_step()
     assert changed(agent, model) and changed(ranker, model) and not changed(base, model)
-    assert rec["n_trajectories"] == 8 and rec["n_ranker_calls"] == 8
-    assert rec["agent_reward"] == pytest.approx(0.5)  # half the samples answer right (F1 1), half wrong (0)
-    assert rec["hit@K"] == pytest.approx(0.5) and rec["agent_format_ok"] == 1.0
-    assert rec["agent_n_forwarded"] == 8 and rec["ranker_n_forwarded"] > 0
-    assert rec["agent_pad_frac"] == 0.0 and rec["ranker_pad_frac"] == 0.0  # micro_batch 1: nothing to pad
+    assert rec["rollout/n_trajectories"] == 8 and rec["ranker/n_calls"] == 8
+    assert rec["rollout/agent_reward"] == pytest.approx(0.5)  # half the samples answer right (F1 1), half wrong (0)
+    assert rec["ranker/hit@K"] == pytest.approx(0.5) and rec["rollout/agent_format_ok"] == 1.0
+    assert rec["loss/agent_n_forwarded"] == 8 and rec["loss/ranker_n_forwarded"] > 0
+    assert rec["loss/agent_pad_frac"] == 0.0 and rec["loss/ranker_pad_frac"] == 0.0  # micro_batch 1: nothing to pad
     # the scripted rollout reports the model's own log-probs: the drift is measured, and ~0
-    assert 0 <= rec["agent_logp_drift_mean"] < 1e-4 and 0 <= rec["ranker_logp_drift_mean"] < 1e-4
-    assert rec["grouping_n_groups_post"] >= 1 and not math.isnan(rec["ranker_reward_post"])
+    assert 0 <= rec["loss/agent_logp_drift_mean"] < 1e-4 and 0 <= rec["loss/ranker_logp_drift_mean"] < 1e-4
+    assert rec["ranker/grouping_n_groups_post"] >= 1 and not math.isnan(rec["ranker/reward_post"])
     assert t.calls_frame()["group"].ge(0).any()
     from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
     from cosearch_lib.run_schema import describe_step_metric
@@ -436,9 +463,9 @@ def test_other_methods_train_the_agent_only(tok, tmp_path, method):
     rec = t.train_step()
     assert changed(agent, model)
     if frozen is not None:
-        assert not changed(frozen, model) and "ranker_n_forwarded" not in rec
+        assert not changed(frozen, model) and "loss/ranker_n_forwarded" not in rec
     if method == "oracle":
-        assert rec["hit@K"] == 1.0  # the oracle always shows the answer passage when one is among the N
+        assert rec["ranker/hit@K"] == 1.0  # the oracle always shows the answer passage when one is among the N
 
 
 def test_shared_backbone_trains_one_adapter_on_both_roles(tok, tmp_path):
@@ -446,7 +473,7 @@ def test_shared_backbone_trains_one_adapter_on_both_roles(tok, tmp_path):
     shared = snapshot(t.policies.model, "shared")
     rec = t.train_step()
     assert changed(shared, t.policies.model)
-    assert rec["agent_n_forwarded"] > 0 and rec["ranker_n_forwarded"] > 0 and "shared_grad_norm" in rec
+    assert rec["loss/agent_n_forwarded"] > 0 and rec["loss/ranker_n_forwarded"] > 0 and "loss/shared_grad_norm" in rec
 
 
 def _comparable(records):
@@ -596,6 +623,6 @@ def test_the_doubles_first_update_compares_the_model_with_itself(tok, tmp_path):
     assert not t.update_settings.recompute_old  # the old log-probs are the backend's: the model's own
     record = t.train_step()
     for role in ("agent", "ranker"):
-        assert record[f"{role}_logp_drift_mean"] < 1e-4  # the backend's log-probs are the trainer's, up to float sums
-        assert abs(record[f"{role}_ratio_mean"] - 1.0) < 1e-3, (role, record[f"{role}_ratio_mean"])
-        assert record[f"{role}_clip_frac"] == 0.0
+        assert record[f"loss/{role}_logp_drift_mean"] < 1e-4  # the backend's log-probs are the trainer's, up to float sums
+        assert abs(record[f"loss/{role}_ratio_mean"] - 1.0) < 1e-3, (role, record[f"loss/{role}_ratio_mean"])
+        assert record[f"loss/{role}_clip_frac"] == 0.0

@@ -22,11 +22,11 @@ from cosearch_lib.viz.plots import TRAINING_PANELS, plot_ranker_dynamics, plot_t
 
 def steps_frame(method, n=3, offset=0.0):
     return pd.DataFrame({
-        "step": range(n), "method": method, "agent_reward": [0.1 * i + offset for i in range(n)],
-        "hit@K": [0.5, 0.6, 0.7][:n], "searches_per_traj": [1.0, 1.5, 2.0][:n], "val_f1": [np.nan] * (n - 1) + [0.3],
-        "ranker_main_pre": [0.2] * n, "ranker_main_post": [0.25, np.nan, 0.3][:n], "r_rel_pre": [0.4] * n,
-        "r_rel_post": [0.5] * n, "ranker_reward_pre": [0.3] * n, "ranker_reward_post": [0.35] * n,
-        "grouping_mean_group_size_pre": [2.0] * n, "grouping_mean_group_size_post": [4.0, np.nan, 5.0][:n]})
+        "step": range(n), "method": method, "rollout/agent_reward": [0.1 * i + offset for i in range(n)],
+        "ranker/hit@K": [0.5, 0.6, 0.7][:n], "rollout/searches_per_traj": [1.0, 1.5, 2.0][:n], "val/f1": [np.nan] * (n - 1) + [0.3],
+        "ranker/main_pre": [0.2] * n, "ranker/main_post": [0.25, np.nan, 0.3][:n], "ranker/r_rel_pre": [0.4] * n,
+        "ranker/r_rel_post": [0.5] * n, "ranker/reward_pre": [0.3] * n, "ranker/reward_post": [0.35] * n,
+        "ranker/grouping_mean_group_size_pre": [2.0] * n, "ranker/grouping_mean_group_size_post": [4.0, np.nan, 5.0][:n]})
 
 
 def test_read_steps_concatenates_methods_in_method_order_and_names_what_is_missing(tmp_path):
@@ -35,7 +35,7 @@ def test_read_steps_concatenates_methods_in_method_order_and_names_what_is_missi
         steps_frame(method, offset=off).to_csv(tmp_path / method / "steps.csv", index=False)
     steps = read_steps(tmp_path)
     assert list(dict.fromkeys(steps["method"])) == ["search_r1", "cosearch"]  # METHODS order
-    assert steps.loc[steps["method"] == "search_r1", "agent_reward"].tolist() == pytest.approx([1.0, 1.1, 1.2])
+    assert steps.loc[steps["method"] == "search_r1", "rollout/agent_reward"].tolist() == pytest.approx([1.0, 1.1, 1.2])
     with pytest.raises(FileNotFoundError, match="oracle"):
         read_steps(tmp_path, ["oracle"])
     with pytest.raises(FileNotFoundError, match="any method"):
@@ -99,9 +99,9 @@ def test_training_curves_draw_one_line_per_method_and_val_f1_only_where_logged()
     assert list(lines["cosearch"].get_xdata()) == [1, 2, 3]
     assert list(lines["search_r1"].get_ydata()) == pytest.approx([1.0, 1.1, 1.2])
     assert all(tick == int(tick) for tick in reward_ax.get_xticks())  # steps are whole numbers
-    with_val = plot_training_curves(steps, panels=(*TRAINING_PANELS, ("val_f1", "validation avg F1")))
+    with_val = plot_training_curves(steps, panels=(*TRAINING_PANELS, ("val/f1", "validation avg F1")))
     assert [list(line.get_xdata()) for line in with_val.axes[3].get_lines()] == [[3], [3]]
-    no_val = plot_training_curves(steps.drop(columns="val_f1"), panels=(("val_f1", "validation avg F1"),))
+    no_val = plot_training_curves(steps.drop(columns="val/f1"), panels=(("val/f1", "validation avg F1"),))
     assert no_val.axes[0].texts[0].get_text() == "no data: not logged in these step records"
     assert not no_val.axes[0].get_lines() and not list(no_val.axes[0].get_xticks())
 

@@ -151,8 +151,8 @@ def test_results_section_lists_the_validation_comparisons():
 
 
 def steps_frame() -> pd.DataFrame:
-    rows = [{"method": "cosearch", "step": -1, "val_f1": 0.2}]
-    rows += [{"method": "cosearch", "step": s, "agent_reward": r, "searches_per_traj": n, "step_s": 100.0 + s}
+    rows = [{"method": "cosearch", "step": -1, "val/f1": 0.2}]
+    rows += [{"method": "cosearch", "step": s, "rollout/agent_reward": r, "rollout/searches_per_traj": n, "time/step_s": 100.0 + s}
              for s, (r, n) in enumerate([(0.1, 1.0), (0.2, 1.0), (0.3, 2.0), (0.5, 2.0), (0.6, 3.0), (0.7, 3.0)])]
     return pd.DataFrame(rows)
 
@@ -178,20 +178,20 @@ def test_training_summary_says_when_no_interval_excludes_zero():
 def test_grpo_signal_table_averages_the_first_and_last_steps_and_goes_under_the_learning_curves():
     from cosearch_lib.records.training_runs import grpo_signal_table
 
-    steps = pd.DataFrame([{"step": -1, "method": "cosearch", "val_f1": 0.2}]  # the validation-at-start row is no step
-                         + [{"step": s, "method": "cosearch", "agent_f1": 0.1 * s, "agent_best_of_g_f1": 0.2 + 0.1 * s,
-                             "agent_groups_without_signal": 0.5, "searches_per_traj": 2.0 - 0.1 * s,
-                             "grouping_n_groups_post": 10 + s} for s in range(6)]
-                         + [{"step": s, "method": "search_r1", "agent_f1": 0.3, "agent_best_of_g_f1": 0.5,
-                             "agent_groups_without_signal": 0.25, "searches_per_traj": 1.0} for s in range(3)])
+    steps = pd.DataFrame([{"step": -1, "method": "cosearch", "val/f1": 0.2}]  # the validation-at-start row is no step
+                         + [{"step": s, "method": "cosearch", "rollout/agent_f1": 0.1 * s, "rollout/agent_best_of_g_f1": 0.2 + 0.1 * s,
+                             "rollout/agent_groups_without_signal": 0.5, "rollout/searches_per_traj": 2.0 - 0.1 * s,
+                             "ranker/grouping_n_groups_post": 10 + s} for s in range(6)]
+                         + [{"step": s, "method": "search_r1", "rollout/agent_f1": 0.3, "rollout/agent_best_of_g_f1": 0.5,
+                             "rollout/agent_groups_without_signal": 0.25, "rollout/searches_per_traj": 1.0} for s in range(3)])
     table = grpo_signal_table(steps, ["search_r1", "cosearch"], span=2)
     rows = {(r["method"], r["part"]): r for r in table.to_dict(orient="records")}
     assert list(table["method"]) == ["search_r1"] * 3 + ["cosearch"] * 3
     first, last, every = rows["cosearch", "first"], rows["cosearch", "last"], rows["cosearch", "all"]
     assert (first["steps"], last["steps"], every["steps"]) == ("0-1", "4-5", "0-5")
-    assert first["agent_f1"] == pytest.approx(0.05) and last["agent_best_of_g_f1"] == pytest.approx(0.65)
-    assert every["grouping_n_groups_post"] == pytest.approx(12.5) and last["searches_per_traj"] == pytest.approx(1.55)
-    assert math.isnan(rows["search_r1", "all"]["grouping_n_groups_post"])  # no ranker trained: no groups column
+    assert first["rollout/agent_f1"] == pytest.approx(0.05) and last["rollout/agent_best_of_g_f1"] == pytest.approx(0.65)
+    assert every["ranker/grouping_n_groups_post"] == pytest.approx(12.5) and last["rollout/searches_per_traj"] == pytest.approx(1.55)
+    assert math.isnan(rows["search_r1", "all"]["ranker/grouping_n_groups_post"])  # no ranker trained: no groups column
     curve = learning_curve_table(frame(), ["search_r1", "cosearch"])
     text = "\n".join(_learning_curves({"learning_curves": {"agent": curve.round(4).to_dict(orient="records")},
                                        "grpo_signal": table.to_dict(orient="records")}))

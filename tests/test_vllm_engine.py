@@ -264,14 +264,14 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
     assert list(records.columns) == (columns := harness_config(load_profile("ci_vllm")).record_columns()) and list(dict.fromkeys(records["method"])) == baselines.split(",")
     steps = pd.read_csv(runs / "training" / "cosearch" / "steps.csv")
     assert steps["step"].tolist() == [0, 1] and all(describe_step_metric(c) for c in steps.columns)
-    assert steps["sync_s"].notna().all()  # both adapters re-registered with the engine after each update
+    assert steps["time/sync_s"].notna().all()  # both adapters re-registered with the engine after each update
     for role in ("agent", "ranker"):
-        forwarded = steps[f"{role}_n_forwarded"] > 0
+        forwarded = steps[f"loss/{role}_n_forwarded"] > 0
         assert forwarded.any(), steps.to_string()
         # bf16 engine against the fp32 trainer: a drift the records show, and a ratio of exactly 1
         # before the first step because the trainer recomputed the old log-probs (grpo.old_logprobs: auto)
-        assert (steps.loc[forwarded, f"{role}_logp_drift_mean"] > 0).all()
-        assert (steps.loc[forwarded, f"{role}_ratio_outside_clip"] == 0).all()
+        assert (steps.loc[forwarded, f"loss/{role}_logp_drift_mean"] > 0).all()
+        assert (steps.loc[forwarded, f"loss/{role}_ratio_outside_clip"] == 0).all()
     warm = warmstart_dir(load_profile("ci_vllm"))
     last = sorted((runs / "training" / "cosearch" / "checkpoints").iterdir())[-1] / "adapters"
     for adapter in ("agent", "ranker"):
@@ -279,7 +279,7 @@ def test_ci_profile_on_vllm_trains_and_evaluates_with_the_engine(tmp_path, monke
     evaluated = load_records(runs / "03_eval_records.parquet")
     assert list(evaluated.columns) == [*columns, "eval_method"]  # as on the transformers backend
     assert set(evaluated["method"]) == {"cosearch: after GRPO"}
-    assert "val_f1" not in steps or steps["val_f1"].isna().all()  # eval_every: 0
+    assert "val/f1" not in steps or steps["val/f1"].isna().all()  # eval_every: 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cosearch_lib.run_schema import under_current_names
+from cosearch_lib.run_schema import STEPS_FILE, step_table_under_current_names, under_current_names
 
 #: Columns that hold wall-clock measurements (``rollout_s``, ``wall_s``, ...): never reproducible.
 TIMING_COLUMNS = r"(^|_)s$|^wall_s$|_seconds$"
@@ -24,7 +24,8 @@ TABLE_SUFFIXES = (".csv", ".parquet")
 
 
 def read_any_table(path: str | Path) -> pd.DataFrame:
-    """A CSV or parquet table under today's names (``run_schema.under_current_names``), so that two
+    """A CSV or parquet table under today's names (``run_schema.under_current_names``; a ``steps.csv``:
+    ``step_table_under_current_names``, its metric keys namespaced), so that two
     runs of the same code before and after a rename compare equal."""
     path = Path(path)
     if path.suffix == ".parquet":
@@ -33,7 +34,7 @@ def read_any_table(path: str | Path) -> pd.DataFrame:
         table = pd.read_csv(path)
     else:
         raise ValueError(f"{path}: not a table (expected one of {TABLE_SUFFIXES})")
-    return under_current_names(table)
+    return step_table_under_current_names(table) if path.name.endswith(STEPS_FILE) else under_current_names(table)
 
 
 def find_tables(root: str | Path) -> list[str]:

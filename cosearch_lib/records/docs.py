@@ -33,7 +33,13 @@ from cosearch_lib.records.settings_page import render_method_page
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
 from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
 from cosearch_lib.rl.warm_start import WARMSTART_GLOSSARY
-from cosearch_lib.run_schema import RELEVANCE_STEP_GLOSSARY, STEP_GLOSSARY, VALIDATION_GLOSSARY, current_step_columns
+from cosearch_lib.run_schema import (
+    RELEVANCE_STEP_GLOSSARY,
+    STEP_GLOSSARY,
+    VALIDATION_GLOSSARY,
+    current_step_columns,
+    current_step_record,
+)
 
 #: (title, where the metric is written, glossary, the dict's home in the code)
 GLOSSARIES: tuple[tuple[str, str, Mapping[str, str], str], ...] = (
@@ -120,8 +126,8 @@ def _searches(m: dict) -> list[str]:
 
 
 #: Relevance-training step columns RESULTS.md shows (run_schema.RELEVANCE_STEP_GLOSSARY).
-RELEVANCE_SHOWN = ("step", "reward", "hit@1", "valid_rate", "groups_with_signal", "val_ranker_hit@1", "val_ranker_hit@K",
-                   "step_s")
+RELEVANCE_SHOWN = ("step", "ranker/reward", "ranker/hit@1", "ranker/valid_rate", "ranker/groups_with_signal",
+                   "val/ranker_hit@1", "val/ranker_hit@K", "time/step_s")
 #: Ranker-quality columns RESULTS.md shows (records.ranker_quality.quality_table).
 QUALITY_SHOWN = ("ranker", "n_items", "hit@1", "hit@1_low", "hit@1_high", "hit@3", "hit@K", "valid_rate")
 
@@ -135,8 +141,8 @@ def _ranker_quality(m: dict) -> list[str]:
     """The Fixed Ranker's relevance training and the ranker-quality table, when the run recorded them."""
     out = []
     rel = m.get("relevance")
-    if rel:  # records written before a column was renamed read under today's names
-        rel = {**rel, "steps": [current_step_columns(r) for r in rel["steps"]]}
+    if rel and not any("examples" in r for r in rel["steps"]):  # GRPO step records: under today's names
+        rel = {**rel, "steps": [current_step_record(r) for r in rel["steps"]]}
     if rel and any("examples" in r for r in rel["steps"]):  # a scoring ranker's listwise training (its curve)
         out += ["", f"The Fixed Ranker ({m.get('ranker_kind')}) trained listwise on the training split's gold hops: its "
                 "held-out Hit@1 (first pick) by lists trained:", "",
@@ -155,7 +161,7 @@ def _ranker_quality(m: dict) -> list[str]:
     if m.get("ranker_diagnostics"):
         out += ["", "The trained ranker's steps: semantic groups before and after the filters, the composite reward's "
                 "parts over all calls (pre) and the grouped ones (post), Hit@K of what the agent read:", "",
-                markdown_table(rows := [current_step_columns(r) for r in m["ranker_diagnostics"]], list(rows[0]))]
+                markdown_table(rows := [current_step_record(r) for r in m["ranker_diagnostics"]], list(rows[0]))]
     return out
 
 
@@ -163,7 +169,7 @@ def _section_03(m: dict) -> list[str]:
     out = [f"{m['steps']} GRPO step(s); rule set `{m.get('rules', 'paper')}`; answer F1 {describe_f1_metric(m.get('f1_metric'))}. "
            "Warm start:", "", _by_index(m["warmstart"], "role"),
            "", "First and last step records (columns: docs/METRICS.md):", "",
-           markdown_table([{"method": method, **{c: current_step_columns(rec).get(c) for c in STEP_COLUMNS}}
+           markdown_table([{"method": method, **{c: current_step_record(rec).get(c) for c in STEP_COLUMNS}}
                            for which in ("first", "last") for method, rec in m[which].items()], ["method", *STEP_COLUMNS]),
            "", "Warm start against the trained policies, answer F1 on test questions:", "",
            _by_index(m["eval_f1"], "policies")]
@@ -219,8 +225,8 @@ def _validation_comparisons(m: dict) -> list[str]:
 
 
 #: Columns of the GRPO-signal table RESULTS.md shows beside the learning curves (records.training_runs.grpo_signal_table).
-GRPO_SIGNAL_SHOWN = ("method", "part", "steps", "agent_f1", "agent_best_of_g_f1", "agent_groups_without_signal",
-                     "searches_per_traj", "grouping_n_groups_post")
+GRPO_SIGNAL_SHOWN = ("method", "part", "steps", "rollout/agent_f1", "rollout/agent_best_of_g_f1",
+                     "rollout/agent_groups_without_signal", "rollout/searches_per_traj", "ranker/grouping_n_groups_post")
 #: Columns of a learning-curve table RESULTS.md shows (records.training_runs.learning_curve_table).
 LEARNING_CURVE_SHOWN = ("method", "families", "start_step", "end_step", "start", "end", "diff", "ci_low", "ci_high",
                         "n_questions")
@@ -238,15 +244,17 @@ def _learning_curves(m: dict) -> list[str]:
                     "`all`, then `multi` (the multi-hop families alone):", "", markdown_table(rows, LEARNING_CURVE_SHOWN)]
     if m.get("grpo_signal") and out:
         out += ["", "What GRPO had to work with on the training questions (`records.training_runs.grpo_signal_table`): "
-                "the step records averaged over the first steps, the last steps and every step; `agent_f1` is the mean of "
-                "a question's G samples, `agent_best_of_g_f1` the best of them, `grouping_n_groups_post` the ranker groups "
-                "trained per step (CoSearch):", "", markdown_table(m["grpo_signal"], GRPO_SIGNAL_SHOWN)]
+                "the step records averaged over the first steps, the last steps and every step; `rollout/agent_f1` is the mean "
+                "of a question's G samples, `rollout/agent_best_of_g_f1` the best of them, `ranker/grouping_n_groups_post` "
+                "the ranker groups "
+                "trained per step (CoSearch):", "", markdown_table([current_step_record(r) for r in m["grpo_signal"]], GRPO_SIGNAL_SHOWN)]
     return out
 
 
 #: Step-record columns RESULTS.md shows (all of them are in docs/METRICS.md).
-STEP_COLUMNS = ("step", "agent_reward", "agent_f1", "agent_format_ok", "searches_per_traj", "n_ranker_calls", "hit@K",
-                "ranker_valid_rate", "grouping_n_groups_post", "val_f1", "rollout_s", "update_s", "step_s")
+STEP_COLUMNS = ("step", "rollout/agent_reward", "rollout/agent_f1", "rollout/agent_format_ok", "rollout/searches_per_traj",
+                "ranker/n_calls", "ranker/hit@K", "ranker/valid_rate", "ranker/grouping_n_groups_post", "val/f1",
+                "time/rollout_s", "time/update_s", "time/step_s")
 
 RESULT_SECTIONS = {"01_retriever_setup": ("Retriever (notebook 01)", _section_01),
             "02_oracle_gap_study": ("Oracle-gap study (notebook 02)", _section_02),

@@ -13,6 +13,7 @@ from typing import Any
 from cosearch_lib.eval.paper_reference import paper_table
 from cosearch_lib.eval.tables import AVG_COLUMNS
 from cosearch_lib.records.markdown_tables import markdown_table
+from cosearch_lib.run_schema import current_step_record
 
 #: The paper's findings among trained methods (experiment.before_after_pairs), as (a, b, what it measures).
 FINDINGS = (("oracle", "search_r1", "the oracle gap"), ("fixed_ranker", "search_r1", "Fixed Ranker - Retrieval Only"),
@@ -132,5 +133,5 @@ def _ceiling_rows(recorded: Sequence[tuple[str, dict]]) -> tuple[list[dict], lis
                      "verdict": verdict_label(c)} for c in m.get("ceiling") or []]
         power += [{**seed, **{k: r.get(k) for k in ("a", "b", "diff", "n_questions", "questions_needed")}}
                   for r in m.get("power") or []]
-        ranker_val += [{**seed, **r} for r in m.get("ranker_validation") or []]
+        ranker_val += [{**seed, **current_step_record(r)} for r in m.get("ranker_validation") or []]
     return ceiling, power, ranker_val

@@ -23,7 +23,14 @@ from cosearch_lib.config import SCORING_RANKER_KINDS
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval
 from cosearch_lib.eval.tables import comparison_table
 from cosearch_lib.records.training_runs import validation_curves
-from cosearch_lib.run_schema import STEPS_FILE, VALIDATION_COLUMNS, VALIDATION_FILE, hit_columns_in, under_current_names
+from cosearch_lib.run_schema import (
+    STEPS_FILE,
+    VALIDATION_COLUMNS,
+    VALIDATION_FILE,
+    hit_columns_in,
+    step_table_under_current_names,
+    under_current_names,
+)
 
 #: The row labels of the ranker-quality table, in its order.
 RETRIEVER_ORDER = "retriever order"
@@ -39,7 +46,7 @@ def read_relevance_run(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         raise FileNotFoundError(f"no relevance-training records in {folder} (train it first: experiment.relevance_ranker)")
     validation = pd.read_csv(folder / VALIDATION_FILE, dtype={"question_id": str, "dataset": str}) \
         if (folder / VALIDATION_FILE).exists() else pd.DataFrame(columns=list(VALIDATION_COLUMNS))  # never validated
-    return under_current_names(pd.read_csv(folder / STEPS_FILE)), under_current_names(validation)
+    return step_table_under_current_names(pd.read_csv(folder / STEPS_FILE)), under_current_names(validation)
 
 
 def relevance_endpoints(validation: pd.DataFrame) -> dict[str, pd.DataFrame]:

@@ -33,14 +33,16 @@ from cosearch_lib.run_schema import (
     VALIDATION_FILE,
     latest_checkpoint,
     renamed_slots,
+    step_table_under_current_names,
     under_current_names,
 )
 
 #: Step-record columns that say why a trained ranker did or did not learn: its groups before and after
 #: the filters, the composite reward's parts over all calls and over the grouped ones, and Hit@K.
-RANKER_DIAGNOSTICS = ("method", "step", "n_ranker_calls", "grouping_n_clusters_pre", "grouping_n_groups_post",
-                      "grouping_n_dropped_small", "grouping_n_dropped_zero_var", "r_rel_pre", "r_rel_post",
-                      "ranker_main_pre", "ranker_main_post", "ranker_reward_pre", "ranker_reward_post", "hit@K")
+RANKER_DIAGNOSTICS = ("method", "step", "ranker/n_calls", "ranker/grouping_n_clusters_pre", "ranker/grouping_n_groups_post",
+                      "ranker/grouping_n_dropped_small", "ranker/grouping_n_dropped_zero_var", "ranker/r_rel_pre",
+                      "ranker/r_rel_post", "ranker/main_pre", "ranker/main_post", "ranker/reward_pre", "ranker/reward_post",
+                      "ranker/hit@K")
 
 
 def training_root(profile: str) -> Path:
@@ -57,7 +59,7 @@ def read_steps(root: str | Path, methods: Sequence[str] | None = None) -> pd.Dat
     missing = [m for m in wanted if not (root / m / STEPS_FILE).exists()]
     if missing or not wanted:
         raise FileNotFoundError(f"no step records for {missing or 'any method'} under {root} (run the training first)")
-    frames = [under_current_names(pd.read_csv(root / m / STEPS_FILE)) for m in wanted]
+    frames = [step_table_under_current_names(pd.read_csv(root / m / STEPS_FILE)) for m in wanted]
     return pd.concat(frames, ignore_index=True)
 
 
@@ -191,8 +193,8 @@ def learning_curve_table(validation: pd.DataFrame, methods: Sequence[str], *, ki
 
 
 #: What GRPO had to work with, per method, over its first and its last steps (:func:`grpo_signal_table`).
-GRPO_SIGNAL_COLUMNS = ("agent_f1", "agent_best_of_g_f1", "agent_groups_without_signal", "searches_per_traj",
-                       "grouping_n_groups_post")
+GRPO_SIGNAL_COLUMNS = ("rollout/agent_f1", "rollout/agent_best_of_g_f1", "rollout/agent_groups_without_signal",
+                       "rollout/searches_per_traj", "ranker/grouping_n_groups_post")
 
 
 def grpo_signal_table(steps: pd.DataFrame, methods: Sequence[str], *, span: int = 2) -> pd.DataFrame:
@@ -233,10 +235,11 @@ def training_summary(steps: pd.DataFrame, comparisons: pd.DataFrame | None = Non
     for method, part in trained.groupby("method", sort=False):
         third = max(1, len(part) // 3)
         head, tail = part.head(third), part.tail(third)
-        seconds = f", {part['step_s'].mean():.0f} s per step" if "step_s" in part else ""
-        lines.append(f"{method}: {len(part)} GRPO steps{seconds}; agent reward {head['agent_reward'].mean():.3f} "
-                     f"(first {third}) -> {tail['agent_reward'].mean():.3f} (last {third}), searches per trajectory "
-                     f"{head['searches_per_traj'].mean():.2f} -> {tail['searches_per_traj'].mean():.2f}")
+        seconds = f", {part['time/step_s'].mean():.0f} s per step" if "time/step_s" in part else ""
+        reward, searches = "rollout/agent_reward", "rollout/searches_per_traj"
+        lines.append(f"{method}: {len(part)} GRPO steps{seconds}; agent reward {head[reward].mean():.3f} "
+                     f"(first {third}) -> {tail[reward].mean():.3f} (last {third}), searches per trajectory "
+                     f"{head[searches].mean():.2f} -> {tail[searches].mean():.2f}")
     tables = [(f"validation ({kind})", table) for kind, table in (validation or {}).items()]
     if comparisons is not None:
         tables.append(("test questions", comparisons))

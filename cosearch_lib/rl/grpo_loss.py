@@ -42,7 +42,7 @@ Departures from the paper (and why):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -195,6 +195,33 @@ def masked_aggregate(values: Tensor, mask: Tensor, aggregation: str = "token-mea
     return LOSS_AGGREGATIONS[aggregation].reduce(v, m)
 
 
+class LossStats(Mapping[str, float]):
+    """The statistics of one :func:`policy_loss` call: one float64 tensor on the loss's device
+    (:attr:`tensor`, in :data:`NAMES` order), read back to the host in one transfer the first time
+    a statistic is looked up. ``rl.update_stats.RoleTally`` adds :attr:`tensor` up over an update's
+    micro-batches without reading them, so an update reads its statistics back once, at its end."""
+
+    NAMES = ("loss", "pg_loss", "kl", "clip_frac", "ratio_mean", "ratio_max", "adv_mean", "n_tokens")
+
+    def __init__(self, tensor: Tensor) -> None:
+        self.tensor = tensor  # (len(NAMES),) float64
+        self._read: dict[str, float] | None = None
+
+    def _host(self) -> dict[str, float]:
+        if self._read is None:
+            self._read = dict(zip(self.NAMES, self.tensor.tolist()))
+        return self._read
+
+    def __getitem__(self, name: str) -> float:
+        return self._host()[name]
+
+    def __iter__(self):
+        return iter(self.NAMES)
+
+    def __len__(self) -> int:
+        return len(self.NAMES)
+
+
 def policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -203,7 +230,7 @@ def policy_loss(
     cfg: GRPOConfig | None = None,
     ref_logprobs: Tensor | None = None,
     token_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, LossStats]:
     """GRPO loss: ``-agg(w * min(rho A, clip(rho, 1 - eps, 1 + eps_high) A)) + kl_coef * agg(k3)``.
 
     ``logprobs`` (B, T) are the current policy's (with grad), ``old_logprobs`` (B, T) the rollout
@@ -213,7 +240,9 @@ def policy_loss(
     ``token_weights`` (B, T), detached, scale each token's surrogate (truncated importance sampling
     of a rollout engine's distribution, ``rl.policy_update``); None = 1.
 
-    Stats (python floats, detached; means run over masked tokens):
+    Stats (a :class:`LossStats`: detached tensors on the loss's device, read back to the host only
+    when asked, so an update's micro-batches add them up without a sync each; means run over
+    masked tokens):
 
     * ``loss``, ``pg_loss`` (the surrogate part, sign included), ``n_tokens``;
     * ``kl``: token-mean of k3, measured whenever ``ref_logprobs`` is given (even with
@@ -263,31 +292,23 @@ def policy_loss(
         if cfg.kl_coef > 0:
             loss = pg_loss + cfg.kl_coef * masked_aggregate(k3, m, cfg.aggregation)
 
-    with torch.no_grad():  # every statistic as a tensor, read back to the host in one transfer (one sync on a GPU)
+    with torch.no_grad():  # every statistic as a tensor, left on the device (LossStats reads them when asked)
         n = m.sum()
         count = n.clamp(min=1).double()
+        empty = n == 0
+        nan = torch.full((), math.nan, dtype=torch.float64, device=lp.device)
         clipped = ((ratio > hi) & (adv > 0)) | ((ratio < lo) & (adv < 0))  # (B, T)
         has_tokens = m.any(dim=1)  # (B,)
         row_adv = advantages.detach().double()
-        kl = masked_aggregate(k3, m).double() if k3 is not None else torch.zeros((), dtype=torch.float64, device=lp.device)
+        kl = torch.where(empty, nan, masked_aggregate(k3, m).double()) if k3 is not None else nan
         values = torch.stack([
             loss.detach().double(), pg_loss.detach().double(), kl,
-            (clipped & m).sum().double() / count,  # clip_frac
-            torch.where(m, ratio, zero).sum().double() / count,  # ratio_mean
-            torch.where(m, ratio, torch.full_like(ratio, -math.inf)).max().double(),  # ratio_max
-            torch.where(has_tokens, row_adv, torch.zeros_like(row_adv)).sum() / has_tokens.sum().clamp(min=1).double(),  # adv_mean
+            (clipped & m).sum().double() / count,  # clip_frac: 0 with an empty mask
+            torch.where(empty, nan, torch.where(m, ratio, zero).sum().double() / count),  # ratio_mean
+            torch.where(empty, nan, torch.where(m, ratio, torch.full_like(ratio, -math.inf)).max().double()),  # ratio_max
+            torch.where(empty, nan, torch.where(has_tokens, row_adv, torch.zeros_like(row_adv)).sum()
+                        / has_tokens.sum().clamp(min=1).double()),  # adv_mean
             n.double(),
-        ]).tolist()
-    loss_v, pg_v, kl_v, clip_frac, ratio_mean, ratio_max, adv_mean, n_tokens = values
-    empty, nan = n_tokens == 0, float("nan")
-    stats = {
-        "loss": loss_v,
-        "pg_loss": pg_v,
-        "kl": nan if k3 is None or empty else kl_v,
-        "clip_frac": 0.0 if empty else clip_frac,
-        "ratio_mean": nan if empty else ratio_mean,
-        "ratio_max": nan if empty else ratio_max,
-        "adv_mean": nan if empty else adv_mean,
-        "n_tokens": n_tokens,
-    }
+        ])
+    stats = LossStats(values)
     return loss, stats

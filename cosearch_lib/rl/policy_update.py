@@ -33,7 +33,7 @@ from cosearch_lib.config import GRPOConfig, UpdateSettings
 from cosearch_lib.models.generation.adapters import adapter_context
 from cosearch_lib.models.lora_policies import PolicySet
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
-from cosearch_lib.rl.grpo_loss import policy_loss
+from cosearch_lib.rl.grpo_loss import LossStats, policy_loss
 from cosearch_lib.rl.policy_sequences import (
     PolicySequence,
     SharedPrefix,
@@ -216,18 +216,18 @@ def _ratio_terms(s: _UpdateSetting, fw: _Forwarded, trainer_old: torch.Tensor | 
     weight min(pi_trainer / pi_rollout, cap). In the first minibatch (no optimizer step yet) it also
     tallies the rollout engine's drift from the trainer and the share of ratios the clip sees."""
     m = fw.mask.bool()  # (B, L-1)
-    if first_part:
-        tally.deltas.append((trainer_old - fw.rollout_old)[m].abs().cpu())
+    if first_part:  # every tally stays on the device until the update ends (rl.update_stats.RoleTally)
+        tally.deltas.append((trainer_old - fw.rollout_old)[m].abs())
     old = trainer_old if s.recompute_old else fw.rollout_old
     weights = None
     if s.cfg.tis_cap is not None:
         weights = torch.exp(trainer_old - fw.rollout_old).clamp(max=s.cfg.tis_cap)  # (B, L-1)
-        tally.tis_weight += float(weights[m].sum())
-        tally.tis_tokens += int(m.sum())
+        tally.tis_weight = tally.tis_weight + weights[m].sum().double()
+        tally.tis_tokens = tally.tis_tokens + m.sum()
     if first_part:
         ratio = torch.exp(fw.logprobs.detach() - old)[m]  # what the clip sees before any step
-        tally.outside += int(((ratio < 1 - s.cfg.clip_eps) | (ratio > 1 + s.cfg.eps_high)).sum())
-        tally.first_tokens += int(m.sum())
+        tally.outside = tally.outside + ((ratio < 1 - s.cfg.clip_eps) | (ratio > 1 + s.cfg.eps_high)).sum()
+        tally.first_tokens = tally.first_tokens + m.sum()
     return old, weights
 
 
@@ -241,7 +241,7 @@ def _reference_logprobs(s: _UpdateSetting, fw: _Forwarded, temperature: float,
 
 
 def _backward(s: _UpdateSetting, fw: _Forwarded, old: torch.Tensor, weights: torch.Tensor | None,
-              ref: torch.Tensor | None, share: float) -> dict[str, float]:
+              ref: torch.Tensor | None, share: float) -> LossStats:
     """The backward stage: the micro-batch's GRPO loss weighted by ``share`` (its part of the
     slice's aggregate, so that micro-batching does not change the gradient); returns its stats."""
     loss, stats = policy_loss(fw.logprobs, old, fw.advantages, fw.mask, s.cfg, ref_logprobs=ref, token_weights=weights)
@@ -357,14 +357,14 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], se
                 prefixes.backward(model, adapter)
             if dp.sum_grads(params):  # this rank's gradient, summed over ranks: the whole batch's
                 clip = settings.max_grad_norm if settings.max_grad_norm > 0 else math.inf
-                norms.append(float(torch.nn.utils.clip_grad_norm_(params, clip)))
+                norms.append(torch.nn.utils.clip_grad_norm_(params, clip).detach())  # read back once, below
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     if dp.distributed:  # the whole batch's statistics: every rank's tally of each role, merged
-        every_rank = dp.gather(tallies)
+        every_rank = dp.gather({role: tally.on_host() for role, tally in tallies.items()})
         tallies = {role: RoleTally.merged([ranked[role] for ranked in every_rank]) for role in tallies}
     out = {key: value for job in jobs for key, value in tallies[job.role].columns(job.role).items()}
-    out["grad_norm"] = float(np.mean(norms)) if norms else 0.0
+    out["grad_norm"] = float(np.mean(torch.stack(norms).tolist())) if norms else 0.0
     return out
 
 

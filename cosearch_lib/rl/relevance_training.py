@@ -56,7 +56,7 @@ from cosearch_lib.rl.policy_update import UpdateJob, grpo_update
 from cosearch_lib.rl.ranker_validation import GoldSubQuery, RankerValidationSet, summarize_items
 from cosearch_lib.rl.rewards import relevance_reward
 from cosearch_lib.rl.run_protocol import TrainingRun
-from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR
+from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR, namespaced_record
 from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
 
@@ -222,6 +222,7 @@ class RelevanceTrainer(TrainingRun):
         self.step += 1
         record = {"step": step, **self._step_stats(samples, rewards), **stats}
         record.update(clock.columns(), step_s=clock.total(*RELEVANCE_STAGES))
+        record = namespaced_record(record)
         self.records.append(record)
         return record
 
@@ -231,7 +232,7 @@ class RelevanceTrainer(TrainingRun):
         return bool(every and self.step % every == 0) or self.step == self.cfg.steps
 
     def _progress_figures(self, record: dict) -> dict[str, str]:
-        return {"reward": f"{record['reward']:.3f}", "hitK": f"{record['hit@K']:.2f}"}
+        return {"reward": f"{record['ranker/reward']:.3f}", "hitK": f"{record['ranker/hit@K']:.2f}"}
 
     def _save_weights(self, folder: Path) -> None:
         self.policies.save_adapters(folder / "adapters", [self.adapter])

@@ -41,7 +41,9 @@ from cosearch_lib.run_schema import (
     VALIDATION_FILE,
     checkpoint_name,
     current_step_columns,
+    current_step_record,
     latest_checkpoint,
+    namespaced_record,
     validation_columns,
 )
 from cosearch_lib.stage_clock import StageClock
@@ -135,7 +137,7 @@ class TrainingRun:
     def _validate_at_start(self) -> None:
         """The start of the curves (``step = -1``): the validation before the first update, once."""
         if self.step == 0 and self._validates_at_start() and not any(r.get("step") == -1 for r in self.records):
-            record = {"step": -1, **self._record_keys(), **self.validate(step=-1)}
+            record = namespaced_record({"step": -1, **self._record_keys(), **self.validate(step=-1)})
             self.records.append(record)
             self._log(record)
 
@@ -146,7 +148,7 @@ class TrainingRun:
             clock = StageClock()
             with clock("validate"):
                 validation = self.validate(step=record["step"])
-            record.update(clock.columns(), **validation)
+            record.update(namespaced_record({**clock.columns(), **validation}))
         self._log(record)
 
     # -- running
@@ -220,7 +222,7 @@ class TrainingRun:
         self._load_extra_state(state, path)
         self.step = state["step"]
         # records of older checkpoints under today's column names (run_schema.current_step_columns)
-        self.records = [current_step_columns(r) for r in state["records"]]
+        self.records = [current_step_record(r) for r in state["records"]]
         self.call_records = [current_step_columns(r) for r in state.get("call_records", [])]
         self.val_records = [current_step_columns(r) for r in state.get("val_records", [])]  # older checkpoints: none
         restore_rng_states(state["rng"])

@@ -129,6 +129,7 @@ def scorer_update(scorer: CrossEncoderScorer, optimizer: torch.optim.Optimizer, 
             old = torch.tensor([c.output_logprobs], dtype=lp.dtype)
             deltas.append((lp.detach() - old).abs().reshape(-1))
             loss, stats = policy_loss(lp, old, torch.tensor([advantages[i]]), torch.ones_like(lp), cfg)
+            stats = dict(stats)  # one read of the call's statistics (a CPU scorer: no device to wait on)
             term = loss * (len(c.order) / denom)
             total = term if total is None else total + term
             w = stats.pop("n_tokens")

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cosearch_lib.rl.step_scoring import StepGroups, StepRewards
+from cosearch_lib.run_schema import namespaced_record
 
 
 def mean_or_nan(values: Sequence[float | None]) -> float:
@@ -34,7 +35,8 @@ def question_groups(trajs: Sequence, values: Sequence[float]) -> list[list[float
 def step_record(step: int, method: str, rewards: StepRewards, groups: StepGroups,
                 update_stats: Mapping[str, Mapping[str, float]]) -> dict:
     """The record of step ``step`` (0-based) without its timings: rewards, Hit@K, ranker rewards
-    before and after the grouping filters, grouping statistics and each adapter's update stats."""
+    before and after the grouping filters, grouping statistics and each adapter's update stats,
+    under the namespaced names it is written with (``run_schema.step_metric_name``)."""
     trajs, calls, ranked = rewards.trajectories, rewards.calls, rewards.ranker
     grouping = groups.grouping
     kept = [r for r in ranked if r.kept]
@@ -64,7 +66,7 @@ def step_record(step: int, method: str, rewards: StepRewards, groups: StepGroups
     rec.update({f"grouping_{k}": v for k, v in grouping.stats.items()})
     for adapter, stats in update_stats.items():
         rec.update({(f"{adapter}_{k}" if k == "grad_norm" else k): v for k, v in stats.items()})
-    return rec
+    return namespaced_record(rec)
 
 
 def call_rows(step: int, rewards: StepRewards, groups: StepGroups) -> list[dict]:

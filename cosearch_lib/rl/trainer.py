@@ -75,7 +75,7 @@ from cosearch_lib.rl.step_batch import TRAINED_ROLES, StepBatch, role_job
 from cosearch_lib.rl.step_records import call_rows, step_record
 from cosearch_lib.rl.step_scoring import StepGroups, StepRewards, group_rollouts, reward_rollouts
 from cosearch_lib.rl.tracking import StepTracker, make_tracker
-from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR, SCORER_SLOT, TRACKER_DIR, renamed_slots
+from cosearch_lib.run_schema import LIVE_ADAPTERS_DIR, SCORER_SLOT, TRACKER_DIR, namespaced_record, renamed_slots
 from cosearch_lib.seeding import step_order
 from cosearch_lib.stage_clock import StageClock
 
@@ -194,6 +194,7 @@ class JointTrainer(TrainingRun):
         if not self.served.enabled:
             timings.pop("sync_s")  # nothing to sync: no column
         record.update(timings, step_s=clock.total(*STEP_STAGES))
+        record = namespaced_record(record)
         self.records.append(record)
         self.step += 1
         return record
@@ -279,7 +280,7 @@ class JointTrainer(TrainingRun):
         return {"method": self.cfg.method}
 
     def _progress_figures(self, record: dict) -> dict[str, str]:
-        return {"reward": f"{record['agent_reward']:.3f}", "hitK": f"{record['hit@K']:.2f}"}
+        return {"reward": f"{record['rollout/agent_reward']:.3f}", "hitK": f"{record['ranker/hit@K']:.2f}"}
 
     # -- validation
 

@@ -21,8 +21,8 @@ def plot_grpo_signal(steps: pd.DataFrame, *, window: int = SIGNAL_WINDOW, title:
     method has ``2 * window`` steps, a rolling mean over ``window`` steps is the line."""
     methods = list(dict.fromkeys(steps["method"])) if "method" in steps else []
     palette = method_palette(methods)
-    panels = ((("agent_f1", "-", "mean of G"), ("agent_best_of_g_f1", "--", "best of G")),
-              (("agent_groups_without_signal", "-", None),), (("agent_entropy", "-", None),))
+    panels = ((("rollout/agent_f1", "-", "mean of G"), ("rollout/agent_best_of_g_f1", "--", "best of G")),
+              (("rollout/agent_groups_without_signal", "-", None),), (("rollout/agent_entropy", "-", None),))
     titles = ("(a) answer F1 of the G samples", "(b) questions without reward variance", "(c) agent entropy per token")
     fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.6), squeeze=False)
     trained = steps[steps["step"] >= 0] if "step" in steps else steps

@@ -212,8 +212,8 @@ def plot_turn_distribution(beside: pd.DataFrame, *, title: str = ""):
 
 #: Fig. 2 panels: (record column, axis label). Validation has its own figure, with intervals
 #: (:func:`plot_validation_curves`); a panel given for ``val_f1`` is drawn only at the steps that have it.
-TRAINING_PANELS = (("agent_reward", "agent reward (Eq. 4)"), ("hit@K", "ranker Hit@K (the K passages shown)"),
-                   ("searches_per_traj", "searches per trajectory"))
+TRAINING_PANELS = (("rollout/agent_reward", "agent reward (Eq. 4)"), ("ranker/hit@K", "ranker Hit@K (the K passages shown)"),
+                   ("rollout/searches_per_traj", "searches per trajectory"))
 
 
 def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], ...] = TRAINING_PANELS, title: str = ""):
@@ -246,8 +246,8 @@ def plot_training_curves(steps: pd.DataFrame, *, panels: tuple[tuple[str, str], 
 
 
 #: Fig. 2's panels after (a) the validation F1: per-step columns of the step records.
-FIG2_STEP_PANELS = (("hit@K", "(b) ranker Hit@K per step (the K passages shown)"),
-                    ("searches_per_traj", "(c) searches per trajectory"))
+FIG2_STEP_PANELS = (("ranker/hit@K", "(b) ranker Hit@K per step (the K passages shown)"),
+                    ("rollout/searches_per_traj", "(c) searches per trajectory"))
 
 
 def plot_fig2(val_f1: pd.DataFrame, steps: pd.DataFrame, *, title: str = ""):
@@ -356,10 +356,10 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
 
 #: Fig. 3 panels: (pre-filter column, post-filter column, title).
 RANKER_DYNAMICS_PANELS = (
-    ("ranker_main_pre", "ranker_main_post", "(a) agent term r_main"),
-    ("r_rel_pre", "r_rel_post", "(b) relevance reward r_rel"),
-    ("ranker_reward_pre", "ranker_reward_post", "(c) composite reward"),
-    ("grouping_mean_group_size_pre", "grouping_mean_group_size_post", "(d) mean group size"),
+    ("ranker/main_pre", "ranker/main_post", "(a) agent term r_main"),
+    ("ranker/r_rel_pre", "ranker/r_rel_post", "(b) relevance reward r_rel"),
+    ("ranker/reward_pre", "ranker/reward_post", "(c) composite reward"),
+    ("ranker/grouping_mean_group_size_pre", "ranker/grouping_mean_group_size_post", "(d) mean group size"),
 )
 
 

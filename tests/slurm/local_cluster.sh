@@ -370,13 +370,13 @@ for step in ("train", "evaluate"):
 if not problems:
     steps = pd.read_csv(out / "training" / "cosearch" / "steps.csv")
     parts = sorted(p.name for p in (out / "evaluation").glob("*/part-*.parquet"))
-    if steps["n_trajectories"].tolist() != [16] or not (steps["agent_n_forwarded"] > 0).all():
-        problems.append(f"steps.csv: {steps[['step', 'n_trajectories', 'agent_n_forwarded']].to_dict('records')}")
+    if steps["rollout/n_trajectories"].tolist() != [16] or not (steps["loss/agent_n_forwarded"] > 0).all():
+        problems.append(f"steps.csv: {steps[['step', 'rollout/n_trajectories', 'loss/agent_n_forwarded']].to_dict('records')}")
     if {p.split("-")[1] for p in parts} != {"r0", "r1"}:
         problems.append(f"evaluation parts: {parts}")
 print("\n".join(problems) if problems else
       f"[test-slurm] paper_mini: cosearch slurm train on 1 node x 2 GPUs (gres) -> 2 srun ranks through the retrieval "
-      f"server, 1 step of {steps['n_trajectories'].iloc[0]} trajectories (G = 8), validation F1 {steps['val_f1'].iloc[0]:.3f}, "
+      f"server, 1 step of {steps['rollout/n_trajectories'].iloc[0]} trajectories (G = 8), validation F1 {steps['val/f1'].iloc[0]:.3f}, "
       f"then cosearch evaluate on the same ranks: {len(parts)} parts from both; notebook 03's job read them")
 sys.exit(1 if problems else 0)
 PY
