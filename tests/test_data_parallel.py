@@ -64,6 +64,24 @@ def test_map_items_gives_every_rank_one_processs_results_in_order_and_refuses_a_
         ranks[0].map_items(items, lambda part: part[:2])
 
 
+def test_map_block_gives_every_rank_the_whole_step_and_its_own_contiguous_rows(monkeypatch):
+    """The rollout's shard -> run -> gather: three ranks, each running ``fn`` on its own block of
+    the step's rows only, end with what one process computes, and each knows the rows it holds."""
+    n = 7
+    ranks = [DataParallel(r, 3) for r in range(3)]
+    mine = {dp.rank: [f"t{i}" for i in dp.block(n)] for dp in ranks}
+    for dp in ranks:
+        monkeypatch.setattr(dp, "gather", lambda obj, dp=dp: [obj if r == dp.rank else mine[r] for r in range(3)])
+        whole, rows = dp.map_block(n, lambda block: [f"t{i}" for i in block])
+        assert whole == [f"t{i}" for i in range(n)] and list(rows) == [[0, 1, 2], [3, 4], [5, 6]][dp.rank]
+    assert DataParallel().map_block(3, lambda block: [i * 2 for i in block]) == ([0, 2, 4], range(3))
+    last = DataParallel(2, 3)  # 2 rows for 3 ranks: the last holds none
+    monkeypatch.setattr(last, "gather", lambda obj: [["t0"], ["t1"], obj])
+    assert last.map_block(2, lambda block: 1 / 0) == (["t0", "t1"], range(2, 2))  # fn not called on an empty block
+    with pytest.raises(ValueError, match="1 results for 3 items on rank 0"):
+        ranks[0].map_block(n, lambda block: [0])
+
+
 def test_shards_split_the_questions_once_and_unshard_restores_their_order():
     items = list("abcdefg")
     ranks = [DataParallel(r, 3) for r in range(3)]

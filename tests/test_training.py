@@ -310,7 +310,9 @@ def test_an_update_reads_its_statistics_back_at_its_end_whatever_its_micro_batch
         reads[micro_batch] = []
         with monkeypatch.context() as patched:
             for name in ("item", "tolist", "__float__", "__int__", "__bool__", "cpu"):
-                def read(self, *a, _real=getattr(torch.Tensor, name), _name=name, _log=reads[micro_batch], **k):
+                real = getattr(torch.Tensor, name)
+
+                def read(self, *a, _real=real, _name=name, _log=reads[micro_batch], **k):
                     caller = sys._getframe(1).f_code.co_filename
                     if caller.endswith(rl_code):
                         _log.append((_name, caller.rsplit("/", 1)[-1]))

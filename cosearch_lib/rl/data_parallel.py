@@ -215,6 +215,18 @@ class DataParallel:
             raise ValueError(f"map_items: {len(out)} results for {len(mine)} items on rank {self.rank}")
         return self.gather_shards(out)
 
+    def map_block(self, n: int, fn: Callable[[range], Sequence[R]]) -> tuple[list[R], range]:
+        """``fn`` over this rank's :meth:`block` of ``n`` items (positions; not called on an empty
+        block), then every rank's results joined in rank order, on every rank: (one result per item,
+        what one process calling ``fn(range(n))`` would get; this rank's block). The rollout's
+        counterpart of :meth:`map_items`: a rank keeps a contiguous block of a step's rows, the ones
+        it updates. A collective: every rank calls it, in the same order."""
+        rows = self.block(n)
+        out = list(fn(rows)) if len(rows) else []
+        if len(out) != len(rows):
+            raise ValueError(f"map_block: {len(out)} results for {len(rows)} items on rank {self.rank}")
+        return self.gather_blocks(out), rows
+
     def gather_blocks(self, local: Sequence[T]) -> list[T]:
         """Every rank's :meth:`block` of a list, joined in rank order: the whole list, on every rank."""
         return list(local) if not self.distributed else [x for part in self.gather(list(local)) for x in part]

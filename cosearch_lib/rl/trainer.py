@@ -218,10 +218,11 @@ class JointTrainer(TrainingRun):
         of the step's rows (``rl.data_parallel``); the ranks' blocks are then exchanged, so the batch
         is the whole step's."""
         questions, g = self.step_questions(step), self.cfg.group_size
-        rows = self.dp.block(len(questions) * g)
-        mine = self.engine.run(questions, n_samples=g, rows=rows, seed=self.seed, step=step, progress=self.progress,
-                               desc=f"{self.cfg.method}: rollout step {step + 1}/{self.cfg.steps}")
-        return StepBatch(self.dp.gather_blocks(mine), tuple(rows))
+        trajectories, rows = self.dp.map_block(
+            len(questions) * g, lambda block: self.engine.run(questions, n_samples=g, rows=block, seed=self.seed, step=step,
+                                                             progress=self.progress,
+                                                             desc=f"{self.cfg.method}: rollout step {step + 1}/{self.cfg.steps}"))
+        return StepBatch(trajectories, tuple(rows))
 
     def _judge(self, calls: list) -> None:
         """The LLM-as-judge ablation's labels of the shown passages: the base model (adapters off) judges."""
