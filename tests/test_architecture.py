@@ -223,6 +223,8 @@ def test_compare_tables_ignores_timing_and_finds_real_differences(tmp_path):
     assert report.loc["only_here.csv", "status"] == "missing in second"
     assert diff_table(base, base.drop(columns="agent_reward")).startswith("columns differ")
     assert diff_table(base, base.iloc[:1]) == "2 rows against 1"
+    assert diff_table(base, base[list(reversed(base.columns))]) is None  # the same columns in another order
+    assert diff_table(base, base.assign(agent_reward=[0.2, 0.3])).startswith("agent_reward (rows [1]")
 
 
 def test_compare_runs_cli_exit_code(tmp_path, capsys):

@@ -55,11 +55,13 @@ def _cell_equal(a: object, b: object) -> bool:
 
 
 def diff_table(a: pd.DataFrame, b: pd.DataFrame, *, ignore: str = TIMING_COLUMNS) -> str | None:
-    """None when the tables agree outside the ignored columns, else one line saying where they differ."""
+    """None when the tables agree outside the ignored columns, else one line saying where they differ.
+    Their columns are compared as sets (a renamed column read back may sit elsewhere), their values
+    column by column."""
     skip = re.compile(ignore)
     cols_a = [c for c in a.columns if not skip.search(str(c))]
     cols_b = [c for c in b.columns if not skip.search(str(c))]
-    if cols_a != cols_b:
+    if set(cols_a) != set(cols_b):
         return f"columns differ: only in first {sorted(set(cols_a) - set(cols_b))}, only in second {sorted(set(cols_b) - set(cols_a))}"
     if len(a) != len(b):
         return f"{len(a)} rows against {len(b)}"
