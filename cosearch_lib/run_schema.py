@@ -17,6 +17,7 @@ A training run's folder (``papermill_runs/<profile>/training/<method>/``)::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -209,6 +210,7 @@ STEP_GLOSSARY: dict[str, str] = {_namespaced(k): v for k, v in _FLAT_STEP_GLOSSA
 RELEVANCE_STEP_GLOSSARY: dict[str, str] = {_namespaced(k): v for k, v in _FLAT_RELEVANCE_STEP_GLOSSARY.items()}
 
 
+@functools.lru_cache(maxsize=4096)  # every record of every step goes through it, key by key
 def step_metric_name(name: str) -> str:
     """Today's name of a step-record column: under its namespace (:data:`METRIC_NAMESPACES`) when the
     flat name the records carried before is a documented step or relevance-step column

@@ -241,7 +241,7 @@ class RelevanceTrainer(TrainingRun):
         """The step's sampled rankings in numbers (columns of RELEVANCE_STEP_GLOSSARY)."""
         g = self.cfg.group_size
         by_group = np.asarray(rewards, dtype=float).reshape(-1, g)
-        hits = [shown_hits([s.item.relevant[i] for i in s.order] or [0], self.validation.hit_ks, self.topk)
+        hits = [shown_hits([s.item.relevant[i] for i in s.order] or [0], self.cfg.hit_ks, self.topk)
                 for s in samples]  # nothing shown: no hit
         return {"n_prompts": len(samples) // g, "n_samples": len(samples), "reward": float(np.mean(rewards)),
                 **{h: float(np.mean([r[h] for r in hits])) for h in self.validation.hits},
