@@ -10,6 +10,7 @@
     cosearch download {cosearch-data,wiki18-corpus,wiki18-index,models,all} --profile P  (or --dest DIR)
     cosearch export-world --profile paper_mini --hub DIR  the world as the paper's artefacts, in the hub's layout
     cosearch evaluate --profile paper --methods M,...   notebooks 03's and 02's evaluations as a job (torchrun/srun: sharded, resumable)
+    cosearch plan --profile paper --nodes 2 --gpus-per-node 8   memory, time, GPU-hours and refusals before the queue
     cosearch prepare-relevance --profile paper          the Fixed Ranker's relevance data (training queries, top-N, labels)
     cosearch check --profile paper [--ranks N]          the profile's inputs, checked before any GPU work
     cosearch models                                     the model registry and what is installed
@@ -52,7 +53,7 @@ def _cmd_grid(args: argparse.Namespace) -> int:
         print(grid_status(args.profile, grid).to_string(index=False))
         return 0
     if args.slurm:
-        out = submit_slurm(args.profile, grid, submit=not args.dry_run)
+        out = submit_slurm(args.profile, grid, submit=not args.dry_run, force=args.force)
         print(json.dumps(out, indent=2))
         return 0
     cells = [args.cell] if args.cell is not None else args.cells
@@ -135,9 +136,21 @@ def _cmd_slurm_train(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     out = submit_training(args.profile, methods, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                           tasks_per_node=args.tasks_per_node, steps=args.steps, evaluate=not args.no_evaluate,
-                          submit=not args.dry_run)
+                          submit=not args.dry_run, force=args.force)
     print(json.dumps(out, indent=2))
     return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from cosearch_lib.config import load_profile
+    from cosearch_lib.planning.job_plan import Behaviour, plan_job
+    from cosearch_lib.planning.plan_report import format_plan
+
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip()) if args.methods else None
+    plan = plan_job(load_profile(args.profile), nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu=args.gpu,
+                    methods=methods, behaviour=Behaviour(searches=args.searches))
+    print(format_plan(plan))
+    return 1 if plan.refusals else 0
 
 
 def _cmd_compare_runs(args: argparse.Namespace) -> int:
@@ -290,8 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
                    help="notebook parameter (repeatable; value read as YAML), checked against each notebook's parameters cell")
     p.add_argument("--quiet", action="store_true", help="no per-cell progress bar")
-    p.add_argument("--cell-timeout", type=float, metavar="SECONDS",
-                   help="stop a notebook whose cell runs longer, naming the cell (default: no limit)")
+    p.add_argument("--cell-timeout", type=float, metavar="SECONDS", help="stop a notebook whose cell runs longer, naming the cell")
     p.set_defaults(fn=_cmd_run)
 
     p = sub.add_parser("grid", help="run a grid of cells (papermill_runs/params/grids/<grid>.yaml) locally or as a SLURM array")
@@ -302,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--status", action="store_true", help="only print each cell's status (todo, partial, failed, done)")
     p.add_argument("--slurm", action="store_true", help="write the array and aggregation sbatch files and submit them")
     p.add_argument("--dry-run", action="store_true", help="with --slurm: write the sbatch files, submit nothing")
+    p.add_argument("--force", action="store_true", help="with --slurm: submit though the plan says a cell cannot fit or finish")
     p.add_argument("--quiet", action="store_true", help="no per-cell progress bar")
     p.set_defaults(fn=_cmd_grid)
 
@@ -353,7 +366,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="GRPO steps per method (default: the profile's)")
     p.add_argument("--no-evaluate", action="store_true", help="no notebook-03 job after training")
     p.add_argument("--dry-run", action="store_true", help="write the scripts and print the sbatch commands; submit nothing")
+    p.add_argument("--force", action="store_true", help="submit even when the plan (cosearch plan) says the job cannot fit or finish")
     p.set_defaults(fn=_cmd_slurm_train)
+
+    p = sub.add_parser("plan", help="before the queue: memory per rank and node, disk, seconds per step by stage, "
+                                    "GPU-hours, and what cannot fit or finish (exit 1), from measured throughputs (docs/PLAN.md)")
+    p.add_argument("--profile", default="paper")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=1, help="one rank per GPU; 0: one CPU rank per node (this machine's rates)")
+    p.add_argument("--gpu", default="h100", help="h100 (measured), h200, a100-80gb, a100-40gb (their memory, the H100's rates)")
+    p.add_argument("--methods", help="comma-separated training methods (default: all four)")
+    p.add_argument("--searches", type=float, help="search calls per trajectory (default: paper Table 7 per method)")
+    p.set_defaults(fn=_cmd_plan)
 
     p = sub.add_parser("warm-start", help="train (or load from the cache) the profile's supervised warm start")
     p.add_argument("--profile", default="demo")

@@ -154,13 +154,14 @@ def test_launch_variables_of_torchrun_and_srun_are_read_and_bad_ones_named(monke
 
 def test_slurm_train_scripts_run_one_rank_per_gpu_after_the_retrieval_server(tmp_path, monkeypatch):
     from cosearch_lib.config import ConfigError
-    from cosearch_lib.runs.slurm_training import slurm_training_scripts, submit_training
+    from cosearch_lib.runs.slurm_training import slurm_training_scripts, submit_training, training_plan
 
     monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path))
     scripts = slurm_training_scripts("ci", ["cosearch", "fixed_ranker"], nodes=2, gpus_per_node=8, steps=5)
     train = scripts["train"].splitlines()
+    lead = round(training_plan("ci", ["cosearch", "fixed_ranker"], nodes=2, gpus_per_node=8, steps=5).signal_lead_s)
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8", "#SBATCH --requeue",
-                 "#SBATCH --signal=B:USR1@600"):
+                 f"#SBATCH --signal=B:USR1@{lead}"):
         assert line in train
     run = next(line for line in train if line.startswith("run_stoppable"))
     assert "srun --kill-on-bad-exit=1 cosearch train --profile ci --methods cosearch,fixed_ranker" in run

@@ -16,7 +16,7 @@ from cosearch_lib.records import grid_cells
 from cosearch_lib.records.grid_cells import Grid, GridCell, load_grid, write_cell_profile
 from cosearch_lib.runs import grid as grids
 from cosearch_lib.runs import papermill_runner
-from cosearch_lib.runs.grid import run_grid, slurm_scripts, submit_slurm
+from cosearch_lib.runs.grid import cell_plan, run_grid, slurm_scripts, submit_slurm
 
 GRID = {"grid": "table3", "notebooks": ["03"], "aggregate": ["02"], "parameters": {"methods": "cosearch"},
         "cells": {"full": None,
@@ -131,7 +131,11 @@ def test_slurm_scripts_carry_the_profile_resources_and_one_cell_per_array_task(t
     assert command.startswith('run_stoppable "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" cosearch grid')
     assert '--cell "$SLURM_ARRAY_TASK_ID"' in command and any(line.startswith("source papermill_runs/slurm/stoppable.sh")
                                                                for line in array)
-    assert "#SBATCH --requeue" in array and "#SBATCH --signal=B:USR1@600" in array
+    lead = round(cell_plan(base, grid).signal_lead_s)  # slurm.signal_lead_s unset: the plan's uncut part of a step
+    assert "#SBATCH --requeue" in array and f"#SBATCH --signal=B:USR1@{lead}" in array and lead > 60
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text(yaml.safe_dump({"extends": str(base), "slurm": {"signal_lead_s": 900}}))
+    assert "#SBATCH --signal=B:USR1@900" in slurm_scripts(fixed, grid)["array"].splitlines()
     assert "#SBATCH --time=00:30:00" in aggregate and aggregate[-1].endswith("--notebooks 02 --quiet")
     assert f"cosearch grid --profile {base} {grid.source} --cell" in command  # the file it came from, by path
     with pytest.raises(ConfigError, match="not read from a file"):

@@ -95,7 +95,8 @@ class SlurmConfig:
     aggregate_time: str = "02:00:00"  # the aggregation job (notebooks 04 and 05)
     max_parallel: int = 0  # array throttle "%M" (0: no limit)
     extra: tuple[str, ...] = ()  # further #SBATCH options, e.g. "--constraint=a100"
-    signal_lead_s: int = 600  # array tasks get SIGUSR1 this long before their time limit, checkpoint and requeue (0: no warning); make it longer than one training step
+    signal_lead_s: int | None = None  # jobs get SIGUSR1 this long before their time limit, checkpoint and requeue; None: from the plan (`cosearch plan`: the part of a step a stop cannot cut, +10% and a minute); 0: no warning
+    max_requeues: int = 5  # how often the cluster requeues a batch job (slurm.conf MaxBatchRequeue, default 5): the plan refuses a run that needs more
     requeue: bool = True  # --requeue: a preempted or failed-node task goes back to the queue (and resumes from its checkpoint)
     retriever_gres: str | None = None  # --gres of the retrieval-server job of `cosearch slurm train` (None: CPU; "gpu:1" for a GPU FAISS index)
     retriever_time: str | None = None  # --time of that server job (None: slurm.time); it must outlive the training job and its requeues
@@ -103,7 +104,9 @@ class SlurmConfig:
     def __post_init__(self) -> None:
         self.extra = tuple(self.extra)
         check = Fields("slurm", self)
-        check.ints("signal_lead_s", minimum=0, why="seconds")
+        if self.signal_lead_s is not None:
+            check.ints("signal_lead_s", minimum=0, why="seconds")
+        check.ints("max_requeues", minimum=0)
         check.bools("requeue")
         check.ints("cpus_per_task", minimum=1)
         check.ints("max_parallel", minimum=0, why="0: no limit")

@@ -29,6 +29,7 @@ from cosearch_lib.records.architecture_page import render_architecture_page
 from cosearch_lib.records.findings_page import findings_section, verdict_label
 from cosearch_lib.records.log_page import render_log_page
 from cosearch_lib.records.markdown_tables import markdown_table
+from cosearch_lib.records.plan_page import render_plan_page
 from cosearch_lib.records.settings_page import render_method_page
 from cosearch_lib.rl.rewards import REWARD_GLOSSARY
 from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
@@ -385,7 +386,7 @@ def generated_pages() -> dict[Path, str]:
     return {docs_dir() / "METRICS.md": render_metrics_page(), docs_dir() / "RESULTS.md": render_results_page(),
             docs_dir() / "ARCHITECTURE.md": render_architecture_page(docs_dir() / "ARCHITECTURE.md"),
             docs_dir() / "METHOD.md": render_method_page(docs_dir() / "METHOD.md"),
-            docs_dir() / "LOG.md": render_log_page(docs_dir() / "LOG.md")}
+            docs_dir() / "LOG.md": render_log_page(docs_dir() / "LOG.md"), docs_dir() / "PLAN.md": render_plan_page()}
 
 
 def write_generated_docs(*, check: bool = False) -> list[Path]:

@@ -19,6 +19,7 @@ from cosearch_lib.atomic_io import atomic_path, write_json
 from cosearch_lib.config import ConfigError, ProfileConfig, load_profile
 from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.paths import project_relative, project_root, run_dir, select_notebooks
+from cosearch_lib.planning.job_plan import JobPlan, enforce, gpus_in_gres, plan_job
 from cosearch_lib.records.grid_cells import Grid, GridCell, cell_status, load_grid, write_cell_profile
 from cosearch_lib.runs.papermill_runner import check_parameter_names, notebook_parameters, run_profile
 from cosearch_lib.stop_signals import EXIT_STOPPED, pending_stop
@@ -150,11 +151,24 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false"""
 STOPPABLE_SH = "papermill_runs/slurm/stoppable.sh"
 
 
-def slurm_scripts(base_profile: str | Path, grid: Grid) -> dict[str, str]:
+def cell_plan(base_profile: str | Path, grid: Grid) -> JobPlan:
+    """The plan (``planning.job_plan``) of one grid cell as an array task runs it: the base profile's
+    training of the grid's methods (notebook parameter ``methods``, default cosearch) for the cell
+    budget's steps (``grids.parameters`` or the grid's ``steps``), on one node with ``slurm.gres``'s GPUs
+    (none: one CPU rank). The cells' own settings (ablations) are planned as the base's."""
+    cfg = load_profile(base_profile)
+    params = {**grid.parameters, **cfg.grids.parameters}
+    methods = tuple(m.strip() for m in str(params.get("methods", "cosearch")).split(",") if m.strip())
+    return plan_job(cfg, nodes=1, gpus_per_node=gpus_in_gres(cfg.slurm.gres), methods=methods, steps=params.get("steps"))
+
+
+def slurm_scripts(base_profile: str | Path, grid: Grid, plan: JobPlan | None = None) -> dict[str, str]:
     """The two job scripts: ``array`` (task i runs cell i with ``cosearch grid --cell i``, its own
     log) and ``aggregate`` (the grid's aggregate notebooks on the base profile). The resource lines
-    come from the profile's ``slurm`` section and stand at the top, where a user edits them."""
+    come from the profile's ``slurm`` section and stand at the top, where a user edits them; the stop
+    warning from the cell's plan (:func:`cell_plan`)."""
     cfg = load_profile(base_profile)
+    plan = plan or cell_plan(base_profile, grid)
     folder = run_dir(f"{cfg.profile}/{grid.name}")
     logs = folder / "slurm"
     root = shlex.quote(str(project_root()))
@@ -165,7 +179,8 @@ def slurm_scripts(base_profile: str | Path, grid: Grid) -> dict[str, str]:
     array = sbatch_header(f"cosearch-{grid.name}", cfg, time_limit=cfg.slurm.time, gres=cfg.slurm.gres,
                            log=str(logs / "cell-%a-%A.log"))
     array += ["#SBATCH --requeue", "#SBATCH --open-mode=append"] if cfg.slurm.requeue else []  # a requeued task's log keeps its first run
-    array += [f"#SBATCH --signal=B:USR1@{cfg.slurm.signal_lead_s}"] if cfg.slurm.signal_lead_s else []
+    lead = round(plan.signal_lead_s)
+    array += [f"#SBATCH --signal=B:USR1@{lead}"] if lead else []
     array += ["", SBATCH_PRELUDE.format(root=root),
               f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> checkpoint, exit {EXIT_STOPPED}, requeue",
               'run_stoppable "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" '
@@ -187,14 +202,17 @@ def sbatch_job_id(output: str) -> str:
     return job
 
 
-def submit_slurm(base_profile: str | Path, grid: Grid, *, sbatch: str = "sbatch", submit: bool = True,
+def submit_slurm(base_profile: str | Path, grid: Grid, *, sbatch: str = "sbatch", submit: bool = True, force: bool = False,
                  run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
     """Write ``array.sbatch`` and ``aggregate.sbatch`` under ``papermill_runs/<profile>/<grid>/slurm/``
     and (``submit``) submit the array, ``--array=0-<n-1>`` (``%<max_parallel>`` when set), then the
     aggregation job with ``--dependency=afterok:<array job>``: it starts only when every task ended
     well. Every cell's profile file is written first, so a bad cell fails here, not on the cluster.
-    Returns the script paths, the sbatch commands and the job ids."""
+    Returns the script paths, the sbatch commands and the job ids. First the cell's plan
+    (:func:`cell_plan`): what cannot fit or finish is refused before anything is written
+    (``planning.job_plan.PlanRefused``), unless ``force``."""
     cfg = load_profile(base_profile)
+    plan = enforce(cell_plan(base_profile, grid), "cosearch grid --slurm", force=force)
     for cell in grid.cells:
         write_cell_profile(base_profile, grid, cell)
     if grid.aggregate:
@@ -202,7 +220,7 @@ def submit_slurm(base_profile: str | Path, grid: Grid, *, sbatch: str = "sbatch"
     folder = run_dir(f"{cfg.profile}/{grid.name}") / "slurm"
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for kind, text in slurm_scripts(base_profile, grid).items():
+    for kind, text in slurm_scripts(base_profile, grid, plan).items():
         paths[kind] = folder / f"{kind}.sbatch"
         with atomic_path(paths[kind]) as tmp:
             tmp.write_text(text)

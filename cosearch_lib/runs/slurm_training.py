@@ -35,6 +35,7 @@ from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.config.methods import method_spec
 from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.paths import project_relative, project_root, run_dir
+from cosearch_lib.planning.job_plan import JobPlan, enforce, plan_job
 from cosearch_lib.runs.grid import SBATCH_PRELUDE, STOPPABLE_SH, run_sbatch, sbatch_header, sbatch_job_id
 from cosearch_lib.stop_signals import EXIT_STOPPED
 
@@ -62,11 +63,10 @@ PY
 RETRIEVER_URL=$(cat "$URL_FILE")"""
 
 
-def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes: int = 1, gpus_per_node: int = 1,
-                           tasks_per_node: int | None = None, steps: int | None = None) -> dict[str, str]:
-    """The three job scripts (``retriever``, ``train``, ``evaluate``) of training ``methods`` on
-    ``nodes`` x ``tasks_per_node`` ranks (default: one per GPU; ``gpus_per_node=0``: CPU ranks, gloo).
-    Resource lines come from the profile's ``slurm`` section."""
+def training_plan(profile: str | Path, methods: Sequence[str], *, nodes: int = 1, gpus_per_node: int = 1,
+                  tasks_per_node: int | None = None, steps: int | None = None) -> JobPlan:
+    """The plan (``planning.job_plan``) of training ``methods`` on this job shape: what the scripts
+    take their stop warning from, and what :func:`submit_training` refuses on."""
     cfg = load_profile(profile)
     for method in methods:
         method_spec(method)
@@ -75,6 +75,21 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
         raise ConfigError(f"need nodes >= 1, tasks per node >= 1, GPUs per node >= 0; got {nodes}, {tasks}, {gpus_per_node}")
     if gpus_per_node and tasks != gpus_per_node:
         raise ConfigError(f"one rank per GPU: tasks per node ({tasks}) must equal GPUs per node ({gpus_per_node})")
+    return plan_job(cfg, nodes=nodes, gpus_per_node=gpus_per_node, ranks_per_node=tasks, methods=tuple(methods), steps=steps)
+
+
+def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes: int = 1, gpus_per_node: int = 1,
+                           tasks_per_node: int | None = None, steps: int | None = None,
+                           plan: JobPlan | None = None) -> dict[str, str]:
+    """The three job scripts (``retriever``, ``train``, ``evaluate``) of training ``methods`` on
+    ``nodes`` x ``tasks_per_node`` ranks (default: one per GPU; ``gpus_per_node=0``: CPU ranks, gloo).
+    Resource lines come from the profile's ``slurm`` section; the stop warning from ``plan``
+    (:func:`training_plan`): ``slurm.signal_lead_s``, or when that is null the part of a step a stop
+    cannot cut, as the plan measures it."""
+    cfg = load_profile(profile)
+    plan = plan or training_plan(profile, methods, nodes=nodes, gpus_per_node=gpus_per_node,
+                                 tasks_per_node=tasks_per_node, steps=steps)
+    tasks = plan.ranks // nodes
     folder = run_dir(cfg.profile) / "slurm"
     root = shlex.quote(str(project_root()))
     profile_arg = shlex.quote(str(profile))
@@ -94,7 +109,8 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
                           log=str(folder / "train-%j.log"))
     train += [f"#SBATCH --nodes={nodes}", f"#SBATCH --ntasks-per-node={tasks}"]
     train += ["#SBATCH --requeue", "#SBATCH --open-mode=append"] if s.requeue else []
-    train += [f"#SBATCH --signal=B:USR1@{s.signal_lead_s}"] if s.signal_lead_s else []
+    lead = round(plan.signal_lead_s)
+    train += [f"#SBATCH --signal=B:USR1@{lead}"] if lead else []  # slurm.signal_lead_s, or the plan's (training_plan)
     train_cmd = ["srun", "--kill-on-bad-exit=1", "cosearch", "train", "--profile", profile_arg,
                  "--methods", ",".join(methods), "--retriever-url", '"$RETRIEVER_URL"', "--resume", "--quiet"]
     train_cmd += ["--steps", str(steps)] if steps else []
@@ -132,17 +148,21 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
 
 def submit_training(profile: str | Path, methods: Sequence[str], *, nodes: int = 1, gpus_per_node: int = 1,
                     tasks_per_node: int | None = None, steps: int | None = None, evaluate: bool = True,
-                    sbatch: str = "sbatch", submit: bool = True,
+                    sbatch: str = "sbatch", submit: bool = True, force: bool = False,
                     run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
-    """Write the scripts of :func:`slurm_training_scripts` and (``submit``) submit the retriever job,
-    the training job after it (``--dependency=after``, with the server's job id in its environment)
-    and, with ``evaluate``, notebook 03's job once training ended well (``afterok``). Returns the
-    script paths, the commands and the job ids."""
+    """Plan the job (:func:`training_plan`) and refuse, before anything is written, what cannot fit
+    or finish (``planning.job_plan.PlanRefused``; ``force`` goes on anyway); then write the scripts of
+    :func:`slurm_training_scripts` and (``submit``) submit the retriever job, the training job after
+    it (``--dependency=after``, with the server's job id in its environment) and, with ``evaluate``,
+    notebook 03's job once training ended well (``afterok``). Returns the script paths, the
+    commands, the job ids and the plan's step seconds and stop warning."""
     cfg = load_profile(profile)
-    ranks = nodes * (tasks_per_node or max(gpus_per_node, 1))
+    plan = enforce(training_plan(profile, methods, nodes=nodes, gpus_per_node=gpus_per_node, tasks_per_node=tasks_per_node,
+                                 steps=steps), "cosearch slurm train", force=force)
+    ranks = plan.ranks
     preflight = check_inputs(cfg, world_size=ranks, gpus=gpus_per_node > 0)  # before the queue: data, models, index, engine, launch
     texts = slurm_training_scripts(profile, methods, nodes=nodes, gpus_per_node=gpus_per_node,
-                                   tasks_per_node=tasks_per_node, steps=steps)
+                                   tasks_per_node=tasks_per_node, steps=steps, plan=plan)
     folder = run_dir(cfg.profile) / "slurm"
     folder.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -152,7 +172,9 @@ def submit_training(profile: str | Path, methods: Sequence[str], *, nodes: int =
             tmp.write_text(text)
         paths[name].chmod(0o755)
     out: dict[str, Any] = {"scripts": {k: project_relative(v) for k, v in paths.items()}, "ranks": ranks,
-                           "checked": list(preflight.checked), "not_checked_here": list(preflight.skipped)}
+                           "checked": list(preflight.checked), "not_checked_here": list(preflight.skipped),
+                           "plan": {"step_s": {m: round(v, 1) for m, v in plan.step_s.items()},
+                                    "signal_lead_s": round(plan.signal_lead_s), "refused_but_forced": [str(r) for r in plan.refusals]}}
     retriever_cmd = [sbatch, "--parsable", str(paths["retriever"])]
     if not submit:
         out["commands"] = [retriever_cmd,

@@ -259,7 +259,7 @@ if want data-parallel; then
 T3=$(date +%s)
 DP="$COSEARCH_RUNS/ci_dp.yaml"
 # the server outlives a training job that reaches its time-limit warning and requeues (as on a busy machine)
-printf 'extends: ci\nprofile: ci_dp\ntraining:\n  questions_per_step: 2\nslurm:\n  cpus_per_task: 1\n  mem: 6G\n  retriever_time: "01:30:00"\n' > "$DP"
+printf 'extends: ci\nprofile: ci_dp\ntraining:\n  questions_per_step: 2\nslurm:\n  cpus_per_task: 1\n  mem: 12G\n  retriever_time: "01:30:00"\n' > "$DP"
 printf 'extends: %s\nprofile: ci_dp_one\n' "$DP" > "$COSEARCH_RUNS/ci_dp_one.yaml"
 if [ -s "$COSEARCH_RUNS/ci_dp_one/train.run.json" ]; then  # written when that training finished
   echo "[test-slurm] one-process reference: reusing the finished run in $COSEARCH_RUNS/ci_dp_one"

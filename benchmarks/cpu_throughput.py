@@ -1,0 +1,146 @@
+"""This machine's CPU throughputs for the job planner (``cosearch plan --gpus-per-node 0``).
+
+What the planner multiplies a CPU profile's workload by (``cosearch_lib/planning/throughputs.py``),
+measured with the library's own code on the bundled SmolLM2-135M with an r=16 LoRA adapter, float32:
+
+* decode: ``TransformersBackend.generate`` with the adapter, rows 1, 4, 8, 16 and 32, prompts of ~300
+  tokens; a decode step's seconds are (time of 33 new tokens - time of 1) / 32, fitted as
+  ``step_s + row_s x rows`` (least squares);
+* prefill: one forward pass (no gradient) per 512-token sequence, tokens/s;
+* train: forward + backward of one 512-token sequence (a GRPO micro-batch of 1, the CPU profiles'),
+  tokens/s;
+* encoder: the bundled MiniLM over 32-token queries, batch 16, tokens/s;
+* search: a FAISS flat inner-product index of 200,000 x 384 vectors, 64 queries per call: index
+  vectors x queries per second, scaled to 768 dimensions (x 384 / 768).
+
+Each at ``--threads`` torch threads (default: 1 and 2; the planner takes the rank's ``cpus_per_task``).
+Writes ``benchmarks/records/cpu_throughput.json`` (commit it: the planner reads it and
+``tests/test_job_plan.py`` checks the planner against the committed run records with it):
+
+    python benchmarks/cpu_throughput.py                  # ~4 min on 2 cores; run alone
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cosearch_lib.atomic_io import write_json  # noqa: E402
+from cosearch_lib.config import EncoderConfig, LoraSettings, SamplingConfig  # noqa: E402
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend  # noqa: E402
+from cosearch_lib.models.lora_policies import lora_model  # noqa: E402
+from cosearch_lib.models.registry import load_causal_lm  # noqa: E402
+from cosearch_lib.paths import project_root  # noqa: E402
+from cosearch_lib.records.provenance import environment_snapshot  # noqa: E402
+from cosearch_lib.retrieval.encoder import TextEncoder  # noqa: E402
+
+ROWS = (1, 4, 8, 16, 32)
+TEXT = ("The river Velm rises in the northern hills and flows past the old mill towns before it reaches the sea. "
+        "Its bridges were built by the guilds of Castel Amaro in the years after the great flood. ")
+
+
+def _prompts(tok, n: int, length: int) -> list[list[int]]:
+    block = tok.encode(TEXT * 40)[:length - 12]
+    return [block + tok.encode(f" Question {i}: who built bridge {i}?") for i in range(n)]
+
+
+def _time(fn, repeats: int = 2) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure(threads: int) -> dict:
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    base, tok = load_causal_lm("smollm2-135m-instruct", device="cpu")
+    model = lora_model(base, {"agent": None}, LoraSettings(r=16, alpha=32))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape) * 0.01)
+    model.eval()
+    step_times = []
+    for rows in ROWS:
+        prompts = _prompts(tok, rows, 300)
+        backend = TransformersBackend(model, tok, batch_size=rows)
+        backend.eos_ids = frozenset({-1})  # every row to the full budget
+
+        def gen(n: int, backend=backend, prompts=prompts) -> None:
+            backend.generate(prompts, SamplingConfig(temperature=1.0, max_new_tokens=n, seed=0), adapter="agent",
+                             row_keys=list(range(len(prompts))))
+        gen(2)  # warm-up
+        step_times.append((_time(lambda: gen(33)) - _time(lambda: gen(1))) / 32)
+    slope, intercept = np.polyfit(np.array(ROWS, dtype=float), np.array(step_times), 1)
+    seqs = [torch.tensor([p]) for p in _prompts(tok, 3, 512)]
+    model.set_adapter("agent")
+
+    def forward() -> None:
+        with torch.no_grad():
+            for s in seqs:
+                model(input_ids=s)
+    prefill_tps = 3 * 512 / _time(forward)
+
+    def train() -> None:
+        for s in seqs:
+            logp = torch.log_softmax(model(input_ids=s).logits[:, :-1].float(), -1)
+            logp.gather(-1, s[:, 1:, None]).mean().backward()
+        model.zero_grad(set_to_none=True)
+    model.train()
+    train()  # warm-up
+    train_tps = 3 * 512 / _time(train)
+    model.eval()
+    enc = TextEncoder(EncoderConfig(model="all-minilm-l6-v2", batch_size=16))
+    queries = [f"who built the bridge over river number {i} in castel amaro" for i in range(256)]
+    n_tokens = sum(len(enc.tokenizer.encode(q)) for q in queries)
+    encoder_tps = n_tokens / _time(lambda: enc.encode_queries(queries))
+    import faiss
+    faiss.omp_set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    index = faiss.IndexFlatIP(384)
+    index.add(rng.standard_normal((200_000, 384), dtype=np.float32))
+    q = rng.standard_normal((64, 384), dtype=np.float32)
+    search_s = _time(lambda: index.search(q, 10), repeats=3)
+    return {"policies": {"SmolLM2-135M": {"decode_step_s": float(intercept), "decode_row_s": float(slope),
+                                          "decode_rows": list(ROWS), "decode_step_s_measured": [round(t, 5) for t in step_times],
+                                          "prefill_tps": prefill_tps, "train_tps": train_tps}},
+            "encoder_tps": encoder_tps, "search_vectors_per_s": 200_000 * 64 / search_s * 384 / 768}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--out", default=str(project_root() / "benchmarks" / "records" / "cpu_throughput.json"))
+    args = ap.parse_args(argv)
+    env = environment_snapshot()
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    record = {"cpu": cpu, "git_sha": env.get("git_sha", ""), "time": env.get("time", ""), "by_threads": {}}
+    for threads in args.threads:
+        record["by_threads"][str(threads)] = measure(threads)
+        r = record["by_threads"][str(threads)]
+        p = r["policies"]["SmolLM2-135M"]
+        print(f"{threads} thread(s): decode step {p['decode_step_s'] * 1e3:.1f} ms + {p['decode_row_s'] * 1e3:.2f} ms/row "
+              f"(measured {p['decode_step_s_measured']}), prefill {p['prefill_tps']:,.0f} tok/s, train {p['train_tps']:,.0f} tok/s, "
+              f"encoder {r['encoder_tps']:,.0f} tok/s, search {r['search_vectors_per_s']:.3g} vectors/s", flush=True)
+    write_json(record, args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

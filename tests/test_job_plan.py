@@ -1,0 +1,200 @@
+"""`cosearch plan` (planning.job_plan): the memory, time and refusals of a job shape, and the refusal
+of `cosearch slurm train` / `cosearch grid --slurm` before anything is written or submitted."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from cosearch_lib.cli import main
+from cosearch_lib.config import ConfigError, load_profile
+from cosearch_lib.planning.job_plan import GIB, PlanRefused, gpus_in_gres, plan_job, slurm_gib, slurm_seconds
+from cosearch_lib.planning.model_shapes import KNOWN_SHAPES, model_shape, shape_from_config
+from cosearch_lib.planning.plan_report import format_plan
+from cosearch_lib.planning.throughputs import cpu_rates, gpu_rates
+
+
+def _profile(tmp_path, name: str, data: dict):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"profile": name, **data}))
+    return path
+
+
+# ----------------------------------------------------------------------------- shapes and memory model
+
+
+def test_shapes_count_the_published_parameters():
+    """Qwen2.5's model cards: 7.61B and 3.09B parameters; SmolLM2-135M: 134.5M; e5-base: 109M."""
+    assert KNOWN_SHAPES["qwen/qwen2.5-7b-instruct"].parameters == pytest.approx(7.61e9, rel=0.005)
+    assert KNOWN_SHAPES["qwen/qwen2.5-3b-instruct"].parameters == pytest.approx(3.09e9, rel=0.005)
+    assert KNOWN_SHAPES["smollm2-135m-instruct"].parameters == pytest.approx(134.5e6, rel=0.005)
+    assert KNOWN_SHAPES["intfloat/e5-base-v2"].parameters == pytest.approx(109e6, rel=0.01)
+    # Qwen2.5-7B: 28 layers x 4 KV heads x 128 x 2 (K and V) x 2 bytes = 56 KiB per token
+    assert KNOWN_SHAPES["qwen/qwen2.5-7b"].kv_bytes_per_token() == 56 * 1024
+    with pytest.raises(ConfigError, match="no shape known.*config.json"):
+        model_shape("org/unknown-model")
+
+
+def test_a_local_model_folder_gives_its_own_shape(tmp_path):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"model_type": "llama", "num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536, '
+        '"num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152, "tie_word_embeddings": true}')
+    assert model_shape(str(folder)).parameters == KNOWN_SHAPES["smollm2-135m-instruct"].parameters
+    with pytest.raises(ConfigError, match="lacks a field"):
+        shape_from_config({"hidden_size": 8}, "broken")
+
+
+def test_the_activation_model_against_the_measured_h100_updates():
+    """../shared/GPU_COSTS.md: grpo_update with the 49,152-token SmolLM2 vocabulary, bf16, micro-batch
+    4 x 1,500 tokens: the 135M shape took 7.6 GiB (fused attention: no scores kept) and the 3B shape
+    44 GiB (attention scores kept, no checkpointing). The model (weights + activations) must land
+    within 10% of both."""
+    def peak(key: str, attention: str) -> float:
+        shape = KNOWN_SHAPES[key]
+        shape = type(shape)(**{**shape.__dict__, "vocab": 49152})
+        return (shape.parameters * 2 + shape.activation_bytes(6000, 1500, checkpointing=False, attention=attention)) / GIB
+    assert peak("smollm2-135m-instruct", "flash") == pytest.approx(7.6, rel=0.10)
+    assert peak("qwen/qwen2.5-3b-instruct", "eager") == pytest.approx(44, rel=0.10)
+    seven = KNOWN_SHAPES["qwen/qwen2.5-7b"]
+    with_ckpt = seven.activation_bytes(6000, 1500, checkpointing=True, attention="eager")
+    without = seven.activation_bytes(6000, 1500, checkpointing=False, attention="eager")
+    assert with_ckpt < without / 3  # checkpointing keeps a layer's input, not its intermediates
+
+
+# ----------------------------------------------------------------------------- the paper's plans
+
+
+def test_the_paper_on_two_nodes_of_eight_fits_and_finishes():
+    plan = plan_job(load_profile("paper"), nodes=2, gpus_per_node=8)
+    assert plan.ranks == 16 and not plan.refusals, [str(r) for r in plan.refusals]
+    assert plan.rank_memory["weights"] == pytest.approx(7.6e9 * 2 / GIB, rel=0.01)  # bf16, one base for both roles
+    assert plan.rank_memory["activations (checkpointing)"] < plan.rank_memory["activations (no checkpointing)"]
+    assert plan.rank_capacity["engine"] == pytest.approx(0.5 * 79.6)  # models.vllm.gpu_memory_utilization
+    assert plan.retriever_memory["flat index"] == pytest.approx(21_015_324 * 768 * 4 / GIB)  # wiki-18's e5 index: ~60 GiB
+    for m, stages in plan.stages.items():
+        assert set(stages) == {"rollout", "ranker calls", "retrieval", "update", "validation"}
+        assert plan.step_s[m] == pytest.approx(sum(stages.values()))
+        assert plan.steps_per_job[m] >= 1 and math.isfinite(plan.gpu_hours[m])
+    assert plan.stages["search_r1"]["ranker calls"] == 0 < plan.stages["cosearch"]["ranker calls"]
+    # the stop warning is derived (paper.yaml sets no slurm.signal_lead_s) and covers the longest step
+    assert plan.lead_derived and plan.signal_lead_s > max(plan.uncuttable_s.values())
+    # 16 GPUs take a step ~16 x less wall time than one (plus what crosses ranks)
+    one = plan_job(load_profile("paper"), nodes=1, gpus_per_node=1, methods=("cosearch",))
+    assert one.step_s["cosearch"] / plan.step_s["cosearch"] == pytest.approx(16, rel=0.2)
+    text = format_plan(plan)
+    for heading in ("GPU memory per rank (GiB)", "host memory per node (GiB)", "disk (GiB)",
+                    "seconds per step by stage", "one table3 grid cell", "one table4 grid cell", "GPU_COSTS.md", "fits and finishes"):
+        assert heading in text
+
+
+def test_the_paper_on_one_gpu_names_what_cannot_finish(capsys):
+    plan = plan_job(load_profile("paper"), nodes=1, gpus_per_node=1)
+    why = [str(r) for r in plan.refusals]
+    assert any(r.startswith("cosearch cannot finish within its job's requeues") and "slurm.max_requeues" in r for r in why), why
+    assert main(["plan", "--profile", "paper", "--nodes", "1", "--gpus-per-node", "1"]) == 1  # exit 1: refused
+    assert "CANNOT FIT OR FINISH" in capsys.readouterr().out
+
+
+def test_slurm_train_refuses_before_sbatch_and_writes_nothing(tmp_path, monkeypatch):
+    from cosearch_lib.runs.slurm_training import submit_training
+
+    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
+    never = lambda *a, **k: pytest.fail("sbatch was called")  # noqa: E731
+    with pytest.raises(PlanRefused, match="(?s)cosearch cannot finish within its job.s requeues.*--force submits anyway"):
+        submit_training("paper", ["cosearch"], nodes=1, gpus_per_node=1, run=never)
+    assert not (tmp_path / "runs").exists()  # nothing written
+    assert main(["slurm", "train", "--profile", "paper", "--methods", "cosearch", "--nodes", "1", "--gpus-per-node", "1"]) == 2
+    assert not (tmp_path / "runs").exists()
+
+
+def test_force_submits_what_the_plan_refuses(tmp_path, monkeypatch):
+    from cosearch_lib.runs.slurm_training import submit_training
+
+    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
+    short = _profile(tmp_path, "ci_short", {"extends": "ci", "slurm": {"time": "00:00:30"}})
+    with pytest.raises(PlanRefused, match=r"the time limit is under a minute.*slurm\.time"):
+        submit_training(short, ["cosearch"], nodes=1, gpus_per_node=0, run=lambda *a, **k: pytest.fail("submitted"))
+    jobs = iter(["11", "12"])
+
+    def sbatch(cmd, **kwargs):
+        import subprocess
+        return subprocess.CompletedProcess(cmd, 0, stdout=next(jobs) + "\n", stderr="")
+    out = submit_training(short, ["cosearch"], nodes=1, gpus_per_node=0, evaluate=False, force=True, run=sbatch)
+    assert out["train_job"] == "12" and any("under a minute" in r for r in out["plan"]["refused_but_forced"])
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("data, shape, setting", [
+    ({"extends": "paper"}, {"gpus_per_node": 0}, "--gpus-per-node"),  # Unsloth without a GPU
+    ({"extends": "ci", "training": {"micro_batch": 8}}, {"gpus_per_node": 0}, "training.micro_batch"),
+    ({"extends": "ci", "slurm": {"time": "00:00:45"}}, {"gpus_per_node": 0}, "slurm.time"),
+    ({"extends": "paper"}, {"nodes": 3, "gpus_per_node": 8}, "training.questions_per_step"),  # 4,096 rollouts over 24 ranks
+])
+def test_impossible_requests_are_refused_naming_the_setting(tmp_path, monkeypatch, data, shape, setting):
+    from cosearch_lib.runs.slurm_training import submit_training
+
+    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
+    path = _profile(tmp_path, "bad", data)
+    plan = plan_job(load_profile(path), **shape, methods=("cosearch",))
+    assert any(setting in r.setting for r in plan.refusals), [str(r) for r in plan.refusals]
+    with pytest.raises(PlanRefused, match=setting.replace(".", r"\.")):
+        submit_training(path, ["cosearch"], nodes=shape.get("nodes", 1), gpus_per_node=shape["gpus_per_node"],
+                        run=lambda *a, **k: pytest.fail("submitted"))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_malformed_shapes_and_settings_are_clear_errors(tmp_path):
+    cfg = load_profile("ci")
+    with pytest.raises(ConfigError, match="--nodes 0"):
+        plan_job(cfg, nodes=0)
+    with pytest.raises(ConfigError, match="--gpus-per-node -1"):
+        plan_job(cfg, gpus_per_node=-1)
+    with pytest.raises(ConfigError, match="--gpu 'tpu'"):
+        gpu_rates("tpu")
+    with pytest.raises(ConfigError, match="not a SLURM time"):
+        slurm_seconds("a day")
+    with pytest.raises(ConfigError, match="not a SLURM memory size"):
+        slurm_gib("lots")
+    with pytest.raises(ConfigError, match="gpu:<count>"):
+        gpus_in_gres("gpu:h100")
+    broken = tmp_path / "rates.json"
+    broken.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        cpu_rates(path=broken)
+    broken.write_text('{"by_threads": {"2": {"policies": {}}}}')
+    with pytest.raises(ConfigError, match="lacks"):
+        cpu_rates(path=broken)
+
+
+def test_slurm_times_and_sizes():
+    assert slurm_seconds("90") == 5400 and slurm_seconds("30:00") == 1800 and slurm_seconds("24:00:00") == 86400
+    assert slurm_seconds("2-00:00:00") == 172800 and slurm_seconds("1-12") == 129600
+    assert slurm_gib("128G") == 128 and slurm_gib("4096M") == 4 and slurm_gib("1T") == 1024 and slurm_gib("2048") == 2
+    assert gpus_in_gres("gpu:8") == 8 and gpus_in_gres("gpu:h100:4") == 4 and gpus_in_gres(None) == 0
+
+
+def test_the_cpu_profiles_plan_on_this_machines_rates():
+    """ci, demo and laptop plan as one CPU rank (the committed CPU benchmark's rates) without refusal
+    at their own slurm settings; their ranks fit slurm.mem."""
+    for name in ("ci", "demo", "laptop"):
+        plan = plan_job(load_profile(name), gpus_per_node=0, methods=("search_r1", "cosearch"))
+        assert not plan.refusals, (name, [str(r) for r in plan.refusals])
+        assert plan.device.startswith("CPU") and plan.step_s["cosearch"] > plan.step_s["search_r1"] > 0
+
+
+def test_readme_shows_the_plan_of_the_papers_setting():
+    """README.md's table is what the planner says of the paper on 1 and 2 nodes of 8 H100s
+    (docs/PLAN.md, generated, holds the full outputs)."""
+    from cosearch_lib.paths import project_root
+    from cosearch_lib.planning.plan_report import plan_summary_table
+
+    cfg = load_profile("paper")
+    table = plan_summary_table([plan_job(cfg, nodes=1, gpus_per_node=8), plan_job(cfg, nodes=2, gpus_per_node=8)])
+    assert table in (project_root() / "README.md").read_text()
+    assert main(["plan", "--profile", "paper", "--nodes", "2", "--gpus-per-node", "8"]) == 0
