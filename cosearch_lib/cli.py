@@ -27,6 +27,7 @@ import json
 import sys
 
 from cosearch_lib.config import ConfigError, available_profiles, load_profile
+from cosearch_lib.runs.slurm_commands import add_slurm_commands
 
 # Each command imports its modules when it runs, so `cosearch --help` and `cosearch profiles` answer
 # at once instead of loading torch, transformers and papermill first. This is the one module that
@@ -127,17 +128,6 @@ def _cmd_build_starts(args: argparse.Namespace) -> int:
     for method in methods:
         starts = method_starts(cfg, retriever, method, progress=not args.quiet)
         print(json.dumps({"method": method, "starts": {k: str(v) for k, v in starts.items()}}))
-    return 0
-
-
-def _cmd_slurm_train(args: argparse.Namespace) -> int:
-    from cosearch_lib.runs.slurm_training import submit_training
-
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    out = submit_training(args.profile, methods, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                          tasks_per_node=args.tasks_per_node, steps=args.steps, evaluate=not args.no_evaluate,
-                          submit=not args.dry_run, force=args.force)
-    print(json.dumps(out, indent=2))
     return 0
 
 
@@ -354,20 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_build_starts)
 
-    p = sub.add_parser("slurm", help="write (and submit) SLURM jobs: `slurm train` = a retrieval server, data-parallel "
-                                     "training on N nodes x G GPUs after it, then notebook 03's evaluation")
-    slurm = p.add_subparsers(dest="slurm_command", required=True)
-    p = slurm.add_parser("train", help="retriever.sbatch, train.sbatch (srun, one rank per GPU), evaluate.sbatch")
-    p.add_argument("--profile", default="paper")
-    p.add_argument("--methods", default="cosearch", help="comma-separated training methods")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus-per-node", type=int, default=1, help="one rank per GPU; 0: CPU ranks (gloo)")
-    p.add_argument("--tasks-per-node", type=int, help="ranks per node when --gpus-per-node is 0 (default 1)")
-    p.add_argument("--steps", type=int, help="GRPO steps per method (default: the profile's)")
-    p.add_argument("--no-evaluate", action="store_true", help="no notebook-03 job after training")
-    p.add_argument("--dry-run", action="store_true", help="write the scripts and print the sbatch commands; submit nothing")
-    p.add_argument("--force", action="store_true", help="submit even when the plan (cosearch plan) says the job cannot fit or finish")
-    p.set_defaults(fn=_cmd_slurm_train)
+    add_slurm_commands(sub)
 
     p = sub.add_parser("plan", help="before the queue: memory per rank and node, disk, seconds per step by stage, "
                                     "GPU-hours, and what cannot fit or finish (exit 1), from measured throughputs (docs/PLAN.md)")

@@ -384,6 +384,12 @@ def checkpoint_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
+def rollout_stage_name(step: int) -> str:
+    """``rollouts_step_000003.pt``: the scored rollouts of the step that starts after ``step`` steps,
+    written at the stage boundary before its update (``rl.run_protocol.TrainingRun.save_stage``)."""
+    return f"rollouts_{checkpoint_name(step)}.pt"
+
+
 def checkpoint_folders(out_dir: str | Path) -> list[Path]:
     """The checkpoint folders of a run, oldest first (folders still being written, ``*.tmp``, left out)."""
     return sorted(p for p in (Path(out_dir) / CHECKPOINTS_DIR).glob("step_*") if not p.name.endswith(".tmp"))

@@ -3,10 +3,13 @@ tests/test_data_parallel.py::
 
     python -m torch.distributed.run --nproc-per-node N tests/data_parallel_worker.py OUT \
         [--method cosearch] [--steps 3] [--minibatches 1] [--questions-per-step 2] [--kill-rank R] [--resume]
+        [--stop-after-rollout S]
 
 The trainer checkpoints after every step into OUT/run. ``--kill-rank R``: rank R SIGKILLs itself in
 step 2, right after its agent update (the other ranks are then inside the ranker's update: a node
-lost mid-step). ``--resume``: continue from the newest checkpoint. Rank 0 saves the adapters the run
+lost mid-step). ``--stop-after-rollout S``: rank 0 alone gets SIGUSR1 once the rollout of step S
+(0-based) is done, as SLURM's warning arrives; the ranks stop together at the stage boundary and the
+worker exits 75. ``--resume``: continue from the newest checkpoint. Rank 0 saves the adapters the run
 started from, the adapters at the end, the step records and the trajectories each rank rolled out in
 each step to OUT/result.pt.
 """
@@ -25,6 +28,7 @@ import cosearch_lib.rl.trainer as trainer_mod
 from cosearch_lib.models.lora_policies import adapter_parameters
 from cosearch_lib.models.registry import load_tokenizer
 from cosearch_lib.rl.data_parallel import DataParallel
+from cosearch_lib.stop_signals import EXIT_STOPPED, StopRequested
 
 from tests.doubles import tiny_model, trainer
 
@@ -38,6 +42,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--questions-per-step", type=int, default=2)
     p.add_argument("--kill-rank", type=int)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--stop-after-rollout", type=int)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     dp = DataParallel.from_environment()
@@ -72,7 +77,20 @@ def main(argv: list[str]) -> None:
             return out
 
         trainer_mod.grpo_update = update_then_die
-    t.run()
+    if args.stop_after_rollout is not None and dp.is_main:
+        scored = t.scored_rollouts
+
+        def scored_then_warned(step, clock=None):
+            out = scored(step, clock)
+            if step == args.stop_after_rollout:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            return out
+        t.scored_rollouts = scored_then_warned
+    try:
+        t.run()
+    except StopRequested:
+        dp.close()
+        sys.exit(EXIT_STOPPED)
     rolled_per_rank = dp.gather(rolled)
     if dp.is_main:
         torch.save({"start": start, "end": weights(), "records": t.records, "world_size": dp.world_size,

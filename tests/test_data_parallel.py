@@ -348,6 +348,23 @@ def test_a_two_rank_run_that_loses_a_rank_mid_step_resumes_to_the_uninterrupted_
     assert_same_adapters_close(resumed["end"], one_rank[1]["end"])
 
 
+def test_two_ranks_stopped_after_a_rollout_resume_into_its_update_to_the_uninterrupted_records(tmp_path, one_rank):
+    """SIGUSR1 reaches rank 0 alone once step 2's rollouts are scored: both ranks stop at the stage
+    boundary (exit 75), before the update, with the step's rollouts saved. A new 2-rank job takes
+    them back, rolls out only step 3, and ends with the records and adapters of a run never stopped."""
+    questions = ("--questions-per-step", str(TWO_RANK_CASES[1]))
+    stopped = _launch(tmp_path, 2, "--stop-after-rollout", "1", *questions, check=False)
+    assert stopped.returncode != 0 and "stopped after the rollout of step 2" in stopped.stdout + stopped.stderr
+    assert pd.read_csv(tmp_path / "run" / "steps.csv")["step"].tolist() == [0]
+    assert (tmp_path / "run" / "checkpoints" / "rollouts_step_000001.pt").exists()
+    _launch(tmp_path, 2, "--resume", *questions)
+    resumed = _result(tmp_path)
+    assert resumed["rolled_per_rank"] == [[4], [4]]  # step 3 only: step 2's rollouts came from the stage file
+    assert_same_records(one_rank[1]["records"], resumed["records"])
+    assert_same_adapters_close(resumed["end"], one_rank[1]["end"])
+    assert not list((tmp_path / "run" / "checkpoints").glob("rollouts_*"))  # dropped once their step is checkpointed
+
+
 # ------------------------------------------------------------------------------ `cosearch train` on ci, torchrun
 
 

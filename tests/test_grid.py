@@ -164,11 +164,14 @@ sys.exit(75 if got else 0)
 """
 
 
-@pytest.mark.parametrize("sig, requeued", [("USR1", True), ("TERM", False)])
-def test_the_array_task_passes_a_stop_signal_on_and_requeues_only_before_the_time_limit(tmp_path, sig, requeued):
+@pytest.mark.parametrize("sig, left, requeued", [("USR1", "1:00:00", True), ("TERM", "2:00:00", False), ("TERM", "00:40", True)])
+def test_the_array_task_passes_a_stop_signal_on_and_requeues_on_the_warning_and_at_the_time_limit(tmp_path, sig, left,
+                                                                                                  requeued):
     """The job script's own logic, in bash: the stop signal reaches the command running in the
     background, the script waits for its real exit status (75) and, after SIGUSR1 (--signal before
-    the time limit), requeues its own array task; after SIGTERM (preemption, scancel) it does not."""
+    the time limit), requeues its own array task; after SIGTERM it requeues the task only at its time
+    limit (TIMEOUT: 40 s left, squeue's %L), not with hours left (preemption, which SLURM requeues
+    itself, or scancel)."""
     import signal
     import subprocess
     import sys
@@ -180,6 +183,7 @@ def test_the_array_task_passes_a_stop_signal_on_and_requeues_only_before_the_tim
     job = tmp_path / "job.sh"
     job.write_text("set -euo pipefail\n"
                    'scontrol() { echo "scontrol $*"; }\n'  # what the task would ask SLURM
+                   f'squeue() {{ echo "{left}"; }}\n'  # the task's time left
                    f"source {ROOT / STOPPABLE_SH}\n"
                    f'run_stoppable 41_2 {sys.executable} {tmp_path / "child.py"}\n'
                    'echo "not reached: set -e ends the job with the command\'s status"\n')

@@ -198,3 +198,26 @@ def test_readme_shows_the_plan_of_the_papers_setting():
     table = plan_summary_table([plan_job(cfg, nodes=1, gpus_per_node=8), plan_job(cfg, nodes=2, gpus_per_node=8)])
     assert table in (project_root() / "README.md").read_text()
     assert main(["plan", "--profile", "paper", "--nodes", "2", "--gpus-per-node", "8"]) == 0
+
+
+def test_the_notebook_job_helper_plans_then_submits_with_the_plans_warning(tmp_path):
+    """`cosearch slurm notebooks`: run_notebooks.sbatch's submit helper. The paper on its default one
+    GPU cannot finish CoSearch: refused before sbatch. demo fits: sbatch gets the profile's resources
+    and the plan's warning on its command line, the notebooks and parameters in the environment."""
+    import subprocess
+
+    from cosearch_lib.runs.slurm_training import submit_notebooks
+
+    with pytest.raises(PlanRefused, match="cosearch cannot finish"):
+        submit_notebooks("paper", ["03"], run=lambda *a, **k: pytest.fail("submitted"))
+    sent = {}
+
+    def sbatch(cmd, **kwargs):
+        sent.update(cmd=cmd, env=kwargs.get("env", {}))
+        return subprocess.CompletedProcess(cmd, 0, stdout="77\n", stderr="")
+    out = submit_notebooks("demo", ["03"], params=["steps=2", "methods=search_r1,cosearch"], run=sbatch)
+    lead = round(plan_job(load_profile("demo"), gpus_per_node=1, methods=("search_r1", "cosearch")).signal_lead_s)
+    assert out["job"] == "77" and f"--signal=B:USR1@{lead}" in sent["cmd"] and "--export=ALL" in sent["cmd"]
+    assert "--time=24:00:00" in sent["cmd"] and sent["cmd"][-1].endswith("papermill_runs/slurm/run_notebooks.sbatch")
+    assert sent["env"]["PROFILE"] == "demo" and sent["env"]["NOTEBOOKS"] == "03"
+    assert sent["env"]["PARAMS"] == "-p steps=2 -p methods=search_r1,cosearch"  # commas intact

@@ -515,6 +515,48 @@ def test_resume_after_kill_gives_the_records_of_an_uninterrupted_run(tok, tmp_pa
     assert trainer(tok, tiny_model(tok), tmp_path / "new").load_checkpoint() == 0  # nothing to resume: step 0
 
 
+def test_a_stop_after_the_rollout_resumes_into_the_update_to_the_uninterrupted_records(tok, tmp_path):
+    """SIGUSR1 during step 2's rollout (a cluster's warning): the run stops at the stage boundary with
+    the step's scored rollouts saved, before its update. A fresh process resumes from step 1's
+    checkpoint, takes those rollouts back instead of rolling out again, and ends with the records and
+    adapters of a run that never stopped."""
+    import os
+    import signal
+
+    from cosearch_lib.stop_signals import StopRequested
+
+    full = trainer(tok, tiny_model(tok), tmp_path / "full", steps=3)
+    start = {a: snapshot(full.policies.model, a) for a in ("agent", "ranker")}
+    full.run()
+    stopped = trainer(tok, tiny_model(tok), tmp_path / "stopped", steps=3)
+    scored = stopped.scored_rollouts
+
+    def scored_then_warned(step, clock=None):
+        out = scored(step, clock)
+        if step == 1:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return out
+    stopped.scored_rollouts = scored_then_warned
+    with pytest.raises(StopRequested, match="SIGUSR1"):
+        stopped.run()
+    ckpts = tmp_path / "stopped" / "checkpoints"
+    assert latest_checkpoint(tmp_path / "stopped").name == "step_000001" and (ckpts / "rollouts_step_000001.pt").exists()
+    assert trainer(tok, tiny_model(tok), tmp_path / "stopped", steps=3, seed=1).take_stage(1) is None  # not its run's
+    resumed = trainer(tok, tiny_model(tok), tmp_path / "stopped", steps=3)
+    rolled = []
+    scored_again = resumed.scored_rollouts
+    resumed.scored_rollouts = lambda step, clock=None: (rolled.append(step), scored_again(step, clock))[1]
+    assert resumed.load_checkpoint() == 1
+    resumed.run()
+    assert rolled == [2]  # step 2 (index 1) went straight into its update
+    assert _comparable(resumed.records) == _comparable(full.records)
+    for adapter in ("agent", "ranker"):
+        assert changed(start[adapter], full.policies.model)  # the adapters moved: equality proves the resume
+        a, b = snapshot(full.policies.model, adapter), snapshot(resumed.policies.model, adapter)
+        assert all(torch.equal(a[n], b[n]) for n in a)
+    assert not list(ckpts.glob("rollouts_*"))  # dropped once the step's checkpoint holds what they led to
+
+
 def test_a_truncated_or_corrupted_checkpoint_is_named_and_skipped_for_the_one_before_it(tok, tmp_path):
     from cosearch_lib.run_schema import checkpoint_problem
 

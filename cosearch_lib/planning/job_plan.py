@@ -43,7 +43,7 @@ PAPER_TEST_QUESTIONS = 51_713
 #: Paper Table 7: mean search calls per trajectory of each method (the default behaviour).
 PAPER_SEARCHES = {"search_r1": 2.05, "fixed_ranker": 2.62, "cosearch": 1.67, "oracle": 1.66}
 #: The derived stop warning (slurm.signal_lead_s: null): the part of a step a stop cannot cut, x this, + this.
-LEAD_FACTOR, LEAD_MARGIN_S = 1.1, 60.0
+LEAD_FACTOR, LEAD_MARGIN_S = 1.1, 60.0  # the stage under way when the warning comes, + the planner's error
 #: Bandwidths per GPU for the all-reduce and the rollout exchange (assumed: NVLink, 100 Gb/s InfiniBand).
 INTRA_NODE_GBS, INTER_NODE_GBS = 150.0, 12.5
 #: What a CUDA process holds besides its tensors (context, cuBLAS workspaces), and vLLM's own (CUDA graphs).
@@ -101,7 +101,7 @@ class JobPlan:
     disk: dict[str, float]  # GiB by part
     stages: dict[str, dict[str, float]]  # method -> stage -> seconds per step (wall, on the job's ranks)
     step_s: dict[str, float]
-    uncuttable_s: dict[str, float]  # method -> the part of a step a stop cannot cut (s)
+    uncuttable_s: dict[str, float]  # method -> the part of a step a stop cannot cut: its longest stage and checkpoint (s)
     startup_s: float
     checkpoint_s: float
     time_limit_s: float
@@ -391,7 +391,9 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
             st["validation"] = 0.0
         stages[m] = st
         step_s[m] = sum(st.values())
-        uncuttable[m] = step_s[m] - st["validation"] + checkpoint_s  # a stop is honoured after the step (its checkpoint)
+        # a stop is honoured at the stage boundary (the rollouts saved, rl.run_protocol) or after the update
+        # (the step's checkpoint): the longest stage and what it writes cannot be cut
+        uncuttable[m] = max(st["rollout"] + st["ranker calls"] + st["retrieval"], st["update"]) + checkpoint_s
     derived = s.signal_lead_s is None
     lead = (max(uncuttable.values()) * LEAD_FACTOR + LEAD_MARGIN_S) if derived else float(s.signal_lead_s)
     for m in methods:
@@ -410,7 +412,7 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
         elif lead < uncuttable[m]:
             refusals.append(Refusal(f"the stop warning is shorter than a {m} step",
                                     f"slurm.signal_lead_s {lead:.0f} s < {uncuttable[m]:.0f} s that a stop cannot cut "
-                                    f"(the step and its checkpoint): the job would reach its time limit mid-step",
+                                    f"(the longest stage of a step and its checkpoint): the job would reach its time limit mid-stage",
                                     f"slurm.signal_lead_s (>= {math.ceil(uncuttable[m] * LEAD_FACTOR + LEAD_MARGIN_S)}, "
                                     "or null: derived from the plan) or more ranks"))
         total_s = gpu_hours[m] * 3600 / ranks if math.isfinite(gpu_hours[m]) else math.inf

@@ -45,7 +45,7 @@ def format_plan(plan: JobPlan) -> str:
                    + f"{_duration(plan.step_s[m]):>12}{plan.steps_per_job[m]:>11}{plan.gpu_hours[m]:13,.0f}")
     out.append(f"  {plan.steps} steps per method; a job: {_duration(plan.time_limit_s)} (slurm.time), start {plan.startup_s:.0f} s, "
                f"checkpoint {plan.checkpoint_s:.0f} s, stop warning {plan.signal_lead_s:.0f} s "
-               + ("(derived: the uncut part of the longest step +10% + 60 s)" if plan.lead_derived else "(slurm.signal_lead_s)"))
+               + ("(derived: the longest stage and its checkpoint, +10% + 60 s)" if plan.lead_derived else "(slurm.signal_lead_s)"))
     for grid, hours in plan.cell_gpu_hours.items():
         out.append(f"  one {grid} grid cell: {hours:,.0f} {'GPU' if plan.gpus_per_node else 'CPU'}-hours")
     out.append(f"  evaluation (every test question of each method, greedy): {_duration(plan.evaluation_s)} on these ranks")

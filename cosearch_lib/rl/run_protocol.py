@@ -16,6 +16,12 @@ copy here:
 * **resume**: :meth:`TrainingRun.load_checkpoint` restores the newest whole checkpoint (none: the
   run stays at step 0) after checking that it is this run's: the same method and the same seed;
   records of older checkpoints come back under today's column names (``run_schema.current_step_columns``);
+* **the stage boundary**: a step's scored rollouts are written before its update
+  (:meth:`TrainingRun.save_stage`, ``checkpoints/rollouts_step_N.pt``), and a stop signal received
+  during the rollout stops the run there (:meth:`TrainingRun.stop_at_boundary`); the resumed run
+  takes them back (:meth:`TrainingRun.take_stage`) and goes straight into the update, to the records
+  and weights of a run that never stopped. So the part of a step a stop cannot cut is its longest
+  stage, not the whole step (``planning.job_plan``);
 * **the loop**: :func:`rl.step_loop.run_steps` (stop signals, checkpoints every
   ``checkpoint_every`` steps and after the last).
 """
@@ -28,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 
-from cosearch_lib.atomic_io import write_table
+from cosearch_lib.atomic_io import atomic_path, write_table
 from cosearch_lib.paths import project_relative
 from cosearch_lib.rl.data_parallel import SINGLE_PROCESS, DataParallel
 from cosearch_lib.rl.run_checkpoints import load_state, restore_rng_states, rng_states, save_state, write_checkpoint
@@ -44,9 +51,11 @@ from cosearch_lib.run_schema import (
     current_step_record,
     latest_checkpoint,
     namespaced_record,
+    rollout_stage_name,
     validation_columns,
 )
 from cosearch_lib.stage_clock import StageClock
+from cosearch_lib.stop_signals import StopRequested, pending_stop
 
 
 class TrainingRun:
@@ -188,8 +197,61 @@ class TrainingRun:
                 write_table(self.calls_frame(), self.out_dir / RANKER_CALLS_FILE)
             if self.val_records:
                 write_table(self.validation_frame(), self.out_dir / VALIDATION_FILE)
+            self._drop_stages()
         self.dp.barrier()
         return final
+
+    # -- the stage boundary inside a step
+
+    def stage_path(self, step: int) -> Path:
+        return self.out_dir / CHECKPOINTS_DIR / rollout_stage_name(step)
+
+    def save_stage(self, step: int, payload: dict[str, Any]) -> Path:
+        """The scored rollouts of ``step`` (``payload``), written whole or not at all before the update,
+        with this run's identity and random states; rank 0 writes (every rank holds the whole step) and
+        the others wait. A resumed run takes them back with :meth:`take_stage`."""
+        path = self.stage_path(step)
+        if self.dp.is_main:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(path) as tmp, tmp.open("wb") as f:
+                torch.save({"run": {"name": self.run_name, "seed": self.seed}, "step": step, "rng": rng_states(),
+                            **payload}, f)
+        self.dp.barrier()
+        return path
+
+    def take_stage(self, step: int) -> dict[str, Any] | None:
+        """The scored rollouts :meth:`save_stage` wrote for ``step`` by this run (same method, seed and
+        step), with the random states restored to where they were after them; None if there are none."""
+        path = self.stage_path(step)
+        if not path.exists():
+            return None
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=False)
+        except (OSError, RuntimeError, EOFError, ValueError) as err:
+            import warnings
+            warnings.warn(f"{project_relative(path)} unreadable ({err}): step {step + 1} rolls out again", RuntimeWarning,
+                          stacklevel=2)
+            return None
+        if saved.get("run") != {"name": self.run_name, "seed": self.seed} or saved.get("step") != step:
+            return None
+        restore_rng_states(saved["rng"])
+        return saved
+
+    def stop_at_boundary(self, step: int) -> None:
+        """At the stage boundary of ``step`` (its rollouts saved): if a stop signal has arrived (on any
+        rank), stop here, resumable into the update (``StopRequested``)."""
+        received = pending_stop()
+        if self.dp.sum(float(received is not None)) > 0:
+            path = self.stage_path(step)
+            print(f"[train {self.run_name}] {received or 'a signal to another rank'}: stopped after the rollout of step "
+                  f"{step + 1}, its rollouts in {project_relative(path)}", flush=True)
+            raise StopRequested(received or "a signal to another rank", step, project_relative(path))
+
+    def _drop_stages(self) -> None:
+        """The saved rollouts of the steps done (the checkpoint of ``step`` holds what they led to)."""
+        for path in (self.out_dir / CHECKPOINTS_DIR).glob("rollouts_step_*.pt"):
+            if path.name < rollout_stage_name(self.step):
+                path.unlink(missing_ok=True)
 
     def _write_checkpoint(self, tmp: Path) -> None:
         """Everything a resumed run needs, into the empty folder ``tmp``."""

@@ -180,10 +180,21 @@ class JointTrainer(TrainingRun):
 
     def train_step(self) -> dict:
         """One GRPO step of the method, stages rollout to sync; keeps and returns its record (:meth:`run`
-        adds the validation when it is due, and hands the record to the live tracker)."""
+        adds the validation when it is due, and hands the record to the live tracker). The scored
+        rollouts are saved before the update (:meth:`save_stage`), and a stop signal that arrived
+        during them stops the run there; a resumed run takes them back instead of rolling out again."""
         cfg, step = self.cfg, self.step
         clock = StageClock()
-        batch, rewards, groups = self.scored_rollouts(step, clock)
+        saved = self.take_stage(step)
+        if saved is not None:  # resumed at the stage boundary: the same rollouts, rewards and groups
+            batch = StepBatch(saved["trajectories"], tuple(self.dp.block(len(saved["trajectories"]))))
+            rewards, groups = saved["rewards"], saved["groups"]
+            clock.seconds.update(saved["seconds"])
+        else:
+            batch, rewards, groups = self.scored_rollouts(step, clock)
+            self.save_stage(step, {"trajectories": list(batch.trajectories), "rewards": rewards, "groups": groups,
+                                   "seconds": dict(clock.seconds)})
+        self.stop_at_boundary(step)
         with clock("update"):
             update_stats = self._update(batch, rewards, groups, clock)
         with clock("sync"):

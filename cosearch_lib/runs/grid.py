@@ -238,9 +238,13 @@ def submit_slurm(base_profile: str | Path, grid: Grid, *, sbatch: str = "sbatch"
     return out
 
 
-def run_sbatch(run: Callable[..., subprocess.CompletedProcess], cmd: list[str]) -> str:
+def run_sbatch(run: Callable[..., subprocess.CompletedProcess], cmd: list[str], env: Mapping[str, str] | None = None) -> str:
+    """``sbatch --parsable`` output of ``cmd``; ``env``: variables added to this environment for it
+    (the job gets them with ``--export=ALL``, values with commas and spaces intact)."""
+    import os
+
     try:
-        done = run(cmd, capture_output=True, text=True, check=False)
+        done = run(cmd, capture_output=True, text=True, check=False, **({"env": {**os.environ, **env}} if env else {}))
     except FileNotFoundError as err:
         raise SlurmSubmitError(f"{cmd[0]!r} not found: submit from a SLURM login node, or write the scripts only "
                            "(--dry-run)") from err

@@ -35,7 +35,7 @@ from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.config.methods import method_spec
 from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.paths import project_relative, project_root, run_dir
-from cosearch_lib.planning.job_plan import JobPlan, enforce, plan_job
+from cosearch_lib.planning.job_plan import JobPlan, enforce, gpus_in_gres, plan_job
 from cosearch_lib.runs.grid import SBATCH_PRELUDE, STOPPABLE_SH, run_sbatch, sbatch_header, sbatch_job_id
 from cosearch_lib.stop_signals import EXIT_STOPPED
 
@@ -118,8 +118,8 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
                     "--methods", ",".join(methods), "--retriever-url", '"$RETRIEVER_URL"', "--quiet"]
     train += ["", prelude,
               ": \"${COSEARCH_RETRIEVER_JOB:?submit with cosearch slurm train, or export COSEARCH_RETRIEVER_JOB}\"",
-              "# whatever ends this script but a stop before the time limit (exit 75: requeued) ends the server too",
-              f'stop_server() {{ status=$?; [ "$status" -eq {EXIT_STOPPED} ] || scancel "$COSEARCH_RETRIEVER_JOB"; }}',
+              "# whatever ends this script but a requeue (a stop, exit 75, or SIGTERM at the time limit) ends the server too",
+              f'stop_server() {{ status=$?; [ "$status" -eq {EXIT_STOPPED} ] || [ "${{requeued:-0}}" -eq 1 ] || scancel "$COSEARCH_RETRIEVER_JOB"; }}',
               "trap stop_server EXIT",
               "# what every rank reads from the cache, built once, in one task (world, index, warm start, Fixed Ranker)",
               f"srun --nodes=1 --ntasks=1 cosearch warm-start --profile {profile_arg} --quiet",
@@ -197,3 +197,36 @@ def submit_training(profile: str | Path, methods: Sequence[str], *, nodes: int =
 
 def _submit(run: Callable[..., subprocess.CompletedProcess], cmd: list[str]) -> str:
     return sbatch_job_id(run_sbatch(run, cmd))
+
+
+#: The job script ``cosearch slurm notebooks`` submits (its #SBATCH lines are defaults the command overrides).
+RUN_NOTEBOOKS_SBATCH = "papermill_runs/slurm/run_notebooks.sbatch"
+
+
+def submit_notebooks(profile: str | Path, notebooks: Sequence[str] = (), *, params: Sequence[str] = (),
+                     sbatch: str = "sbatch", submit: bool = True, force: bool = False,
+                     run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
+    """``run_notebooks.sbatch``'s submit helper: plan the notebooks' training as that job runs it (one
+    node, ``slurm.gres``'s GPUs, the methods of the profile's notebook 03) and refuse what cannot fit
+    or finish (``force``: submit anyway); then ``sbatch`` the script with the profile's time limit,
+    resources and the plan's stop warning on the command line (they override its #SBATCH lines), and
+    ``PROFILE``, ``NOTEBOOKS``, ``PARAMS`` (``-p name=value`` each) in its environment (``--export=ALL``).
+    Returns the command, that environment and the job id."""
+    cfg = load_profile(profile)
+    methods = [m.strip() for m in str(cfg.notebooks.get("03", {}).get("methods", "cosearch")).split(",") if m.strip()]
+    gpus = gpus_in_gres(cfg.slurm.gres)
+    plan = enforce(training_plan(profile, methods, gpus_per_node=gpus), "cosearch slurm notebooks", force=force)
+    s = cfg.slurm
+    env = {"PROFILE": str(profile), "NOTEBOOKS": " ".join(notebooks), "PARAMS": " ".join(f"-p {shlex.quote(p)}" for p in params)}
+    cmd = [sbatch, "--parsable", f"--time={s.time}", f"--mem={s.mem}", f"--cpus-per-task={s.cpus_per_task}"]
+    cmd += [f"--gres={s.gres}"] if s.gres else []
+    cmd += [f"--partition={s.partition}"] if s.partition else []
+    cmd += [f"--account={s.account}"] if s.account else []
+    cmd += [f"--signal=B:USR1@{round(plan.signal_lead_s)}"] if plan.signal_lead_s else []
+    cmd += ["--export=ALL", str(project_root() / RUN_NOTEBOOKS_SBATCH)]
+    out: dict[str, Any] = {"command": cmd, "environment": env, "plan": {"step_s": {m: round(v, 1) for m, v in plan.step_s.items()},
+                                                    "signal_lead_s": round(plan.signal_lead_s),
+                                                    "refused_but_forced": [str(r) for r in plan.refusals]}}
+    if submit:
+        out["job"] = sbatch_job_id(run_sbatch(run, cmd, env))
+    return out
