@@ -430,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that describe bad input or a missing download: print the message, no traceback."""
     from cosearch_lib.data.downloads import HubUnavailableError
-    from cosearch_lib.runs.grid import SlurmSubmitError
+    from cosearch_lib.runs.slurm_jobs import SlurmSubmitError
 
     return (FileNotFoundError, ValueError, LookupError, HubUnavailableError, SlurmSubmitError)
 

@@ -177,7 +177,7 @@ def test_the_array_task_passes_a_stop_signal_on_and_requeues_on_the_warning_and_
     import sys
     import time
 
-    from cosearch_lib.runs.grid import STOPPABLE_SH
+    from cosearch_lib.runs.slurm_jobs import STOPPABLE_SH
 
     (tmp_path / "child.py").write_text(CHILD)
     job = tmp_path / "job.sh"

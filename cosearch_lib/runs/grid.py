@@ -22,13 +22,14 @@ from cosearch_lib.paths import project_relative, project_root, run_dir, select_n
 from cosearch_lib.planning.job_plan import JobPlan, enforce, gpus_in_gres, plan_job
 from cosearch_lib.records.grid_cells import Grid, GridCell, cell_status, load_grid, write_cell_profile
 from cosearch_lib.runs.papermill_runner import check_parameter_names, notebook_parameters, run_profile
+from cosearch_lib.runs.slurm_jobs import (
+    SBATCH_PRELUDE,
+    STOPPABLE_SH,
+    run_sbatch,
+    sbatch_header,
+    sbatch_job_id,
+)
 from cosearch_lib.stop_signals import EXIT_STOPPED, pending_stop
-
-
-class SlurmSubmitError(RuntimeError):
-    """sbatch is missing, refused a job, or printed no job id."""
-
-
 
 
 def run_grid(base_profile: str | Path, grid: Grid, cells: Sequence[str | int] | None = None, *,
@@ -128,29 +129,6 @@ def _parameter_names(books: Sequence[Path]) -> set[str]:
 # --------------------------------------------------------------------------- SLURM
 
 
-def sbatch_header(job_name: str, cfg: ProfileConfig, *, time_limit: str, gres: str | None, log: str) -> list[str]:
-    s = cfg.slurm
-    lines = ["#!/usr/bin/env bash", f"#SBATCH --job-name={job_name}"]
-    lines += [f"#SBATCH --partition={s.partition}"] if s.partition else []
-    lines += [f"#SBATCH --account={s.account}"] if s.account else []
-    lines += [f"#SBATCH --gres={gres}"] if gres else []
-    lines += [f"#SBATCH --cpus-per-task={s.cpus_per_task}", f"#SBATCH --mem={s.mem}", f"#SBATCH --time={time_limit}",
-              f"#SBATCH --output={log}", f"#SBATCH --error={log}"]
-    lines += [f"#SBATCH {extra}" for extra in s.extra]
-    return lines
-
-
-SBATCH_PRELUDE = """set -euo pipefail
-cd {root}
-# the Makefile's .venv, or a conda env named in CONDA_ENV (environment.yml)
-if [ -n "${{CONDA_ENV:-}}" ]; then source activate "$CONDA_ENV"; elif [ -x .venv/bin/cosearch ]; then source .venv/bin/activate; fi
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false"""
-
-
-#: Sourced by the array tasks: runs the cell so that SLURM's stop signals reach it, requeues after SIGUSR1.
-STOPPABLE_SH = "papermill_runs/slurm/stoppable.sh"
-
-
 def cell_plan(base_profile: str | Path, grid: Grid) -> JobPlan:
     """The plan (``planning.job_plan``) of one grid cell as an array task runs it: the base profile's
     training of the grid's methods (notebook parameter ``methods``, default cosearch) for the cell
@@ -193,15 +171,6 @@ def slurm_scripts(base_profile: str | Path, grid: Grid, plan: JobPlan | None = N
     return {"array": "\n".join(array) + "\n", "aggregate": "\n".join(aggregate) + "\n"}
 
 
-def sbatch_job_id(output: str) -> str:
-    """The job id of ``sbatch --parsable`` output (``123`` or ``123;cluster``)."""
-    first = output.strip().splitlines()[-1] if output.strip() else ""
-    job = first.split(";")[0]
-    if not job.isdigit():
-        raise SlurmSubmitError(f"sbatch did not print a job id: {output!r}")
-    return job
-
-
 def submit_slurm(base_profile: str | Path, grid: Grid, *, sbatch: str = "sbatch", submit: bool = True, force: bool = False,
                  run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
     """Write ``array.sbatch`` and ``aggregate.sbatch`` under ``papermill_runs/<profile>/<grid>/slurm/``
@@ -236,18 +205,3 @@ def submit_slurm(base_profile: str | Path, grid: Grid, *, sbatch: str = "sbatch"
     out.update(array_job=array_job, aggregate_cmd=aggregate_cmd, aggregate_job=sbatch_job_id(run_sbatch(run, aggregate_cmd)))
     write_json(out, folder / "submitted.json")
     return out
-
-
-def run_sbatch(run: Callable[..., subprocess.CompletedProcess], cmd: list[str], env: Mapping[str, str] | None = None) -> str:
-    """``sbatch --parsable`` output of ``cmd``; ``env``: variables added to this environment for it
-    (the job gets them with ``--export=ALL``, values with commas and spaces intact)."""
-    import os
-
-    try:
-        done = run(cmd, capture_output=True, text=True, check=False, **({"env": {**os.environ, **env}} if env else {}))
-    except FileNotFoundError as err:
-        raise SlurmSubmitError(f"{cmd[0]!r} not found: submit from a SLURM login node, or write the scripts only "
-                           "(--dry-run)") from err
-    if done.returncode != 0:
-        raise SlurmSubmitError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout

@@ -36,31 +36,18 @@ from cosearch_lib.config.methods import method_spec
 from cosearch_lib.experiment.preflight import check_inputs
 from cosearch_lib.paths import project_relative, project_root, run_dir
 from cosearch_lib.planning.job_plan import JobPlan, enforce, gpus_in_gres, plan_job
-from cosearch_lib.runs.grid import SBATCH_PRELUDE, STOPPABLE_SH, run_sbatch, sbatch_header, sbatch_job_id
+from cosearch_lib.runs.slurm_jobs import (
+    RANK_ENVIRONMENT,
+    RETRIEVER_WAIT_S,
+    SBATCH_PRELUDE,
+    STOPPABLE_SH,
+    WAIT_FOR_SERVER,
+    retriever_script,
+    run_sbatch,
+    sbatch_header,
+    sbatch_job_id,
+)
 from cosearch_lib.stop_signals import EXIT_STOPPED
-
-#: How long the training job waits for the retrieval server to answer (it may queue behind others).
-RETRIEVER_WAIT_S = 3600
-
-_WAIT_FOR_SERVER = """# the retrieval server's URL, once its job has written it and it answers /health
-URL_FILE={url_dir}/retriever-$COSEARCH_RETRIEVER_JOB.url
-python - "$URL_FILE" {wait_s} "$COSEARCH_RETRIEVER_JOB" <<'PY'
-import subprocess, sys, time, urllib.request
-from pathlib import Path
-url_file, deadline, job = Path(sys.argv[1]), time.monotonic() + float(sys.argv[2]), sys.argv[3]
-while time.monotonic() < deadline:
-    try:
-        urllib.request.urlopen(url_file.read_text().strip() + "/health", timeout=10).read()
-        sys.exit(0)
-    except (OSError, ValueError):
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
-        if state not in ("PENDING", "CONFIGURING", "RUNNING"):
-            sys.exit(f"the retrieval server's job {{job}} has ended ({{state or 'gone'}}): submit again with "
-                     "cosearch slurm train (it starts a new server; training resumes from its checkpoint)")
-        time.sleep(5)
-sys.exit(f"the retrieval server did not answer within {{sys.argv[2]}} s (URL file {{url_file}})")
-PY
-RETRIEVER_URL=$(cat "$URL_FILE")"""
 
 
 def training_plan(profile: str | Path, methods: Sequence[str], *, nodes: int = 1, gpus_per_node: int = 1,
@@ -96,13 +83,7 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
     prelude = SBATCH_PRELUDE.format(root=root)
     s = cfg.slurm
 
-    retriever = sbatch_header(f"cosearch-{cfg.profile}-retriever", cfg, time_limit=s.retriever_time or s.time, gres=s.retriever_gres,
-                              log=str(folder / "retriever-%j.log"))
-    retriever += ["", prelude,
-                  "PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
-                  f"URL_FILE={shlex.quote(str(folder))}/retriever-$SLURM_JOB_ID.url",
-                  'echo "http://$(hostname):$PORT" > "$URL_FILE.tmp" && mv "$URL_FILE.tmp" "$URL_FILE"',
-                  f"exec cosearch serve-retriever --profile {profile_arg} --host 0.0.0.0 --port \"$PORT\""]
+    retriever = retriever_script(cfg, profile_arg, folder, root)
 
     gres = f"gpu:{gpus_per_node}" if gpus_per_node else None
     train = sbatch_header(f"cosearch-{cfg.profile}-train", cfg, time_limit=s.time, gres=gres,
@@ -123,13 +104,8 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
               "trap stop_server EXIT",
               "# what every rank reads from the cache, built once, in one task (world, index, warm start, Fixed Ranker)",
               f"srun --nodes=1 --ntasks=1 cosearch warm-start --profile {profile_arg} --quiet",
-              "# each rank's threads: its CPUs, as torchrun's one per rank (srun sets none, and torch would start one",
-              "# per core of the node in every rank; paper_mini's rollouts took 399 s under srun, 244 s under torchrun)",
-              'export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"',
-              "# env:// rendezvous of the ranks (rl.data_parallel): the first node, one port per job",
-              'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-              "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))",
-              _WAIT_FOR_SERVER.format(url_dir=shlex.quote(str(folder)), wait_s=RETRIEVER_WAIT_S),
+              *RANK_ENVIRONMENT,
+              WAIT_FOR_SERVER.format(url_dir=shlex.quote(str(folder)), wait_s=RETRIEVER_WAIT_S),
               f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> every rank checkpoints, exit {EXIT_STOPPED}, requeue",
               f'run_stoppable "$SLURM_JOB_ID" {" ".join(train_cmd)}',
               "# the evaluations notebooks 03 and 02 read (02: the oracle gap, its methods with the warm-started",
