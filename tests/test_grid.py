@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from cosearch_lib.config import ConfigError, load_profile
+from cosearch_lib.planning.job_plan import plan_job
 from cosearch_lib.records import grid_cells
 from cosearch_lib.records.grid_cells import Grid, GridCell, load_grid, write_cell_profile
 from cosearch_lib.runs import grid as grids
@@ -330,3 +331,47 @@ def test_cosearch_run_runs_the_profiles_reduced_grid_right_before_the_notebooks_
     with pytest.raises(KeyError, match="no cell 'nope'"):
         grids.run_workbook(str(profile), runner=runner, progress=False)
     assert calls == []  # refused before anything ran
+
+
+def test_paper_grid_cells_become_data_parallel_jobs_of_the_gpus_their_plan_asks_for(tmp_path, runs):
+    """The paper's cells cannot finish on one GPU; with slurm.gpus_per_node: 8 a Table 3 cell (CoSearch)
+    becomes a job of one node of 8, a Table 4 cell (four methods, then their evaluation) of two. Each
+    task trains and evaluates its cell on its ranks through one retrieval server, then runs notebook
+    03, which reads them; the server starts first and is stopped once the array has ended."""
+    table3, table4 = cell_plan("paper", load_grid("table3")), cell_plan("paper", load_grid("table4"))
+    assert (table3.nodes, table3.gpus_per_node, table3.refusals) == (1, 8, [])
+    assert (table4.nodes, table4.gpus_per_node, table4.refusals) == (2, 8, [])
+    one_gpu = plan_job(load_profile("paper"), nodes=1, gpus_per_node=1, methods=("cosearch",), steps=None)
+    assert one_gpu.refusals  # why the cell grew
+    on_one_node = plan_job(load_profile("paper"), nodes=1, gpus_per_node=8, methods=("search_r1", "fixed_ranker", "cosearch", "oracle"))
+    assert any(r.what.startswith("the run (its methods in turn") for r in on_one_node.refusals)  # why Table 4's needs two
+    grid = load_grid("table4")
+    scripts = slurm_scripts("paper", grid, table4)
+    array = scripts["array"].splitlines()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8",
+                 f"#SBATCH --signal=B:USR1@{round(table4.signal_lead_s)}"):
+        assert line in array
+    text = scripts["array"]
+    assert 'CELL_PROFILE="${CELL_PROFILES[$SLURM_ARRAY_TASK_ID]}"' in text and text.count("/profile.yaml") == len(grid.cells)
+    train = next(line for line in array if "cosearch train" in line)
+    assert "srun --kill-on-bad-exit=1" in train and "--methods search_r1,fixed_ranker,cosearch,oracle" in train
+    assert '--retriever-url "$RETRIEVER_URL" --resume' in train
+    evaluate = next(line for line in array if "cosearch evaluate" in line)
+    assert '--profile "$CELL_PROFILE" --notebooks 03' in evaluate and array.index(evaluate) > array.index(train)
+    assert array[-1].startswith('COSEARCH_RETRIEVER_URL="$RETRIEVER_URL" run_stoppable') and "--cell" in array[-1]
+    assert "exec cosearch serve-retriever --profile paper" in scripts["retriever"]
+    assert "--no-ceiling" in slurm_scripts("paper", load_grid("table3"), table3)["array"]  # table3: evaluate_ceiling false
+    sent = []
+
+    def sbatch(cmd, **kw):
+        import subprocess
+        sent.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=f"{100 + len(sent)}\n", stderr="")
+    out = submit_slurm("paper", grid, run=sbatch)
+    assert [Path(c[-1]).name if not c[-1].startswith("--wrap") else c[-1] for c in sent] == [
+        "retriever.sbatch", "array.sbatch", "aggregate.sbatch", "--wrap=scancel 101"]
+    assert "--dependency=after:101" in sent[1] and "--export=ALL,COSEARCH_RETRIEVER_JOB=101" in sent[1]
+    assert "--dependency=afterok:102" in sent[2] and "--dependency=afterany:102" in sent[3]
+    assert out["cell"]["ranks"] == 16 and out["stop_retriever_job"] == "104"
+    single = slurm_scripts("ci", load_grid(str(ROOT / "tests" / "slurm" / "ci_grid.yaml")))
+    assert "retriever" not in single and "srun" not in single["array"]  # a one-rank cell: notebook 03 in the task

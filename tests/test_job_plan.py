@@ -192,11 +192,10 @@ def test_readme_shows_the_plan_of_the_papers_setting():
     """README.md's table is what the planner says of the paper on 1 and 2 nodes of 8 H100s
     (docs/PLAN.md, generated, holds the full outputs)."""
     from cosearch_lib.paths import project_root
-    from cosearch_lib.planning.plan_report import plan_summary_table
+    from cosearch_lib.records.plan_page import paper_summary
 
-    cfg = load_profile("paper")
-    table = plan_summary_table([plan_job(cfg, nodes=1, gpus_per_node=8), plan_job(cfg, nodes=2, gpus_per_node=8)])
-    assert table in (project_root() / "README.md").read_text()
+    table = paper_summary(((1, 8), (2, 8)))
+    assert table in (project_root() / "README.md").read_text() and "fits and finishes" in table
     assert main(["plan", "--profile", "paper", "--nodes", "2", "--gpus-per-node", "8"]) == 0
 
 

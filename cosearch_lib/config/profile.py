@@ -96,6 +96,7 @@ class SlurmConfig:
     max_parallel: int = 0  # array throttle "%M" (0: no limit)
     extra: tuple[str, ...] = ()  # further #SBATCH options, e.g. "--constraint=a100"
     signal_lead_s: int | None = None  # jobs get SIGUSR1 this long before their time limit, checkpoint and requeue; None: from the plan (`cosearch plan`: the part of a step a stop cannot cut, +10% and a minute); 0: no warning
+    gpus_per_node: int | None = None  # the cluster's GPUs per node: a grid cell whose plan does not fit one task (slurm.gres) becomes a data-parallel job of 1, 2, 4 ... such nodes, the fewest the plan accepts; None: cells keep slurm.gres
     max_requeues: int = 5  # how often the cluster requeues a batch job (slurm.conf MaxBatchRequeue, default 5): the plan refuses a run that needs more
     requeue: bool = True  # --requeue: a preempted or failed-node task goes back to the queue (and resumes from its checkpoint)
     retriever_gres: str | None = None  # --gres of the retrieval-server job of `cosearch slurm train` (None: CPU; "gpu:1" for a GPU FAISS index)
@@ -107,6 +108,8 @@ class SlurmConfig:
         if self.signal_lead_s is not None:
             check.ints("signal_lead_s", minimum=0, why="seconds")
         check.ints("max_requeues", minimum=0)
+        if self.gpus_per_node is not None:
+            check.ints("gpus_per_node", minimum=1)
         check.bools("requeue")
         check.ints("cpus_per_task", minimum=1)
         check.ints("max_parallel", minimum=0, why="0: no limit")

@@ -436,6 +436,13 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
         refusals.append(Refusal("the evaluation cannot finish within its job's requeues",
                                 f"{evaluation / 3600:.1f} h on {ranks} ranks > {1 + s.max_requeues} x {eval_limit / 3600:.1f} h",
                                 "evaluation.n_per_dataset or more ranks"))
+    # the job trains its methods one after the other, then evaluates them: all of it within its requeues
+    run_s = sum(gpu_hours[m] * 3600 / ranks for m in methods) + evaluation
+    if len(methods) > 1 and math.isfinite(run_s) and run_s > time_limit * (1 + s.max_requeues):
+        refusals.append(Refusal("the run (its methods in turn, then their evaluation) cannot finish within its job's requeues",
+                                f"{run_s / 3600:.0f} h on {ranks} ranks > {1 + s.max_requeues} runs x {time_limit / 3600:.1f} h",
+                                "more ranks (--nodes, --gpus-per-node, slurm.gpus_per_node), fewer methods per job, "
+                                "slurm.time or slurm.max_requeues"))
     inputs = sorted({rates.policy(agent).decode_step_s.source, rates.policy(agent).train_tps.source,
                      rates.policy(agent).prefill_tps.source})
     if rates.note:

@@ -64,7 +64,8 @@ def plan_summary_table(plans: list[JobPlan]) -> str:
     rows = ["| GPUs | method | minutes per step | steps per 24 h job | GPU-hours (run) | verdict |", "|---|---|---|---|---|---|"]
     for plan in plans:
         for m in plan.step_s:
-            refused = [r.what for r in plan.refusals if r.what.startswith(m) or f" {m} " in f" {r.what} "]
+            refused = [r.what for r in plan.refusals if r.what.startswith(m) or f" {m} " in f" {r.what} "
+                       or len(plan.step_s) == 1]
             verdict = "; ".join(refused) if refused else "fits and finishes"
             rows.append(f"| {plan.nodes} x {plan.gpus_per_node} | {m} | {plan.step_s[m] / 60:,.1f} | {plan.steps_per_job[m]} | "
                         f"{plan.gpu_hours[m]:,.0f} | {verdict} |")

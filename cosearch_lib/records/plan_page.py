@@ -12,8 +12,17 @@ PAPER_SHAPES = ((1, 8), (2, 8), (1, 1))
 
 
 def paper_plans() -> list:
+    """The paper profile's plans of all four methods in one job, one per shape of :data:`PAPER_SHAPES`."""
     cfg = load_profile("paper")
     return [plan_job(cfg, nodes=n, gpus_per_node=g) for n, g in PAPER_SHAPES]
+
+
+def paper_summary(shapes=PAPER_SHAPES) -> str:
+    """One job per method on each shape (the release trains one method per run of 8 H100s): the table
+    README.md shows for the release's shape and two such nodes."""
+    cfg = load_profile("paper")
+    return plan_summary_table([plan_job(cfg, nodes=n, gpus_per_node=g, methods=(m,))
+                               for n, g in shapes for m in ("search_r1", "fixed_ranker", "cosearch", "oracle")])
 
 
 def render_plan_page() -> str:
@@ -29,7 +38,7 @@ def render_plan_page() -> str:
            "on CPU ranks, this machine's `benchmarks/records/cpu_throughput.json`. A projection: no",
            "multi-GPU machine was measured, and searches per trajectory are the paper's Table 7.", "",
            "## The paper's setting on its own hardware and beside it", "",
-           plan_summary_table(plans), ""]
+           paper_summary(), ""]
     for plan in plans:
         out += [f"## `cosearch plan --profile paper --nodes {plan.nodes} --gpus-per-node {plan.gpus_per_node}`", "",
                 "```", format_plan(plan), "```", ""]

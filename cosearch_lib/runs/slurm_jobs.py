@@ -79,8 +79,8 @@ while time.monotonic() < deadline:
     except (OSError, ValueError):
         state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
         if state not in ("PENDING", "CONFIGURING", "RUNNING"):
-            sys.exit(f"the retrieval server's job {{job}} has ended ({{state or 'gone'}}): submit again with "
-                     "cosearch slurm train (it starts a new server; training resumes from its checkpoint)")
+            sys.exit(f"the retrieval server's job {{job}} has ended ({{state or 'gone'}}): submit again "
+                     "(cosearch slurm train or cosearch grid --slurm start a new server; training resumes from its checkpoint)")
         time.sleep(5)
 sys.exit(f"the retrieval server did not answer within {{sys.argv[2]}} s (URL file {{url_file}})")
 PY
