@@ -6,7 +6,10 @@
 * Table 2, avg F1 per method and family (02), our avg beside the paper's 3B and 7B agents;
 * Tables 3 and 4, the ablations and the K sweep (the grids' cells, ``records.ablations``);
 * Table 7, search turns per question (02);
-* Fig. 2, training curves and validation with intervals (03's step and validation records);
+* Fig. 2, training curves and validation with intervals (03's step and validation records), the
+  validation against training questions when the records say how many each step rolled out;
+* the learning curves: each method's last validation minus its first, paired (:func:`training_metrics`
+  saves them for RESULTS.md);
 * Fig. 3, the ranker's reward dynamics before and after the semantic-group filter (03, CoSearch).
 
 An item whose runs are missing carries no figure but a sentence naming the missing run and the
@@ -17,7 +20,7 @@ every table as CSV under ``figures/<profile>/``, then one Markdown page, ``REPOR
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,7 +39,13 @@ from cosearch_lib.paths import figures_dir, project_relative, run_dir
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
 from cosearch_lib.records.docs import describe_f1_metric
 from cosearch_lib.records.grid_cells import load_grid
-from cosearch_lib.records.training_runs import read_steps, read_validation, training_root, validation_curves
+from cosearch_lib.records.training_runs import (
+    grpo_signal_table,
+    learning_curve_table,
+    read_runs,
+    training_root,
+    validation_curves,
+)
 from cosearch_lib.viz.plots import (
     METHOD_COLORS,
     mark_zero_bars,
@@ -155,35 +164,80 @@ def _table7(profile: str, seed: int) -> ReportItem:
                       table.reset_index())
 
 
-def _steps(profile: str) -> pd.DataFrame:
-    root = training_root(load_profile(profile).profile)
+def _runs(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The step and validation records of the methods trained under the profiles' run folders
+    (``records.training_runs.read_runs``; the first is the report's profile)."""
     try:
-        return read_steps(root)
+        return read_runs([load_profile(p).profile for p in profiles])
     except FileNotFoundError as err:
-        raise MissingRun(f"no training run under {project_relative(root)}: run `cosearch run --profile {profile} "
-                         "--notebooks 03`") from err
+        raise MissingRun(f"no training run under {project_relative(training_root(load_profile(profiles[0]).profile))}: "
+                         f"run `cosearch run --profile {profiles[0]} --notebooks 03`") from err
 
 
-def _fig2(profile: str, seed: int) -> ReportItem:
-    steps = _steps(profile)
+def _steps(profiles: Sequence[str]) -> pd.DataFrame:
+    return _runs(profiles)[0]
+
+
+def _fig2(profiles: Sequence[str], seed: int) -> ReportItem:
+    steps = _steps(profiles)
     return ReportItem("fig2_training_curves", "Fig. 2: training curves", plot_training_curves(steps),
                       steps[steps["step"] >= 0])
 
 
-def _fig2_validation(profile: str, seed: int) -> ReportItem:
-    validation = read_validation(training_root(load_profile(profile).profile))
+def _validation(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    steps, validation = _runs(profiles)
     if validation.empty:
-        raise MissingRun(f"no validation records under {project_relative(training_root(load_profile(profile).profile))}: "
+        raise MissingRun(f"no validation records under {project_relative(training_root(load_profile(profiles[0]).profile))}: "
                          f"notebook 03 writes them when the profile validates (training.eval_every > 0, as in laptop): "
-                         f"run `cosearch run --profile {profile} --notebooks 03`")
-    curves = {"agent: validation avg F1": validation_curves(validation, kind="agent", seed=seed),
-              "ranker: Hit@1 on held-out sub-queries": validation_curves(validation, kind="ranker", seed=seed)}
+                         f"run `cosearch run --profile {profiles[0]} --notebooks 03`")
+    return steps, validation
+
+
+def _kinds(validation: pd.DataFrame) -> list[str]:
+    """The kinds of validation rows present (``agent``, ``ranker``), in that order."""
+    return [k for k in ("agent", "ranker") if (validation["kind"] == k).any()]
+
+
+#: The validation panels of Fig. 2, per kind of validation row.
+VALIDATION_PANELS = {"agent": "agent: validation avg F1", "ranker": "ranker: Hit@1 on held-out sub-queries"}
+
+
+def _fig2_validation(profiles: Sequence[str], seed: int) -> ReportItem:
+    steps, validation = _validation(profiles)
+    curves = {VALIDATION_PANELS[k]: validation_curves(validation, kind=k, seed=seed, steps=steps) for k in _kinds(validation)}
     table = pd.concat(curves, names=["panel"]).reset_index(level=0)
     return ReportItem("fig2_validation", "Fig. 2 (validation, with 95% intervals)", plot_validation_curves(curves), table)
 
 
-def _fig3(profile: str, seed: int) -> ReportItem:
-    steps = _steps(profile)
+def _learning_curves(profiles: Sequence[str], seed: int) -> ReportItem:
+    """Each method's last validation minus its first, paired, on every family and the multi-hop ones
+    (``records.training_runs.learning_curve_table``), for the agent's F1 and the ranker's Hit@1."""
+    steps, validation = _validation(profiles)
+    methods = list(dict.fromkeys(steps["method"]))
+    tables = {kind: learning_curve_table(validation, methods, kind=kind, seed=seed) for kind in _kinds(validation)}
+    return ReportItem("learning_curves", "Learning curves: the last validation minus the first", None,
+                      pd.concat(tables, names=["kind"]).reset_index(level=0))
+
+
+def training_metrics(profile: str, *, seed: int = 0, with_runs: Sequence[str] = ()) -> dict | None:
+    """What notebook 05 saves of the training records (``05_figures.metrics.json``, read by RESULTS.md):
+    the learning curves per kind and what GRPO had to work with per method; None without validation records."""
+    try:
+        steps, validation = _validation([profile, *with_runs])
+    except MissingRun:
+        return None
+    methods = list(dict.fromkeys(steps["method"]))
+    return {"profiles": [profile, *with_runs], "methods": methods, "seed": seed,
+            "learning_curves": {kind: learning_curve_table(validation, methods, kind=kind, seed=seed).round(4).to_dict(orient="records")
+                                for kind in _kinds(validation)},
+            "grpo_signal": grpo_signal_table(steps, methods).round(4).to_dict(orient="records"),
+            "questions_per_step": {m: float(steps.loc[(steps["method"] == m) & (steps["step"] >= 0), "rollout/n_questions"].mean())
+                                   for m in methods}}
+
+
+def _fig3(profiles: Sequence[str], seed: int) -> ReportItem:
+    profile = profiles[0]
+    steps = _steps(profiles)
     trains_ranker = [m for m in dict.fromkeys(steps["method"]) if method_spec(m).trains_ranker]
     if not trains_ranker:
         raise MissingRun(f"no run that trains the ranker: run `cosearch run --profile {profile} --notebooks 03 "
@@ -194,26 +248,31 @@ def _fig3(profile: str, seed: int) -> ReportItem:
 
 
 #: (key, title, builder) of every report item, in the paper's order.
-REPORT_ITEMS: tuple[tuple[str, str, Callable[[str, int], ReportItem]], ...] = (
-    ("table1_oracle_gap", "Table 1: the oracle gap", _table1),
-    ("table2_main", "Table 2: answer F1 per method and family", _table2),
-    ("table3_ablations", "Table 3: ablations", lambda p, s: _grid_item(p, s, "table3")),
-    ("table4_topk", "Table 4: the number K of passages shown", lambda p, s: _grid_item(p, s, "table4")),
-    ("table7_search_turns", "Table 7: searches per question", _table7),
+#: (key, title, builder) of every report item, in the paper's order; a builder takes the profiles
+#: whose records it reads (the report's first, then ``with_runs``) and the seed.
+REPORT_ITEMS: tuple[tuple[str, str, Callable[[Sequence[str], int], ReportItem]], ...] = (
+    ("table1_oracle_gap", "Table 1: the oracle gap", lambda ps, s: _table1(ps[0], s)),
+    ("table2_main", "Table 2: answer F1 per method and family", lambda ps, s: _table2(ps[0], s)),
+    ("table3_ablations", "Table 3: ablations", lambda ps, s: _grid_item(ps[0], s, "table3")),
+    ("table4_topk", "Table 4: the number K of passages shown", lambda ps, s: _grid_item(ps[0], s, "table4")),
+    ("table7_search_turns", "Table 7: searches per question", lambda ps, s: _table7(ps[0], s)),
     ("fig2_training_curves", "Fig. 2: training curves", _fig2),
     ("fig2_validation", "Fig. 2 (validation, with 95% intervals)", _fig2_validation),
+    ("learning_curves", "Learning curves: the last validation minus the first", _learning_curves),
     ("fig3_ranker_dynamics", "Fig. 3: ranker dynamics", _fig3),
 )
 
 
-def report_items(profile: str, *, seed: int = 0) -> list[ReportItem]:
+def report_items(profile: str, *, seed: int = 0, with_runs: Sequence[str] = ()) -> list[ReportItem]:
     """Every item of :data:`REPORT_ITEMS`; one whose runs are missing says so (``missing``). The
-    figures are closed (pyplot forgets them), so a notebook shows each one where it displays it, not
-    all of them again at the end of the cell that built them."""
+    training items (Figs. 2 and 3, the learning curves) also read the training records of the
+    profiles ``with_runs`` (methods trained with another recipe, e.g. ``laptop_curve_wide``'s CoSearch
+    beside ``laptop_curve``'s Retrieval Only). The figures are closed (pyplot forgets them), so a
+    notebook shows each one where it displays it, not all of them again at the end of the cell that built them."""
     items = []
     for key, title, build in REPORT_ITEMS:
         try:
-            items.append(build(profile, seed))
+            items.append(build((profile, *with_runs), seed))
         except MissingRun as why:
             items.append(ReportItem(key, title, missing=str(why)))
         if items[-1].figure is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from cosearch_lib.report import REPORT_ITEMS
 from cosearch_lib.runs.papermill_runner import list_notebooks, run_notebook
 
 #: A cell slower than this fails its notebook's test by name (CellTimeout: notebook, cell, seconds),
@@ -274,4 +275,4 @@ def test_05_figures_runs_without_records_and_says_what_to_run(isolated_outputs):
     nb = nbformat.read(run_notebook(nb_path, "ci", cell_timeout=CELL_TIMEOUT_S, progress=False), as_version=4)
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     report = (isolated_outputs / "figures" / "ci" / "REPORT.md").read_text()
-    assert report.count("*Missing:*") == 8 and "cosearch run --profile ci --notebooks 02" in report
+    assert report.count("*Missing:*") == len(REPORT_ITEMS) and "cosearch run --profile ci --notebooks 02" in report

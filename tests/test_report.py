@@ -86,3 +86,57 @@ def test_table2_puts_the_papers_avg_beside_ours_by_method():
     assert table.loc["agent_oracle", "paper 7B avg"] == pytest.approx(
         float(pd.read_csv(project_root() / "data" / "paper_reference" / "table2_main.csv").query("agent == '7B' and method == 'Oracle'")["avg"].iloc[0]))
     assert table.loc["direct", "avg"] == pytest.approx(0.25 / 3)
+
+
+def _trained(root, method: str, *, steps_n: int, per_step: int, gain: float):
+    """Training records of one method: ``steps_n`` steps of ``per_step`` questions, validated at the
+    start and after each step on 8 dev questions (2 per family) whose F1 rises by ``gain`` per step."""
+    folder = root / "training" / method
+    folder.mkdir(parents=True)
+    pd.DataFrame([{"method": method, "step": s, "rollout/n_questions": per_step, "rollout/agent_reward": 0.1,
+                   "rollout/agent_f1": 0.1 + 0.01 * s, "rollout/agent_best_of_g_f1": 0.3, "rollout/searches_per_traj": 1.5,
+                   "ranker/grouping_n_groups_post": 10.0 + s} for s in range(-1, steps_n)]).to_csv(folder / "steps.csv", index=False)
+    rows = [{"step": s, "method": method, "kind": "agent", "question_id": f"{fam}-{i}", "dataset": fam,
+             "f1": min(1.0, 0.1 + gain * (s + 1) + 0.1 * i)} for s in range(-1, steps_n) for fam in FAMILIES for i in range(2)]
+    pd.DataFrame(rows).to_csv(folder / "validation.csv", index=False)
+
+
+def test_methods_trained_under_two_profiles_share_one_figure_on_training_questions(outputs):
+    """Notebook 05's ``with_runs``: Retrieval Only trained under one profile (4 steps of 12 questions)
+    and CoSearch under another (2 steps of 24) share Fig. 2 and the learning-curve table; their
+    validations line up on training questions (0, 24, 48), not on steps. A method trained under both
+    profiles is refused."""
+    from cosearch_lib.records.training_runs import read_runs
+    from cosearch_lib.report import training_metrics
+
+    _trained(outputs / "runs" / "laptop_curve", "search_r1", steps_n=4, per_step=12, gain=0.02)
+    _trained(outputs / "runs" / "laptop_curve_wide", "cosearch", steps_n=2, per_step=24, gain=0.04)
+    items = {i.key: i for i in report_items("laptop_curve", with_runs=["laptop_curve_wide"])}
+    assert items["fig2_validation"].missing is None and items["learning_curves"].missing is None
+    curve = items["fig2_validation"].table
+    agent = curve[curve["panel"] == "agent: validation avg F1"]
+    assert sorted(agent.loc[agent["method"] == "search_r1", "questions"]) == [0, 12, 24, 36, 48]
+    assert sorted(agent.loc[agent["method"] == "cosearch", "questions"]) == [0, 24, 48]
+    assert items["fig2_validation"].figure.axes[0].get_xlabel() == "training questions rolled out"
+    only = {i.key: i for i in report_items("laptop_curve")}
+    assert set(only["fig2_validation"].table["method"]) == {"search_r1"}  # without with_runs: its own records
+    metrics = training_metrics("laptop_curve", with_runs=["laptop_curve_wide"])
+    rows = {(r["method"], r["families"]): r for r in metrics["learning_curves"]["agent"]}
+    assert rows[("search_r1", "all")]["diff"] == pytest.approx(0.08) and rows[("cosearch", "all")]["diff"] == pytest.approx(0.08)
+    assert rows[("cosearch", "all")]["end_step"] == 2 and metrics["questions_per_step"] == {"search_r1": 12.0, "cosearch": 24.0}
+    _trained(outputs / "runs" / "laptop_curve_wide", "search_r1", steps_n=1, per_step=24, gain=0.0)
+    with pytest.raises(ValueError, match="search_r1 was trained under both 'laptop_curve' and 'laptop_curve_wide'"):
+        read_runs(["laptop_curve", "laptop_curve_wide"])
+
+
+def test_results_show_notebook_05s_learning_curves_under_their_heading():
+    from cosearch_lib.records.docs import RESULT_SECTIONS
+
+    title, render = RESULT_SECTIONS["05_figures"]
+    row = {"method": "search_r1", "families": "all", "start_step": 0, "end_step": 16, "start": 0.11, "end": 0.29,
+           "diff": 0.17, "ci_low": 0.09, "ci_high": 0.26, "n_questions": 70}
+    text = "\n".join(render({"profiles": ["laptop_curve", "laptop_curve_wide"], "methods": ["search_r1", "cosearch"],
+                             "questions_per_step": {"search_r1": 12.0, "cosearch": 24.0},
+                             "learning_curves": {"agent": [row]}, "grpo_signal": []}))
+    assert "Learning curve (agent)" in text and "| search_r1 | all | 0 | 16 |" in text
+    assert "`laptop_curve`, `laptop_curve_wide`" in text and "search_r1 12, cosearch 24" in text

@@ -257,10 +257,19 @@ STEP_COLUMNS = ("step", "rollout/agent_reward", "rollout/agent_f1", "rollout/age
                 "ranker/n_calls", "ranker/hit@K", "ranker/valid_rate", "ranker/grouping_n_groups_post", "val/f1",
                 "time/rollout_s", "time/update_s", "time/step_s")
 
+def _section_05(m: dict) -> list[str]:
+    """Notebook 05's learning curves, from the training records of its profile and ``with_runs``."""
+    per_step = ", ".join(f"{k} {v:g}" for k, v in (m.get("questions_per_step") or {}).items())
+    return [f"From the training records of profile(s) {', '.join(f'`{p}`' for p in m['profiles'])} (methods "
+            f"{', '.join(m['methods'])}; questions per step: {per_step}; figures: `figures/{m['profiles'][0]}/`)."] + \
+        _learning_curves(m)
+
+
 RESULT_SECTIONS = {"01_retriever_setup": ("Retriever (notebook 01)", _section_01),
             "02_oracle_gap_study": ("Oracle-gap study (notebook 02)", _section_02),
             "03_joint_grpo_training": ("Joint GRPO training (notebook 03)", _section_03),
-            "04_ablations": ("Ablations and the K sweep (notebook 04, grid cells)", _section_04)}
+            "04_ablations": ("Ablations and the K sweep (notebook 04, grid cells)", _section_04),
+            "05_figures": ("Learning curves from the training records (notebook 05)", _section_05)}
 
 
 #: Where ``benchmarks/ranker_sft.py`` writes its records, under the results folder (not a profile).

@@ -63,6 +63,40 @@ def read_steps(root: str | Path, methods: Sequence[str] | None = None) -> pd.Dat
     return pd.concat(frames, ignore_index=True)
 
 
+def read_runs(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The step and per-item validation records (:func:`read_steps`, :func:`read_validation`) of
+    every method trained under the run folders of ``profiles``, joined: one figure of methods trained
+    with different recipes (profiles), e.g. ``laptop_curve``'s Retrieval Only beside
+    ``laptop_curve_wide``'s CoSearch. A method trained under two of them is refused (ValueError)."""
+    steps, validation, home = [], [], {}
+    for profile in profiles:
+        root = training_root(profile)
+        methods = [m for m in TRAINING_METHODS if (root / m / STEPS_FILE).exists()]
+        for m in methods:
+            if m in home:
+                raise ValueError(f"{m} was trained under both {home[m]!r} and {profile!r}: name one of them")
+            home[m] = profile
+        if methods:
+            steps.append(read_steps(root, methods))
+            validation.append(read_validation(root, methods))
+    if not steps:
+        raise FileNotFoundError(f"no step records under the run folders of {list(profiles)} (run the training first)")
+    return pd.concat(steps, ignore_index=True), pd.concat(validation, ignore_index=True)
+
+
+def questions_trained(steps: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """{(method, step): training questions rolled out up to and including ``step``}, from the step
+    records' ``rollout/n_questions`` (step -1, the validation before the first update: 0). The axis
+    on which runs of different questions per step line up."""
+    out: dict[tuple[str, int], float] = {}
+    trained = steps[steps["step"] >= 0].sort_values("step")
+    for method, part in trained.groupby("method", sort=False):
+        for step, done in zip(part["step"], part["rollout/n_questions"].fillna(0).cumsum()):
+            out[(method, int(step))] = float(done)
+        out[(method, -1)] = 0.0
+    return out
+
+
 def read_ranker_calls(root: str | Path, method: str) -> pd.DataFrame:
     """The per-call records of a method (empty when it made no ranker calls)."""
     path = Path(root) / method / RANKER_CALLS_FILE
@@ -95,11 +129,13 @@ def _validation_rows(validation: pd.DataFrame, kind: str, metric: str) -> pd.Dat
 
 
 def validation_curves(validation: pd.DataFrame, *, kind: str = "agent", metric: str | None = None,
-                      level: float = LEVEL, n_resamples: int = N_RESAMPLES, seed: int = 0) -> pd.DataFrame:
+                      level: float = LEVEL, n_resamples: int = N_RESAMPLES, seed: int = 0,
+                      steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (method, validation step): ``estimate`` (what the step record's ``val_*`` column
     holds) with its family-stratified bootstrap interval ``ci_low``..``ci_high`` over the validation
     items, ``n`` items and a ``note`` when no interval could be drawn (a family with one item).
-    ``x`` is the number of steps completed (0: before the first update)."""
+    ``x`` is the number of steps completed (0: before the first update); with the run's ``steps``
+    records also ``questions``, the training questions rolled out by then (:func:`questions_trained`)."""
     metric = metric or VALIDATION_METRICS[kind][0]
     statistic = VALIDATION_METRICS[kind][1]
     rows = []
@@ -110,6 +146,9 @@ def validation_curves(validation: pd.DataFrame, *, kind: str = "agent", metric: 
         rows.append({"method": method, "step": int(step), "x": int(step) + 1, "estimate": ci.estimate,
                      "ci_low": ci.ci_low, "ci_high": ci.ci_high, "n": ci.n_questions, "note": ci.note})
     table = pd.DataFrame(rows, columns=["method", "step", "x", "estimate", "ci_low", "ci_high", "n", "note"])
+    if steps is not None:
+        done = questions_trained(steps)
+        table["questions"] = [done.get((m, int(s)), float("nan")) for m, s in zip(table["method"], table["step"])]
     table.attrs = {"kind": kind, "metric": metric, "statistic": statistic, "level": level}
     return table
 

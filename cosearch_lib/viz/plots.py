@@ -38,7 +38,7 @@ def whole_steps(axes, xs) -> None:
             continue
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         if xs:
-            ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
+            ax.set_xlim(min(xs) - max(0.5, 0.03 * (max(xs) - min(xs))), max(xs) + max(0.5, 0.03 * (max(xs) - min(xs))))
 
 
 def mark_zero_bars(ax, xs, heights, *, width: float, color: str | list[str]) -> int:
@@ -310,8 +310,8 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
     """Validation over training with 95% intervals: one panel per ``{panel title: curve table}``
     (:func:`cosearch_lib.records.training_runs.validation_curves`), one line per method, the
     interval as error bars, or as a shaded band for a method validated at :data:`BAND_MIN_POINTS`
-    steps or more when the panel has at most :data:`BAND_MAX_METHODS` methods; x = steps completed (0: before the first update). Error bars are nudged
-    apart on x so that overlapping intervals stay readable. An empty table says so.
+    steps or more when the panel has at most :data:`BAND_MAX_METHODS` methods; x = training questions when every curve has them
+    (runs of different questions per step line up), else steps completed (0: before the first update). Error bars are nudged apart on x.
     ``references`` ({panel title: {label: value}}) draws fixed levels as dashed lines (e.g. the
     retriever's own order on the same items)."""
     methods = list(dict.fromkeys(m for c in curves.values() for m in c.get("method", [])))
@@ -319,13 +319,14 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
     fig, axes = plt.subplots(1, max(len(curves), 1), figsize=(4.6 * max(len(curves), 1), 3.6), squeeze=False)
     if not curves:
         no_data(axes[0][0], "no validation records")
-    xs = []
+    xs, by = [], "questions" if curves and all(c.get("questions", pd.Series([np.nan])).notna().all() for c in curves.values()) else "x"
     for ax, (label, curve) in zip(axes[0], curves.items()):
-        ax.set(xlabel="training steps completed", title=label)
+        ax.set(xlabel="training questions rolled out" if by == "questions" else "training steps completed", title=label)
         ax.grid(alpha=0.3)
         if curve.empty or not has_numbers(curve["estimate"]):
             no_data(ax, "no validation records")
             continue
+        curve = curve.assign(x=curve[by])
         xs += list(curve["x"])
         width = 0.08 * max(1.0, float(curve["x"].max() - curve["x"].min()))
         for i, method in enumerate(methods):
