@@ -10,8 +10,9 @@ handler, no ``finally``, nothing flushed: what a node failure or the out-of-memo
 * ``checkpoint-state``: while step 2's checkpoint writes ``state.pt`` (half of it on disk);
 * ``checkpoint-manifest``: after step 2's checkpoint files are written, before its manifest;
 * ``signal``: not a kill: during step 2's rollouts the process sends itself SIGUSR1 (a cluster's
-  time-limit warning), with checkpoints switched off; the trainer is expected to finish step 2,
-  write a checkpoint anyway and stop (exit status :data:`cosearch_lib.stop_signals.EXIT_STOPPED`).
+  time-limit warning), with scheduled checkpoints switched off; the trainer is expected to stop
+  once step 2's rollouts are saved, write step 1's checkpoint anyway (the weights they were sampled
+  with) and exit with :data:`cosearch_lib.stop_signals.EXIT_STOPPED`.
 
 ``tests/test_training_faults.py`` resumes each in a fresh process and compares with a run that
 was never interrupted.
@@ -99,7 +100,7 @@ def main(out_dir: str, point: str) -> int:
             return generate(*args, **kwargs)
 
         t.backend.generate = generate_with_signal
-        t.cfg.checkpoint_every = 0  # only the last step checkpoints: a step-2 checkpoint shows the handler wrote it
+        t.cfg.checkpoint_every = 0  # only the last step checkpoints: a step-1 checkpoint shows the stop wrote it
     try:
         t.run()
     except StopRequested as stop:

@@ -71,7 +71,9 @@ def test_a_run_killed_during_step_2_resumes_from_step_1_to_the_uninterrupted_rec
     done = _run_faulty(out, point)
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     ckpts = out / "checkpoints"
-    assert sorted(p.name for p in ckpts.iterdir() if not p.name.endswith(".tmp")) == ["step_000001"]
+    assert sorted(p.name for p in ckpts.glob("step_*") if not p.name.endswith(".tmp")) == ["step_000001"]
+    # step 2's scored rollouts were saved before its update: killed after them, the resumed run takes them back
+    assert (ckpts / "rollouts_step_000001.pt").exists() is (point != "rollout")
     assert len(pd.read_csv(out / "steps.csv")) == 1  # the records on disk are step 1's, not half of step 2's
     if point.startswith("checkpoint"):
         half = ckpts / "step_000002.tmp"  # the interrupted write stays under its temporary name
@@ -81,15 +83,18 @@ def test_a_run_killed_during_step_2_resumes_from_step_1_to_the_uninterrupted_rec
     _resume_and_compare(tok, out, uninterrupted, expect_step=1)
 
 
-def test_a_stop_signal_finishes_the_step_checkpoints_and_exits_75_then_the_run_resumes(tok, tmp_path, uninterrupted):
+def test_a_stop_signal_stops_after_the_rollout_checkpoints_and_exits_75_then_the_run_resumes(tok, tmp_path, uninterrupted):
+    """SIGUSR1 during step 2's rollouts, with scheduled checkpoints switched off: the run stops at the
+    stage boundary, step 2's rollouts saved, and writes the checkpoint of step 1 they were sampled
+    from (the schedule had skipped it); the resumed run goes into step 2's update."""
     out = tmp_path / "run"
-    done = _run_faulty(out, "signal")  # SIGUSR1 during step 2's rollouts, with checkpoints switched off
+    done = _run_faulty(out, "signal")
     assert done.returncode == EXIT_STOPPED, done.stderr[-2000:]
-    assert "stopped on SIGUSR1 after step 2" in done.stdout
+    assert "SIGUSR1: stopped after the rollout of step 2" in done.stdout
     ckpts = out / "checkpoints"
-    assert [p.name for p in ckpts.iterdir()] == ["step_000002"]  # written by the stop, not by the schedule
-    assert checkpoint_problem(ckpts / "step_000002") is None
-    _resume_and_compare(tok, out, uninterrupted, expect_step=2)
+    assert sorted(p.name for p in ckpts.iterdir()) == ["rollouts_step_000001.pt", "step_000001"]  # written by the stop
+    assert checkpoint_problem(ckpts / "step_000001") is None
+    _resume_and_compare(tok, out, uninterrupted, expect_step=1)
 
 
 def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one_and_says_so(tok, tmp_path, uninterrupted, monkeypatch):
@@ -106,7 +111,8 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_good_one_and_says_so(tok
 
     monkeypatch.setattr(checkpoints_mod.torch, "save", save_until_the_disk_is_full)
     with pytest.raises(OSError, match=r"could not write checkpoint .*step_000003.*No space left on device.*"
-                                      r"newest whole checkpoint is .*step_000002") as err:
+                                      r"newest whole checkpoint is .*step_000002") as err, \
+            pytest.warns(RuntimeWarning, match="could not save the rollouts of step 3"):  # the shortcut is lost, not the run
         t.run()
     assert err.value.errno == errno.ENOSPC
     monkeypatch.setattr(checkpoints_mod.torch, "save", save)

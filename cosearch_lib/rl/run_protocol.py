@@ -80,6 +80,7 @@ class TrainingRun:
         relevance training's own name)."""
         self.out_dir, self.run_name, self.keep_checkpoints, self.dp = Path(out_dir), name, keep_checkpoints, dp
         self.step = 0  # steps completed
+        self._resumed_at = 0  # the step this process started from (a loaded checkpoint's): the one stage it may take back
         self.records: list[dict] = []
         self.call_records: list[dict] = []
         self.val_records: list[dict] = []  # one row per validation item and validation (validation.csv)
@@ -206,24 +207,33 @@ class TrainingRun:
     def stage_path(self, step: int) -> Path:
         return self.out_dir / CHECKPOINTS_DIR / rollout_stage_name(step)
 
-    def save_stage(self, step: int, payload: dict[str, Any]) -> Path:
+    def save_stage(self, step: int, payload: dict[str, Any]) -> Path | None:
         """The scored rollouts of ``step`` (``payload``), written whole or not at all before the update,
         with this run's identity and random states; rank 0 writes (every rank holds the whole step) and
-        the others wait. A resumed run takes them back with :meth:`take_stage`."""
+        the others wait. A resumed run takes them back with :meth:`take_stage`. A full disk costs only
+        this shortcut: a warning, and a stop before the step's checkpoint rolls the step out again."""
         path = self.stage_path(step)
         if self.dp.is_main:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(path) as tmp, tmp.open("wb") as f:
-                torch.save({"run": {"name": self.run_name, "seed": self.seed}, "step": step, "rng": rng_states(),
-                            **payload}, f)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with atomic_path(path) as tmp, tmp.open("wb") as f:
+                    torch.save({"run": {"name": self.run_name, "seed": self.seed}, "step": step, "rng": rng_states(),
+                                **payload}, f)
+            except OSError as err:
+                import warnings
+                warnings.warn(f"could not save the rollouts of step {step + 1} ({err}): a stop before its checkpoint "
+                              "rolls the step out again", RuntimeWarning, stacklevel=2)
+                path = None
         self.dp.barrier()
         return path
 
     def take_stage(self, step: int) -> dict[str, Any] | None:
         """The scored rollouts :meth:`save_stage` wrote for ``step`` by this run (same method, seed and
-        step), with the random states restored to where they were after them; None if there are none."""
+        step), with the random states restored to where they were after them; None if there are none,
+        or if this process did not start at ``step`` (they belong to the weights of the checkpoint of
+        ``step``, not to a replay of the steps before it)."""
         path = self.stage_path(step)
-        if not path.exists():
+        if step != self._resumed_at or not path.exists():
             return None
         try:
             saved = torch.load(path, map_location="cpu", weights_only=False)
@@ -242,6 +252,9 @@ class TrainingRun:
         rank), stop here, resumable into the update (``StopRequested``)."""
         received = pending_stop()
         if self.dp.sum(float(received is not None)) > 0:
+            newest = latest_checkpoint(self.out_dir) if step else None
+            if step and (newest is None or newest.name != checkpoint_name(step)):
+                self.save_checkpoint()  # the weights the saved rollouts were sampled with (checkpoint_every skipped them)
             path = self.stage_path(step)
             print(f"[train {self.run_name}] {received or 'a signal to another rank'}: stopped after the rollout of step "
                   f"{step + 1}, its rollouts in {project_relative(path)}", flush=True)
@@ -282,7 +295,7 @@ class TrainingRun:
                              f"not {self.seed}")
         self.policies.load_state_dict(state["policies"])
         self._load_extra_state(state, path)
-        self.step = state["step"]
+        self.step = self._resumed_at = state["step"]
         # records of older checkpoints under today's column names (run_schema.current_step_columns)
         self.records = [current_step_record(r) for r in state["records"]]
         self.call_records = [current_step_columns(r) for r in state.get("call_records", [])]
