@@ -131,6 +131,24 @@ def _cmd_build_starts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_slurm_train(args: argparse.Namespace) -> int:
+    from cosearch_lib.runs.slurm_training import submit_training
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    print(json.dumps(submit_training(args.profile, methods, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                                     tasks_per_node=args.tasks_per_node, steps=args.steps, evaluate=not args.no_evaluate,
+                                     submit=not args.dry_run, force=args.force), indent=2))
+    return 0
+
+
+def _cmd_slurm_notebooks(args: argparse.Namespace) -> int:
+    from cosearch_lib.runs.slurm_training import submit_notebooks
+
+    print(json.dumps(submit_notebooks(args.profile, args.notebooks or (), params=args.param or (), submit=not args.dry_run,
+                                      force=args.force), indent=2))
+    return 0
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from cosearch_lib.config import load_profile
     from cosearch_lib.planning.job_plan import Behaviour, plan_job
@@ -344,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_build_starts)
 
-    add_slurm_commands(sub)
+    add_slurm_commands(sub, train=_cmd_slurm_train, notebooks=_cmd_slurm_notebooks)
 
     p = sub.add_parser("plan", help="before the queue: memory per rank and node, disk, seconds per step by stage, "
                                     "GPU-hours, and what cannot fit or finish (exit 1), from measured throughputs (docs/PLAN.md)")

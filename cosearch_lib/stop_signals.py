@@ -39,11 +39,16 @@ EXIT_STOPPED = 75
 
 class StopRequested(RuntimeError):
     """Raised by a loop that stopped on a stop signal after saving what a resumed run needs (a training
-    loop: after ``step``, into ``checkpoint``; a loop over notebooks: before the next one, ``step`` None)."""
+    loop: after ``step``, into ``checkpoint``, or with ``after_rollout`` at the boundary inside the next
+    step, its rollouts in ``checkpoint``; a loop over notebooks: before the next one, ``step`` None)."""
 
-    def __init__(self, signal_name: str, step: int | None = None, checkpoint: str | os.PathLike | None = None):
+    def __init__(self, signal_name: str, step: int | None = None, checkpoint: str | os.PathLike | None = None, *,
+                 after_rollout: bool = False):
         self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
-        if step is None:
+        if after_rollout:  # at the stage boundary of step ``step`` + 1: its rollouts saved, before its update
+            super().__init__(f"stopped on {signal_name} after the rollout of step {step + 1} (its rollouts in "
+                             f"{checkpoint}); resume=True continues into its update")
+        elif step is None:
             super().__init__(f"stopped on {signal_name} before the next notebook; run the same command again")
         else:
             saved = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint"

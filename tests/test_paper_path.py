@@ -374,16 +374,21 @@ def test_the_fixed_ranker_trains_on_prepared_relevance_data(tmp_path: Path, monk
 
 def test_a_launch_unsloth_cannot_run_is_refused_when_the_job_is_written(tmp_path: Path) -> None:
     """Break 2: the refusal of a launch came after the queue wait and the index load. Unsloth on CPU
-    ranks is now refused by the dry run, before any script is written; Unsloth on 8 GPUs per rank
-    passes the launch check (its patched model and one vLLM engine per rank, test_gpu_path.py)."""
+    ranks is now refused by the dry run, before any script is written: by the plan first (issue 50),
+    and with ``--force`` past it, by the launch check; Unsloth on 8 GPUs per rank passes the launch
+    check (its patched model and one vLLM engine per rank, test_gpu_path.py)."""
     from cosearch_lib.experiment.preflight import _check_launch
 
     env = {"COSEARCH_RUNS": str(tmp_path / "runs")}
     done = _cosearch("slurm", "train", "--profile", "paper", "--gpus-per-node", "0", "--tasks-per-node", "2",
                      "--dry-run", env=env)
     assert done.returncode == 2, done.stderr
-    assert "models.backend 'unsloth' needs CUDA GPUs" in done.stderr and "--gpus-per-node 0" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert "no GPU for the Unsloth backend" in done.stderr and "change --gpus-per-node" in done.stderr
+    forced = _cosearch("slurm", "train", "--profile", "paper", "--gpus-per-node", "0", "--tasks-per-node", "2",
+                       "--dry-run", "--force", env=env)
+    assert forced.returncode == 2, forced.stderr
+    assert "models.backend 'unsloth' needs CUDA GPUs" in forced.stderr and "--gpus-per-node 0" in forced.stderr
+    assert "Traceback" not in done.stderr + forced.stderr
     assert not (tmp_path / "runs" / "paper" / "slurm").exists()
     paper = load_profile("paper")
     assert "one vLLM engine per rank" in _check_launch(paper, 16, True)

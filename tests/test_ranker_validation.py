@@ -178,7 +178,8 @@ def test_validate_without_a_step_keeps_no_items(tok, tmp_path):
 
 def test_a_stop_signal_during_the_start_validation_finishes_the_first_step_and_checkpoints(tok, tmp_path):
     """The validation before the first update runs under the run's stop-signal guard, as a step does:
-    SIGUSR1 there does not kill the process; step 0 finishes, a checkpoint is written, the run stops."""
+    SIGUSR1 there does not kill the process; the run stops at the first stage boundary, step 1's
+    rollouts saved, with a checkpoint of step 0 that keeps the validation's record."""
     import os
     import signal
 
@@ -196,9 +197,13 @@ def test_a_stop_signal_during_the_start_validation_finishes_the_first_step_and_c
         return out
 
     t.validate = validate_then_signal
-    with pytest.raises(StopRequested, match="after step 1"):
+    with pytest.raises(StopRequested, match="after the rollout of step 1"):
         t.run()
-    assert [r["step"] for r in t.records] == [-1, 0] and latest_checkpoint(tmp_path).name == "step_000001"
+    assert [r["step"] for r in t.records] == [-1] and latest_checkpoint(tmp_path).name == "step_000000"
+    assert (tmp_path / "checkpoints" / "rollouts_step_000000.pt").exists()
+    resumed = trainer(tok, tiny_model(tok), tmp_path, method="search_r1", steps=3, validate_at_start=True,
+                      val_questions=VAL_QUESTIONS)
+    assert resumed.load_checkpoint() == 0 and [r["step"] for r in resumed.records] == [-1]  # not validated again
 
 
 def test_records_of_a_checkpoint_written_before_the_hit_at_k_rename_resume_under_todays_names(tok, tmp_path, monkeypatch):

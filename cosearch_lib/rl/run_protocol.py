@@ -29,6 +29,7 @@ copy here:
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,6 @@ class TrainingRun:
                     torch.save({"run": {"name": self.run_name, "seed": self.seed}, "step": step, "rng": rng_states(),
                                 **payload}, f)
             except OSError as err:
-                import warnings
                 warnings.warn(f"could not save the rollouts of step {step + 1} ({err}): a stop before its checkpoint "
                               "rolls the step out again", RuntimeWarning, stacklevel=2)
                 path = None
@@ -238,7 +238,6 @@ class TrainingRun:
         try:
             saved = torch.load(path, map_location="cpu", weights_only=False)
         except (OSError, RuntimeError, EOFError, ValueError) as err:
-            import warnings
             warnings.warn(f"{project_relative(path)} unreadable ({err}): step {step + 1} rolls out again", RuntimeWarning,
                           stacklevel=2)
             return None
@@ -252,13 +251,15 @@ class TrainingRun:
         rank), stop here, resumable into the update (``StopRequested``)."""
         received = pending_stop()
         if self.dp.sum(float(received is not None)) > 0:
-            newest = latest_checkpoint(self.out_dir) if step else None
-            if step and (newest is None or newest.name != checkpoint_name(step)):
-                self.save_checkpoint()  # the weights the saved rollouts were sampled with (checkpoint_every skipped them)
+            newest = latest_checkpoint(self.out_dir) if step or self.records else None
+            if (step or self.records) and (newest is None or newest.name != checkpoint_name(step)):
+                # the weights the saved rollouts were sampled with (checkpoint_every skipped them), and the
+                # records so far (before the first update: the validation at the start)
+                self.save_checkpoint()
             path = self.stage_path(step)
             print(f"[train {self.run_name}] {received or 'a signal to another rank'}: stopped after the rollout of step "
                   f"{step + 1}, its rollouts in {project_relative(path)}", flush=True)
-            raise StopRequested(received or "a signal to another rank", step, project_relative(path))
+            raise StopRequested(received or "a signal to another rank", step, project_relative(path), after_rollout=True)
 
     def _drop_stages(self) -> None:
         """The saved rollouts of the steps done (the checkpoint of ``step`` holds what they led to)."""

@@ -1,33 +1,17 @@
-"""``cosearch slurm train`` and ``cosearch slurm notebooks``: the SLURM subcommands of the ``cosearch``
-command (``cosearch_lib.cli`` registers them through :func:`add_slurm_commands`)."""
+"""The arguments of ``cosearch slurm train`` and ``cosearch slurm notebooks``, the SLURM subcommands
+of the ``cosearch`` command (``cosearch_lib.cli`` registers them with its handlers through
+:func:`add_slurm_commands`; they import ``runs.slurm_training`` when they run)."""
 
 from __future__ import annotations
 
 import argparse
-import json
+from collections.abc import Callable
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
-    from cosearch_lib.runs.slurm_training import submit_training
-
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    out = submit_training(args.profile, methods, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                          tasks_per_node=args.tasks_per_node, steps=args.steps, evaluate=not args.no_evaluate,
-                          submit=not args.dry_run, force=args.force)
-    print(json.dumps(out, indent=2))
-    return 0
-
-
-def _cmd_notebooks(args: argparse.Namespace) -> int:
-    from cosearch_lib.runs.slurm_training import submit_notebooks
-
-    out = submit_notebooks(args.profile, args.notebooks or (), params=args.param or (), submit=not args.dry_run, force=args.force)
-    print(json.dumps(out, indent=2))
-    return 0
-
-
-def add_slurm_commands(sub: argparse._SubParsersAction) -> None:
-    """Add ``slurm train`` and ``slurm notebooks`` to the ``cosearch`` command's subparsers ``sub``."""
+def add_slurm_commands(sub: argparse._SubParsersAction, *, train: Callable[[argparse.Namespace], int],
+                       notebooks: Callable[[argparse.Namespace], int]) -> None:
+    """Add ``slurm train`` and ``slurm notebooks`` to the ``cosearch`` command's subparsers ``sub``,
+    run by the handlers ``train`` and ``notebooks``."""
     p = sub.add_parser("slurm", help="write (and submit) SLURM jobs: `slurm train` = a retrieval server, data-parallel "
                                      "training on N nodes x G GPUs after it, then notebook 03's evaluation")
     slurm = p.add_subparsers(dest="slurm_command", required=True)
@@ -41,11 +25,11 @@ def add_slurm_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-evaluate", action="store_true", help="no notebook-03 job after training")
     p.add_argument("--dry-run", action="store_true", help="write the scripts and print the sbatch commands; submit nothing")
     p.add_argument("--force", action="store_true", help="submit even when the plan (cosearch plan) says the job cannot fit or finish")
-    p.set_defaults(fn=_cmd_train)
+    p.set_defaults(fn=train)
     p = slurm.add_parser("notebooks", help="plan, then sbatch run_notebooks.sbatch with the profile's resources and the plan's warning")
     p.add_argument("--profile", default="paper")
     p.add_argument("--notebooks", nargs="*", help="which notebooks (default: all)")
     p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE", help="notebook parameter, as cosearch run -p")
     p.add_argument("--dry-run", action="store_true", help="print the sbatch command; submit nothing")
     p.add_argument("--force", action="store_true", help="submit even when the plan says the job cannot fit or finish")
-    p.set_defaults(fn=_cmd_notebooks)
+    p.set_defaults(fn=notebooks)
