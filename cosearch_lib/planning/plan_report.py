@@ -18,6 +18,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _hours(hours: float) -> str:
+    """Hours with the precision they need: 1,257; 9.4; 0.08."""
+    return f"{hours:,.0f}" if hours >= 10 else f"{hours:.1f}" if hours >= 1 else f"{hours:.2f}"
+
+
 def format_plan(plan: JobPlan) -> str:
     """The plan as the text tables ``cosearch plan`` prints."""
     where = f"{plan.nodes} node(s) x {plan.gpus_per_node} GPU(s) ({plan.device})" if plan.gpus_per_node else \
@@ -42,12 +47,12 @@ def format_plan(plan: JobPlan) -> str:
             f"  {'method':<14}" + "".join(f"{s:>14}" for s in stages) + f"{'step':>12}{'steps/job':>11}{'GPU-h (run)' if plan.gpus_per_node else 'CPU-h (run)':>13}"]
     for m, st in plan.stages.items():
         out.append(f"  {m:<14}" + "".join(f"{st[s]:14,.0f}" for s in stages)
-                   + f"{_duration(plan.step_s[m]):>12}{plan.steps_per_job[m]:>11}{plan.gpu_hours[m]:13,.0f}")
+                   + f"{_duration(plan.step_s[m]):>12}{plan.steps_per_job[m]:>11}{_hours(plan.gpu_hours[m]):>13}")
     out.append(f"  {plan.steps} steps per method; a job: {_duration(plan.time_limit_s)} (slurm.time), start {plan.startup_s:.0f} s, "
                f"checkpoint {plan.checkpoint_s:.0f} s, stop warning {plan.signal_lead_s:.0f} s "
                + ("(derived: the longest stage and its checkpoint, +10% + 60 s)" if plan.lead_derived else "(slurm.signal_lead_s)"))
     for grid, hours in plan.cell_gpu_hours.items():
-        out.append(f"  one {grid} grid cell: {hours:,.0f} {'GPU' if plan.gpus_per_node else 'CPU'}-hours")
+        out.append(f"  one {grid} grid cell: {_hours(hours)} {'GPU' if plan.gpus_per_node else 'CPU'}-hours")
     out.append(f"  evaluation (every test question of each method, greedy): {_duration(plan.evaluation_s)} on these ranks")
     out += ["", "throughputs from:"] + [f"  {src}" for src in plan.inputs]
     out += [f"note: {n}" for n in plan.notes]
