@@ -2,7 +2,7 @@
 
 This script is a view of ``cosearch_lib.planning.job_plan.plan_job``, not a second estimate: the
 workload (the profile's settings, paper Table 7's searches per trajectory) multiplied by the
-throughputs measured on one H100 80 GB (``../shared/GPU_COSTS.md``, listed by the planner with their
+throughputs measured on one H100 80 GB (``docs/GPU_COSTS.md``, listed by the planner with their
 sources). No GPU is needed to run it. ``--ranks`` prints the same plan on R data-parallel GPUs
 (nodes of ``--gpus-per-node``): wall time per step, steps per job, GPU-hours per run; what crosses
 ranks (the LoRA gradients' all-reduce, the rollouts' exchange) at assumed bandwidths. A

@@ -49,7 +49,7 @@ def test_a_local_model_folder_gives_its_own_shape(tmp_path):
 
 
 def test_the_activation_model_against_the_measured_h100_updates():
-    """../shared/GPU_COSTS.md: grpo_update with the 49,152-token SmolLM2 vocabulary, bf16, micro-batch
+    """docs/GPU_COSTS.md: grpo_update with the 49,152-token SmolLM2 vocabulary, bf16, micro-batch
     4 x 1,500 tokens: the 135M shape took 7.6 GiB (fused attention: no scores kept) and the 3B shape
     44 GiB (attention scores kept, no checkpointing). The model (weights + activations) must land
     within 10% of both."""

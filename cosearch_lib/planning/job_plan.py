@@ -2,7 +2,7 @@
 
 A plan multiplies a **workload** (the profile's settings, plus the behaviour they cannot fix:
 searches per trajectory, tokens per turn; :class:`Behaviour`) by **measured throughputs**
-(``planning.throughputs``: the H100 figures of ``../shared/GPU_COSTS.md``, this machine's CPU
+(``planning.throughputs``: the H100 figures of ``docs/GPU_COSTS.md``, this machine's CPU
 benchmark) and by the **model shapes** (``planning.model_shapes``). It gives:
 
 * per rank: GPU memory by part (weights, LoRA adapters with their gradients and Adam state, the
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from cosearch_lib.config import ConfigError, ProfileConfig
 from cosearch_lib.config.methods import TRAINING_METHODS, method_spec
 from cosearch_lib.config.ranker_kinds import ranker_kind
-from cosearch_lib.planning.model_shapes import ModelShape, model_shape
+from cosearch_lib.planning.model_shapes import model_shape
 from cosearch_lib.planning.throughputs import DeviceRates, cpu_rates, gpu_rates
 
 GIB = 2 ** 30
@@ -344,7 +344,7 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
     per_rank_host = RANK_HOST_BASE_GIB + (weights if not on_gpu else weights / 2) + (lora_gib + activations if not on_gpu else 0.0)
     node_memory = {f"{per_node} rank(s) x {per_rank_host:.1f} GiB": per_node * per_rank_host}
     passages = WIKI18_PASSAGES if cfg.data.corpus_path else 6_000
-    index_gib = passages * _encoder_dim(encoder) * 4 / GIB
+    index_gib = passages * encoder.hidden * 4 / GIB
     corpus_gib = passages * behaviour.passage_chars * 2.5 / GIB  # text in Python strings with their objects
     retriever_memory = {"flat index": index_gib, "corpus text": corpus_gib, "encoder": encoder.parameters * 4 / GIB + 1.0}
     if sum(node_memory.values()) > node_capacity:
@@ -362,8 +362,8 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
 
     # -- time
     encoder_tokens = 32.0
-    search_rate = rates.search_vectors_per_s.value * (1.0 if on_gpu else 1.0)
-    index_vectors = passages * _encoder_dim(encoder) / 768
+    search_rate = rates.search_vectors_per_s.value
+    index_vectors = passages * encoder.hidden / 768
     stages: dict[str, dict[str, float]] = {}
     step_s, uncuttable, gpu_hours, per_job = {}, {}, {}, {}
     startup = (weights * GIB / 1e9) / DISK_READ_GBS + (ENGINE_FIRST_CALL_S if on_gpu else 0.0)
@@ -451,10 +451,6 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
                    retriever_memory, node_capacity, disk, stages, step_s, uncuttable, startup, checkpoint_s, time_limit,
                    lead, derived, n_steps, per_job, gpu_hours, cell_hours, evaluation, eval_limit, inputs, notes,
                    refusals)
-
-
-def _encoder_dim(shape: ModelShape) -> int:
-    return shape.hidden
 
 
 def gpus_in_gres(gres: str | None) -> int:

@@ -1,7 +1,7 @@
 """The measured throughputs the job planner multiplies a workload by, each with the record it comes from.
 
 * **GPUs**: one H100 80 GB, bf16, random weights of the real architectures (cost does not depend on
-  the weights), measured for issue 10 and written in ``../shared/GPU_COSTS.md``. Where a shape was
+  the weights), measured for issue 10 and written in ``docs/GPU_COSTS.md``. Where a shape was
   not measured, its rate is the nearest measured shape's scaled by parameter count (marked
   ``derived``). Other GPU kinds have their memory from the vendor's specification and the H100's
   rates (marked: not measured on that kind).
@@ -22,7 +22,7 @@ from cosearch_lib.config import ConfigError
 from cosearch_lib.paths import project_root
 from cosearch_lib.planning.model_shapes import ModelShape
 
-GPU_COSTS = "../shared/GPU_COSTS.md"
+GPU_COSTS = "docs/GPU_COSTS.md"
 CPU_RECORD = "benchmarks/records/cpu_throughput.json"
 
 

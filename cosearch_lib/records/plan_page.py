@@ -34,7 +34,7 @@ def render_plan_page() -> str:
            "steps per job, GPU-hours per method and grid cell, and what cannot fit or finish (exit 1).",
            "`cosearch slurm train` and `cosearch grid --slurm` run the same plan and refuse such a job before",
            "`sbatch` (`--force` submits anyway). Its inputs are the throughputs measured on one H100",
-           "(`../shared/GPU_COSTS.md`, each figure named with its source in the output) and the model shapes;",
+           "(`docs/GPU_COSTS.md`, each figure named with its source in the output) and the model shapes;",
            "on CPU ranks, this machine's `benchmarks/records/cpu_throughput.json`. A projection: no",
            "multi-GPU machine was measured, and searches per trajectory are the paper's Table 7.", "",
            "## The paper's setting on its own hardware and beside it", "",
