@@ -127,6 +127,12 @@ _FLAT_STEP_GLOSSARY: dict[str, str] = {
                      "cross-entropy against the tempered samples below it); falling: the policy sharpens",
     "agent_format_ok": "share of trajectories that kept the protocol on every turn and answered",
     "searches_per_traj": "mean searches run per trajectory",
+    "agent_generated_tokens": "mean tokens the agent generated per trajectory, over all its turns (the rollout's decode "
+                              "work; with agent_context_tokens, what `cosearch plan` is checked against)",
+    "agent_context_tokens": "mean final length of a trajectory in tokens: prompt, turns and the passages read (what "
+                            "the update forwards per sequence)",
+    "agent_prompt_tokens": "mean length of a trajectory's first prompt in tokens (instructions and question: what its G "
+                           "samples share)",
     "n_ranker_calls": "search calls this step (one ranking each)",
     "ranker_entropy": "the ranker's agent_entropy: mean -log p of its sampled output tokens (the LLM judge's: of its "
                       "sampled picks); NaN for a rule ranker, which samples nothing",

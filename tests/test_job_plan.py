@@ -220,3 +220,84 @@ def test_the_notebook_job_helper_plans_then_submits_with_the_plans_warning(tmp_p
     assert "--time=24:00:00" in sent["cmd"] and sent["cmd"][-1].endswith("papermill_runs/slurm/run_notebooks.sbatch")
     assert sent["env"]["PROFILE"] == "demo" and sent["env"]["NOTEBOOKS"] == "03"
     assert sent["env"]["PARAMS"] == "-p steps=2 -p methods=search_r1,cosearch"  # commas intact
+
+
+# ----------------------------------------------------------------------------- the planner against measured steps
+
+
+def _stage_record():
+    import pandas as pd
+
+    from cosearch_lib.paths import project_root
+    from cosearch_lib.planning.stage_check import STAGE_RECORD
+
+    return pd.read_csv(project_root() / STAGE_RECORD)
+
+
+def test_the_planner_predicts_the_committed_cpu_steps_within_30_percent():
+    """Every stage of every committed step of ci, demo and laptop (benchmarks/stage_times.py, measured
+    alone on this machine), predicted by the planner from its profile, the step's observed behaviour
+    and the committed CPU throughputs, falls within +-30% of the measured seconds."""
+    from cosearch_lib.planning.stage_check import TOLERANCE, stage_errors
+
+    record = _stage_record()
+    errors = stage_errors(record)
+    measured = {(p, s) for p, s in zip(errors["profile"], errors["stage"])}
+    for profile in ("ci", "demo", "laptop"):  # rollout and update of each; validation where the profile validates
+        assert {(profile, "time/rollout_s"), (profile, "time/update_s")} <= measured, profile
+    assert {("ci", "time/validate_s"), ("laptop", "time/validate_s")} <= measured
+    assert set(record["method"]) >= {"search_r1", "cosearch"}
+    outside = errors[errors["error"].abs() > TOLERANCE]
+    assert outside.empty, "\n" + outside.round(2).to_string()
+
+
+def test_the_stage_check_fails_when_a_throughput_is_off():
+    """The check is sensitive: the same records against CPU rates whose training throughput is halved
+    put the update outside the tolerance."""
+    from dataclasses import replace
+
+    from cosearch_lib.planning.stage_check import TOLERANCE, stage_errors
+    from cosearch_lib.planning.throughputs import Measured
+
+    rates = cpu_rates(2)
+    slow = replace(rates, policies={n: replace(r, train_tps=Measured(r.train_tps.value / 2, "halved"))
+                                    for n, r in rates.policies.items()})
+    errors = stage_errors(_stage_record(), slow)
+    update = errors[errors["stage"] == "time/update_s"]
+    assert (update["error"] > TOLERANCE).mean() > 0.5
+
+
+def test_stage_times_reads_a_finished_run_into_the_stage_record(tmp_path, monkeypatch):
+    """benchmarks/stage_times.py --no-train: each step of the profile's last run becomes a record row with
+    its stage times, its rounds (the longest trajectory's searches + 1, from ranker_calls.parquet) and
+    the validation's items; rows of other profiles already in the record are kept."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from cosearch_lib.paths import project_root
+
+    runs = tmp_path / "runs"
+    folder = runs / "ci" / "training" / "search_r1"
+    folder.mkdir(parents=True)
+    pd.DataFrame([{"step": -1, "method": "search_r1", "val/f1": 0.1},
+                  {"step": 0, "method": "search_r1", "rollout/n_trajectories": 4, "rollout/searches_per_traj": 1.5,
+                   "time/rollout_s": 50.0, "time/update_s": 30.0},
+                  {"step": 1, "method": "search_r1", "rollout/n_trajectories": 4, "rollout/searches_per_traj": 1.0,
+                   "time/rollout_s": 40.0, "time/update_s": 20.0, "time/validate_s": 55.0}]).to_csv(folder / "steps.csv", index=False)
+    pd.DataFrame([{"step": 0, "traj_id": t, "turn": n} for t, n in (("a", 0), ("a", 1), ("a", 2), ("b", 0))]
+                 + [{"step": 1, "traj_id": "a", "turn": 0}]).to_parquet(folder / "ranker_calls.parquet")
+    pd.DataFrame([{"step": 1, "kind": "agent"}] * 7 + [{"step": 1, "kind": "ranker"}] * 12).to_csv(folder / "validation.csv", index=False)
+    out = tmp_path / "stage_times.csv"
+    pd.DataFrame([{"profile": "demo", "method": "cosearch", "step": 0, "time/rollout_s": 1.0}]).to_csv(out, index=False)
+    done = subprocess.run([sys.executable, str(project_root() / "benchmarks" / "stage_times.py"), "--profile", "ci",
+                           "--methods", "search_r1", "--no-train", "--out", str(out)],
+                          env={**__import__("os").environ, "COSEARCH_RUNS": str(runs)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    record = pd.read_csv(out)
+    ci = record[record["profile"] == "ci"].set_index("step")
+    assert list(ci.index) == [0, 1] and set(record["profile"]) == {"ci", "demo"}
+    assert ci.loc[0, "rollout_rounds"] == 4 and ci.loc[1, "rollout_rounds"] == 2  # 3 searches + the answer; 1 + 1
+    assert ci.loc[1, "val_agent_questions"] == 7 and ci.loc[1, "val_ranker_items"] == 12
+    assert ci.loc[1, "time/validate_s"] == 55.0 and ci.loc[0, "time/update_s"] == 30.0

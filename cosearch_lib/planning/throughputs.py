@@ -8,8 +8,9 @@
 * **CPUs**: this machine's own measurement, ``benchmarks/cpu_throughput.py``, whose output is
   committed as ``benchmarks/records/cpu_throughput.json`` (read by :func:`cpu_rates`).
 
-A decode step of ``b`` rows costs ``step_s + row_s * b`` seconds (one forward of the batch's next
-tokens): on a GPU the step cost barely grows with the rows (memory-bound), on a CPU it does.
+A decode step of ``b`` rows at mean context ``c`` costs ``step_s + b * (row_s + c * row_context_s)``
+seconds (one forward of the batch's next tokens, each row reading its cache): on a GPU the step cost
+barely grows with the rows (memory-bound), on a CPU it does, and with the context.
 """
 
 from __future__ import annotations
@@ -44,9 +45,27 @@ class ShapeRates:
     decode_row_s: Measured  # seconds per row of one decode step
     prefill_tps: Measured
     train_tps: Measured
+    # seconds per row per token of context of one decode step (each row reads its cache); 0: not measured
+    decode_row_context_s: Measured = Measured(0.0, "not measured (the context's cost taken as part of the rows')", derived=True)
+    # an LLM judge's batched short prompts (one per candidate), forward and forward + backward; None: prefill and train rates
+    judge_tps: Measured | None = None
+    judge_train_tps: Measured | None = None
 
-    def decode_seconds(self, steps: float, rows: float) -> float:
-        return steps * (self.decode_step_s.value + self.decode_row_s.value * rows)
+    @property
+    def scoring_tps(self) -> Measured:
+        return self.judge_tps or self.prefill_tps
+
+    @property
+    def scoring_train_tps(self) -> Measured:
+        return self.judge_train_tps or self.train_tps
+
+    def decode_seconds(self, steps: float, rows: float, context: float = 0.0) -> float:
+        """Seconds of ``steps`` decode steps of ``rows`` rows whose contexts hold ``context`` tokens (mean)."""
+        return steps * (self.decode_step_s.value + rows * (self.decode_row_s.value + context * self.decode_row_context_s.value))
+
+    def row_token_s(self, context: float = 0.0) -> float:
+        """What one row adds to a decode step at ``context`` tokens: a generated token's own cost."""
+        return self.decode_row_s.value + context * self.decode_row_context_s.value
 
     def scaled(self, factor: float, why: str) -> ShapeRates:
         """These rates for a model ``factor`` times as large (costs x factor, rates / factor)."""
@@ -55,7 +74,9 @@ class ShapeRates:
 
         def rate(m: Measured) -> Measured:
             return Measured(m.value / factor, f"{m.source}; {why}", derived=True)
-        return ShapeRates(cost(self.decode_step_s), cost(self.decode_row_s), rate(self.prefill_tps), rate(self.train_tps))
+        return ShapeRates(cost(self.decode_step_s), cost(self.decode_row_s), rate(self.prefill_tps), rate(self.train_tps),
+                          cost(self.decode_row_context_s), self.judge_tps and rate(self.judge_tps),
+                          self.judge_train_tps and rate(self.judge_train_tps))
 
 
 @dataclass(frozen=True)
@@ -146,7 +167,12 @@ def cpu_rates(threads: int = 2, path: str | Path | None = None) -> DeviceRates:
             decode_step_s=Measured(r["decode_step_s"], f"{where}: decode steps at {r['decode_rows']} rows, fit"),
             decode_row_s=Measured(r["decode_row_s"], f"{where}: decode steps at {r['decode_rows']} rows, fit"),
             prefill_tps=Measured(r["prefill_tps"], f"{where}: prompt forward passes"),
-            train_tps=Measured(r["train_tps"], f"{where}: GRPO update, forward + backward"))
+            train_tps=Measured(r["train_tps"], f"{where}: GRPO update, forward + backward"),
+            decode_row_context_s=Measured(r.get("decode_row_context_s", 0.0),
+                                          f"{where}: decode steps at {r.get('decode_points', 'one prompt length')} (rows, context), fit"),
+            judge_tps=Measured(r["judge_tps"], f"{where}: LLM judge, a search's candidates scored in one batch") if "judge_tps" in r else None,
+            judge_train_tps=Measured(r["judge_train_tps"], f"{where}: LLM judge, forward + backward of the margins")
+            if "judge_train_tps" in r else None)
             for name, r in record["policies"].items()}
         return DeviceRates(f"CPU, {measured} thread(s)", None, policies,
                            encoder_tps=Measured(record["encoder_tps"], f"{where}: encoder forward passes"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from cosearch_lib.config import load_profile
 from cosearch_lib.planning.job_plan import plan_job
 from cosearch_lib.planning.plan_report import format_plan, plan_summary_table
@@ -25,6 +27,24 @@ def paper_summary(shapes=PAPER_SHAPES) -> str:
                                for n, g in shapes for m in ("search_r1", "fixed_ranker", "cosearch", "oracle")])
 
 
+def stage_check_table() -> str:
+    """The planner against the committed CPU steps (``planning.stage_check``): per profile, method and
+    stage, the measured and predicted seconds (means over the record's steps) and the worst error."""
+    from cosearch_lib.paths import project_root
+    from cosearch_lib.planning.stage_check import STAGE_RECORD, TOLERANCE, stage_errors
+
+    path = project_root() / STAGE_RECORD
+    if not path.exists():
+        return f"(no stage record: run benchmarks/stage_times.py to write {STAGE_RECORD})"
+    errors = stage_errors(pd.read_csv(path))
+    rows = ["| profile | method | stage | steps | measured (s) | predicted (s) | worst error |", "|---|---|---|---|---|---|---|"]
+    for (profile, method, stage), g in errors.groupby(["profile", "method", "stage"], sort=False):
+        worst = g["error"].iloc[g["error"].abs().argmax()]
+        rows.append(f"| {profile} | {method} | {stage.removeprefix('time/').removesuffix('_s')} | {len(g)} | "
+                    f"{g['measured_s'].mean():.1f} | {g['predicted_s'].mean():.1f} | {worst:+.0%} |")
+    return "\n".join(rows + ["", f"Tolerance: +-{TOLERANCE:.0%} per step and stage (`tests/test_job_plan.py`)."])
+
+
 def render_plan_page() -> str:
     plans = paper_plans()
     out = ["# Planning a paper-scale run: `cosearch plan`", "",
@@ -38,7 +58,13 @@ def render_plan_page() -> str:
            "on CPU ranks, this machine's `benchmarks/records/cpu_throughput.json`. A projection: no",
            "multi-GPU machine was measured, and searches per trajectory are the paper's Table 7.", "",
            "## The paper's setting on its own hardware and beside it", "",
-           paper_summary(), ""]
+           paper_summary(), "",
+           "## The planner against measured steps (CPU)", "",
+           "Each committed step of `benchmarks/records/stage_times.csv` (`benchmarks/stage_times.py`: real",
+           "training steps of `ci`, `demo` and `laptop`, run alone on this machine), predicted by the planner",
+           "from its profile, the step's own behaviour (searches and tokens per trajectory, sequences the",
+           "update forwarded) and `benchmarks/records/cpu_throughput.json`:", "",
+           stage_check_table(), ""]
     for plan in plans:
         out += [f"## `cosearch plan --profile paper --nodes {plan.nodes} --gpus-per-node {plan.gpus_per_node}`", "",
                 "```", format_plan(plan), "```", ""]
