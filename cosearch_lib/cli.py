@@ -456,6 +456,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 #: Commands that run notebooks (training inside papermill's kernel): a stop signal is passed on to the
 #: kernel and makes the command exit with stop_signals.EXIT_STOPPED (docs/USAGE.md, "Time limits, preemption and requeueing").
 STOPPABLE_COMMANDS = ("run", "grid")
+#: Commands that train or evaluate in this process, or prepare for them, under a SLURM job: they listen
+#: for stop signals from their first line (SLURM's --signal=B:USR1 reaches every process of the batch
+#: step, srun's tasks included), so a warning during model loading or the warm start is kept, not fatal;
+#: training stops at its next boundary (rl.run_protocol), the warm start finishes.
+LISTENING_COMMANDS = ("train", "evaluate", "warm-start")
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -470,6 +475,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in LISTENING_COMMANDS:
+        from cosearch_lib.stop_signals import StopRequest
+
+        with StopRequest():
+            return _dispatch(args)
     if args.command not in STOPPABLE_COMMANDS:
         return _dispatch(args)
     from cosearch_lib.stop_signals import EXIT_STOPPED, forward_stop_signals

@@ -36,6 +36,12 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGUSR1, signal.SIGTERM)
 #: Exit status of a command that stopped because it was asked to and can be resumed (BSD's EX_TEMPFAIL).
 EXIT_STOPPED = 75
 
+#: Set by ``stoppable.sh`` to the signal's name when the job's warning came before its command started
+#: (during the warm start, or while the job waited for its retrieval server): every StopRequest of the
+#: command starts as if it had received it, so the command stops at its first boundary (after the first
+#: stage of training, the first round of an evaluation) and the job requeues with that progress kept.
+EARLIER_STOP_ENV = "COSEARCH_STOP_REQUESTED"
+
 
 class StopRequested(RuntimeError):
     """Raised by a loop that stopped on a stop signal after saving what a resumed run needs (a training
@@ -80,6 +86,8 @@ class StopRequest:
 
     def __enter__(self) -> StopRequest:
         _ACTIVE.append(self)
+        if self.received is None and os.environ.get(EARLIER_STOP_ENV):  # asked before this process could listen
+            self.received = os.environ[EARLIER_STOP_ENV]
         if not _in_main_thread():
             warnings.warn("StopRequest outside the main thread: stop signals keep their default action "
                           "(the process dies on SIGUSR1/SIGTERM and resumes from its last checkpoint)",

@@ -375,3 +375,30 @@ def test_paper_grid_cells_become_data_parallel_jobs_of_the_gpus_their_plan_asks_
     assert out["cell"]["ranks"] == 16 and out["stop_retriever_job"] == "104"
     single = slurm_scripts("ci", load_grid(str(ROOT / "tests" / "slurm" / "ci_grid.yaml")))
     assert "retriever" not in single and "srun" not in single["array"]  # a one-rank cell: notebook 03 in the task
+
+
+def test_a_warning_before_the_command_starts_is_kept_and_passed_on(tmp_path):
+    """A SIGUSR1 that comes while the job script is still preparing (the warm start, the wait for the
+    retrieval server; a time limit close to its warning) does not kill the batch shell: run_stoppable
+    starts the command with COSEARCH_STOP_REQUESTED set (it stops at its first boundary, exit 75), and
+    the job requeues itself, keeping that progress."""
+    import subprocess
+    import sys
+
+    from cosearch_lib.runs.slurm_jobs import STOPPABLE_SH
+
+    (tmp_path / "child.py").write_text("import os, sys\nprint('child saw', os.environ.get('COSEARCH_STOP_REQUESTED'), flush=True)\n"
+                                       "sys.exit(75 if os.environ.get('COSEARCH_STOP_REQUESTED') else 0)\n")
+    job = tmp_path / "job.sh"
+    job.write_text("set -euo pipefail\n"
+                   'scontrol() { echo "scontrol $*"; }\n'
+                   'squeue() { echo "20:00"; }\n'
+                   f"source {ROOT / STOPPABLE_SH}\n"
+                   "kill -USR1 $$\n"  # the warning, during the preparation
+                   'echo "still here"\n'
+                   f'run_stoppable 41_2 {sys.executable} {tmp_path / "child.py"}\n'
+                   'echo "not reached"\n')
+    done = subprocess.run(["bash", str(job)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 75, done.stderr
+    assert "still here" in done.stdout and "child saw SIGUSR1" in done.stdout
+    assert "scontrol requeue 41_2" in done.stdout and "not reached" not in done.stdout

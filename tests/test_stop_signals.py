@@ -72,3 +72,17 @@ def test_without_the_forwarding_a_stop_signal_kills_the_command_and_the_kernel_n
     time.sleep(0.3)
     assert not got.exists()  # the orphaned kernel was never told
     os.kill(int(armed.read_text()), signal.SIGKILL)  # rather than leave it to its 60 s
+
+
+def test_a_stop_asked_before_the_process_listened_counts_as_received(monkeypatch) -> None:
+    """COSEARCH_STOP_REQUESTED (set by stoppable.sh when the job's warning came before its command
+    started): every StopRequest starts as if it had received that signal, so the training stops at its
+    first boundary; without it, none is pending."""
+    from cosearch_lib.stop_signals import EARLIER_STOP_ENV, StopRequest, pending_stop
+
+    monkeypatch.delenv(EARLIER_STOP_ENV, raising=False)
+    with StopRequest() as stop:
+        assert stop.received is None and pending_stop() is None
+    monkeypatch.setenv(EARLIER_STOP_ENV, "SIGUSR1")
+    with StopRequest() as stop:
+        assert stop.received == "SIGUSR1" and pending_stop() == "SIGUSR1"

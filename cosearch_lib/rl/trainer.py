@@ -194,7 +194,7 @@ class JointTrainer(TrainingRun):
             batch, rewards, groups = self.scored_rollouts(step, clock)
             self.save_stage(step, {"trajectories": list(batch.trajectories), "rewards": rewards, "groups": groups,
                                    "seconds": dict(clock.seconds)})
-        self.stop_at_boundary(step)
+            self.stop_at_boundary(step)  # rollouts taken back are not a boundary: the resumed run goes on into the update
         with clock("update"):
             update_stats = self._update(batch, rewards, groups, clock)
         with clock("sync"):

@@ -47,7 +47,7 @@ def run_grid(base_profile: str | Path, grid: Grid, cells: Sequence[str | int] | 
     chosen = [grid.cell(c) for c in cells] if cells else list(grid.cells)
     rows = []
     for cell in chosen:
-        if pending_stop() is not None:  # a stop signal ended the last cell: leave the rest for the resumed run
+        if rows and pending_stop() is not None:  # a stop signal ended the last cell: leave the rest for the resumed run
             break
         before = cell_status(base, grid, cell)
         row = {"cell": cell.name, "before": before, "after": before, "wall_s": 0.0, "error": None}

@@ -277,7 +277,7 @@ def run_profile(profile: str, notebooks: list[str] | None = None, *, parameters:
         if warm_start_step and cfg.warmstart.enabled else None
     executed = []
     for nb in books:
-        if pending_stop() is not None:
+        if executed and pending_stop() is not None:  # a stop during the last notebook: leave the rest (the first always runs)
             raise StopRequested(pending_stop())
         if nb == warm_before:  # after the retriever notebook, before the first one that uses the policies
             print(f"[cosearch run] warm start on profile {label} ...", flush=True)

@@ -69,8 +69,9 @@ RETRIEVER_WAIT_S = 3600
 WAIT_FOR_SERVER = """# the retrieval server's URL, once its job has written it and it answers /health
 URL_FILE={url_dir}/retriever-$COSEARCH_RETRIEVER_JOB.url
 python - "$URL_FILE" {wait_s} "$COSEARCH_RETRIEVER_JOB" <<'PY'
-import subprocess, sys, time, urllib.request
+import signal, subprocess, sys, time, urllib.request
 from pathlib import Path
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a time-limit warning while waiting: stoppable.sh keeps it
 url_file, deadline, job = Path(sys.argv[1]), time.monotonic() + float(sys.argv[2]), sys.argv[3]
 while time.monotonic() < deadline:
     try:

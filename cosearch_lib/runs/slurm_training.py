@@ -98,6 +98,7 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
     eval_job_cmd = ["srun", "--kill-on-bad-exit=1", "cosearch", "evaluate", "--profile", profile_arg,
                     "--methods", ",".join(methods), "--retriever-url", '"$RETRIEVER_URL"', "--quiet"]
     train += ["", prelude,
+              f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> every rank checkpoints, exit {EXIT_STOPPED}, requeue",
               ": \"${COSEARCH_RETRIEVER_JOB:?submit with cosearch slurm train, or export COSEARCH_RETRIEVER_JOB}\"",
               "# whatever ends this script but a requeue (a stop, exit 75, or SIGTERM at the time limit) ends the server too",
               f'stop_server() {{ status=$?; [ "$status" -eq {EXIT_STOPPED} ] || [ "${{requeued:-0}}" -eq 1 ] || scancel "$COSEARCH_RETRIEVER_JOB"; }}',
@@ -106,7 +107,6 @@ def slurm_training_scripts(profile: str | Path, methods: Sequence[str], *, nodes
               f"srun --nodes=1 --ntasks=1 cosearch warm-start --profile {profile_arg} --quiet",
               *RANK_ENVIRONMENT,
               WAIT_FOR_SERVER.format(url_dir=shlex.quote(str(folder)), wait_s=RETRIEVER_WAIT_S),
-              f"source {STOPPABLE_SH}  # run_stoppable: SIGUSR1/SIGTERM -> every rank checkpoints, exit {EXIT_STOPPED}, requeue",
               f'run_stoppable "$SLURM_JOB_ID" {" ".join(train_cmd)}',
               "# the evaluations notebooks 03 and 02 read (02: the oracle gap, its methods with the warm-started",
               "# policies), sharded over the same ranks and server, in parts that resume",

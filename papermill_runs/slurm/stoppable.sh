@@ -12,6 +12,12 @@
 #     (PreemptMode=REQUEUE), and a cancelled one stays cancelled.
 # Returns COMMAND's exit status.
 REQUEUE_AT_LIMIT_S="${REQUEUE_AT_LIMIT_S:-120}"
+# A warning before run_stoppable starts its command (the warm start, the wait for the retrieval server: a
+# time limit close to the warning) would kill the batch shell (SIGUSR1's default action). From here on it
+# is remembered instead, and the next command starts with COSEARCH_STOP_REQUESTED set: it stops at its
+# first boundary (cosearch_lib/stop_signals.py) and the job requeues with that progress kept.
+early_stop=""
+trap 'early_stop=SIGUSR1' USR1
 
 _seconds_left() {  # squeue's time left of job $1 (%L: [D-]HH:MM:SS, MM:SS, UNLIMITED) in seconds; 999999 if unknown
   local left
@@ -25,11 +31,17 @@ _seconds_left() {  # squeue's time left of job $1 (%L: [D-]HH:MM:SS, MM:SS, UNLI
 run_stoppable() {
   local target="$1"
   shift
-  "$@" &
-  local child=$! status=0
   requeue=0
   requeued=0
-  trap 'trapped=1; requeue=1; kill -USR1 "$child" 2>/dev/null || true' USR1
+  if [ -n "$early_stop" ]; then
+    echo "[cosearch] $early_stop came before the command started: it stops at its first boundary"
+    COSEARCH_STOP_REQUESTED="$early_stop" "$@" &
+    requeue=1
+  else
+    "$@" &
+  fi
+  local child=$! status=0
+  trap 'trapped=1; requeue=1; early_stop=SIGUSR1; kill -USR1 "$child" 2>/dev/null || true' USR1
   trap 'trapped=1; kill -TERM "$child" 2>/dev/null || true
         if [ "$requeued" -eq 0 ] && [ "$(_seconds_left "$target")" -le "$REQUEUE_AT_LIMIT_S" ]; then
           echo "[cosearch] SIGTERM at the time limit: requeueing job $target"; requeued=1; scontrol requeue "$target" || true
