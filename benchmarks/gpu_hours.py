@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosearch_lib.config import load_profile  # noqa: E402
-from cosearch_lib.planning.job_plan import Behaviour, plan_job  # noqa: E402
+from cosearch_lib.planning.job_plan import plan_job  # noqa: E402
+from cosearch_lib.planning.step_work import Behaviour  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -151,8 +151,9 @@ def _cmd_slurm_notebooks(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from cosearch_lib.config import load_profile
-    from cosearch_lib.planning.job_plan import Behaviour, plan_job
+    from cosearch_lib.planning.job_plan import plan_job
     from cosearch_lib.planning.plan_report import format_plan
+    from cosearch_lib.planning.step_work import Behaviour
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip()) if args.methods else None
     plan = plan_job(load_profile(args.profile), nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu=args.gpu,
@@ -362,17 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(fn=_cmd_build_starts)
 
-    add_slurm_commands(sub, train=_cmd_slurm_train, notebooks=_cmd_slurm_notebooks)
-
-    p = sub.add_parser("plan", help="before the queue: memory per rank and node, disk, seconds per step by stage, "
-                                    "GPU-hours, and what cannot fit or finish (exit 1), from measured throughputs (docs/PLAN.md)")
-    p.add_argument("--profile", default="paper")
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus-per-node", type=int, default=1, help="one rank per GPU; 0: one CPU rank per node (this machine's rates)")
-    p.add_argument("--gpu", default="h100", help="h100 (measured), h200, a100-80gb, a100-40gb (their memory, the H100's rates)")
-    p.add_argument("--methods", help="comma-separated training methods (default: all four)")
-    p.add_argument("--searches", type=float, help="search calls per trajectory (default: paper Table 7 per method)")
-    p.set_defaults(fn=_cmd_plan)
+    add_slurm_commands(sub, train=_cmd_slurm_train, notebooks=_cmd_slurm_notebooks, plan=_cmd_plan)
 
     p = sub.add_parser("warm-start", help="train (or load from the cache) the profile's supervised warm start")
     p.add_argument("--profile", default="demo")

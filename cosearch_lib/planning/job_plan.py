@@ -1,7 +1,7 @@
 """``cosearch plan``: what a profile's training needs and costs on a cluster shape, before the queue.
 
 A plan multiplies a **workload** (the profile's settings, plus the behaviour they cannot fix:
-searches per trajectory, tokens per turn; :class:`Behaviour`) by **measured throughputs**
+searches per trajectory, tokens per turn; ``planning.step_work``) by **measured throughputs**
 (``planning.throughputs``: the H100 figures of ``docs/GPU_COSTS.md``, this machine's CPU
 benchmark) and by the **model shapes** (``planning.model_shapes``). It gives:
 
@@ -30,6 +30,7 @@ from cosearch_lib.config import ConfigError, ProfileConfig
 from cosearch_lib.config.methods import TRAINING_METHODS, method_spec
 from cosearch_lib.config.ranker_kinds import ranker_kind
 from cosearch_lib.planning.model_shapes import model_shape
+from cosearch_lib.planning.step_work import Behaviour, ranker_validation_s, rollout_stages, workload
 from cosearch_lib.planning.throughputs import DeviceRates, cpu_rates, gpu_rates
 
 GIB = 2 ** 30
@@ -40,8 +41,6 @@ N_FAMILIES = 7
 #: Search-R1's test splits of the paper's 7 benchmarks (NQ 3,610; TriviaQA 11,313; PopQA 14,267;
 #: HotpotQA 7,405; 2Wiki 12,576; MuSiQue 2,417; Bamboogle 125): what ``evaluation.n_per_dataset: null`` evaluates.
 PAPER_TEST_QUESTIONS = 51_713
-#: Paper Table 7: mean search calls per trajectory of each method (the default behaviour).
-PAPER_SEARCHES = {"search_r1": 2.05, "fixed_ranker": 2.62, "cosearch": 1.67, "oracle": 1.66}
 #: The derived stop warning (slurm.signal_lead_s: null): the part of a step a stop cannot cut, x this, + this.
 LEAD_FACTOR, LEAD_MARGIN_S = 1.1, 60.0  # the stage under way when the warning comes, + the planner's error
 #: Bandwidths per GPU for the all-reduce and the rollout exchange (assumed: NVLink, 100 Gb/s InfiniBand).
@@ -54,42 +53,6 @@ RANK_HOST_BASE_GIB = 1.5
 #: Start of a job before its first step: model load from disk, engine start and its first compiled
 #: calls (GPU_COSTS.md: the first static-cache call took 50-81 s); disk read rate assumed.
 ENGINE_FIRST_CALL_S, DISK_READ_GBS = 81.0, 1.0
-#: Tokens around each numbered candidate of a ranker prompt ("[3] ", title line, blank line; measured: a
-#: 100-character candidate is 28.4 tokens of SmolLM2's tokenizer, a 560-character one 137).
-CANDIDATE_FRAME_TOKENS = 4.0
-#: Tokens of a question (or sub-query) past the instructions its prompt shares with the others.
-QUESTION_TOKENS = 30.0
-#: The longest row of a batched generation call against the mean row: the call runs until it ends.
-LONGEST_ROW = 1.5
-#: The transformers backend reads the sampled tokens every this many decode steps (TransformersBackend.sync_every).
-TRANSFORMERS_SYNC_EVERY = 8
-#: Rows an engine (vLLM, Unsloth's fast generation) decodes at once: vLLM's default max_num_seqs.
-ENGINE_MAX_ROWS = 256.0
-
-
-@dataclass(frozen=True)
-class Behaviour:
-    """What the settings do not fix: how the policies behave. Defaults: paper Table 7's searches per
-    trajectory per method; turns and replies as long as half their token budgets; passages of
-    ``passage_chars`` characters cut at the profile's caps, ``chars_per_token`` characters a token."""
-
-    searches: float | None = None  # search calls per trajectory (None: PAPER_SEARCHES[method])
-    agent_turn_tokens: float | None = None  # tokens of one agent turn (None: half of rollout.agent_max_new_tokens)
-    ranker_reply_tokens: float | None = None  # tokens of one ranker reply (None: half of rollout.ranker_max_new_tokens)
-    prompt_tokens: float = 400.0  # the agent's instructions and question
-    ranker_overhead_tokens: float = 200.0  # the ranker prompt without its N candidates (its instructions: ~195 tokens, SmolLM2's and Qwen's templates)
-    ranker_shared_tokens: float = 110.0  # of those, the part before the question and candidates: what a step's ranker prompts share
-    passage_chars: float = 600.0  # a passage before the caps (wiki-18: 100 words)
-    chars_per_token: float = 4.0
-    signal_share: float = 1.0  # share of the agent's groups with reward variance (trained); 1: an upper bound
-    ranker_calls_trained: float = 1.0  # share of ranker calls in trained groups; 1: an upper bound
-    judge_overhead_tokens: float = 25.0  # a scoring ranker's prompt without its one candidate (the query and the question to it)
-    agent_generated_tokens: float | None = None  # tokens the agent generates per trajectory, all turns (None: turns x agent_turn_tokens)
-    agent_context_tokens: float | None = None  # a trajectory's final length (None: prompt + passages read + turns, capped)
-    hops: float = 2.0  # gold sub-queries per validation question: the ranker validation's items (the paper's multi-hop mix)
-    rounds: float | None = None  # turns of a step's longest trajectory: the rollout's batched rounds (None: search.max_searches + 1)
-    trained_context_tokens: float | None = None  # mean length of the trajectories the update trains (None: agent_context_tokens)
-    scored_lists_share: float = 1.0  # distinct candidate lists among the ranker calls trained (a scoring ranker scores a repeated list once)
 
 
 @dataclass(frozen=True)
@@ -183,135 +146,6 @@ def slurm_gib(text: str, setting: str = "slurm.mem") -> float:
     return float(m.group(1)) * scale
 
 
-@dataclass(frozen=True)
-class _Workload:
-    """One step of one method on one rank, in tokens and calls."""
-
-    questions: float
-    trajectories: float
-    searches: float
-    agent_generated: float  # tokens the agent generates per trajectory, all turns
-    rounds: float  # batched generation rounds: the longest trajectory's turns
-    agent_context: float  # a trajectory's final length (what its KV cache holds; what the update forwards)
-    agent_prefill: float  # tokens the agent's forward passes read besides decoding, all trajectories
-    agent_prompt: float  # a trajectory's first prompt (instructions and question)
-    ranker_prompt: float  # one ranker prompt, instructions included
-    ranker_calls: float  # calls of a generative ranker (decoding a reply each)
-    ranker_reply: float
-    ranker_prefill: float  # tokens of those calls' prompts the ranker reads (instructions once)
-    judged_prompts: float  # a scoring ranker's prompts (one per candidate): llm_judge
-    judge_prompt: float  # tokens of one such prompt
-    trained_agent: float  # tokens the update trains (agent), all passes of one
-    trained_ranker: float
-
-
-def _workload(cfg: ProfileConfig, method: str, b: Behaviour, questions: float, samples: int | None = None) -> _Workload:
-    """The work of ``questions`` x ``samples`` (default G) trajectories of ``method`` under ``b``.
-
-    Prompt prefixes are read once where the backends share them (``TransformersBackend`` and vLLM's
-    prefix caching): the instructions once per step, a question once for its G samples, a
-    trajectory's earlier turns never again (its cache is carried across turns). So the agent reads
-    each question and each observation once, and decodes its own tokens; the update reads a group's
-    prompt once per optimizer step (``training.shared_prefix_update``)."""
-    t, r, p = cfg.training, cfg.rollout, cfg.protocol
-    spec = method_spec(method)
-    g = t.group_size if samples is None else samples
-    searches = b.searches if b.searches is not None else PAPER_SEARCHES[method]
-    turn = b.agent_turn_tokens if b.agent_turn_tokens is not None else r.agent_max_new_tokens / 2
-    generated = b.agent_generated_tokens if b.agent_generated_tokens is not None else (searches + 1) * turn
-    reply = b.ranker_reply_tokens if b.ranker_reply_tokens is not None else r.ranker_max_new_tokens / 2
-    passage = min(b.passage_chars, p.max_passage_chars) / b.chars_per_token
-    candidate = min(b.passage_chars, p.ranker_passage_chars) / b.chars_per_token + CANDIDATE_FRAME_TOKENS
-    trajectories = questions * g
-    context = (b.agent_context_tokens if b.agent_context_tokens is not None
-               else min(b.prompt_tokens + searches * cfg.search.topk * passage + generated, r.max_context_tokens))
-    observations = max(context - b.prompt_tokens - generated, 0.0)
-    agent_prefill = b.prompt_tokens + questions * QUESTION_TOKENS + trajectories * observations
-    kind = ranker_kind(t.ranker_kind)
-    calls = trajectories * searches if spec.has_ranker_policy else 0.0
-    generative = calls if not kind.scoring else 0.0
-    # a ranker prompt past the part the step's prompts share: question, sub-query, candidates, the reply's form
-    listed = cfg.search.topn * candidate + QUESTION_TOKENS + b.ranker_overhead_tokens - b.ranker_shared_tokens
-    judged = calls * cfg.search.topn if kind.scoring else 0.0
-    judge_prompt = b.judge_overhead_tokens + min(b.passage_chars, cfg.training.llm_judge.max_chars) / b.chars_per_token
-    trained_ranker = 0.0
-    if spec.trains_ranker and not kind.scoring:
-        trained_ranker = calls * b.ranker_calls_trained * (listed + reply) + b.ranker_shared_tokens * max(t.minibatches, 1)
-    if spec.trains_ranker and kind.scoring:  # a scoring ranker trains on its candidates' prompts
-        trained_ranker = judged * b.ranker_calls_trained * b.scored_lists_share * judge_prompt
-    trained = b.trained_context_tokens if b.trained_context_tokens is not None else context
-    if t.shared_prefix_update and not t.gradient_checkpointing:  # a group's prompt runs once per optimizer step
-        trained_agent = questions * b.signal_share * (b.prompt_tokens + g * (trained - b.prompt_tokens))
-    else:
-        trained_agent = trajectories * b.signal_share * trained
-    rounds = b.rounds if b.rounds is not None else (cfg.search.max_searches + 1 if trajectories > 1 else searches + 1)
-    return _Workload(questions, trajectories, searches, generated, max(rounds, 1.0), context, agent_prefill, b.prompt_tokens,
-                     b.ranker_shared_tokens + listed, generative, reply,
-                     b.ranker_shared_tokens + generative * listed, judged, judge_prompt, trained_agent, trained_ranker)
-
-
-def _lockstep_decode(rates, rows: float, rounds: float, tokens_per_row: float, cap: float, chunk: float | None,
-                     context: float = 0.0, turns: float | None = None, sync: int = 1) -> float:
-    """Seconds to decode ``rounds`` turns of ``rows`` rows that generate ``tokens_per_row`` tokens each
-    in all (the agent's turns; a ranker's replies), one batched call per round. A call runs until its
-    longest row ends (:data:`LONGEST_ROW` x the mean turn, at most ``cap``); a finished row leaves the
-    batch, so the rows cost their own tokens. ``chunk``: rows per forward pass (the transformers
-    backend's ``models.batch_size``; an engine's :data:`ENGINE_MAX_ROWS`); ``context``: the rows' mean
-    context while they decode; ``turns``: a row's mean turns (default ``rounds``); ``sync``: the
-    backend looks at the sampled tokens every ``sync`` steps, so a call runs to the next multiple."""
-    if rows <= 0 or rounds <= 0:
-        return 0.0
-    turn = tokens_per_row / (turns or rounds)
-    longest = min(cap, LONGEST_ROW * turn) if rows > 1 else turn
-    longest = math.ceil(longest / sync) * sync
-    calls = math.ceil(rows / chunk) if chunk else 1
-    return rounds * calls * longest * rates.decode_step_s.value + rows * tokens_per_row * rates.row_token_s(context)
-
-
-def _rollout_stages(cfg: ProfileConfig, w: _Workload, agent_rates, ranker_rates, on_gpu: bool, encoder_tps: float,
-                    search_rate: float, index_vectors: float, encoder_tokens: float) -> dict[str, float]:
-    """Seconds of one rank's rollout, by stage: the agent's generation (its turns decode in lock-step
-    over the rank's rows, :func:`_lockstep_decode`; the questions and observations read once), the
-    ranker's calls (a generative ranker decodes its replies, the calls of one search turn together;
-    a scoring ranker reads one prompt per candidate), retrieval (query encoding, flat search)."""
-    r = cfg.rollout
-    chunk = ENGINE_MAX_ROWS if on_gpu and cfg.models.backend != "transformers" else float(cfg.models.batch_size)
-    sync = TRANSFORMERS_SYNC_EVERY if cfg.models.backend == "transformers" else 1
-    agent = (_lockstep_decode(agent_rates, w.trajectories, w.rounds, w.agent_generated, r.agent_max_new_tokens, chunk,
-                              context=(w.agent_prompt + w.agent_context) / 2, turns=w.searches + 1, sync=sync)
-             + w.agent_prefill / agent_rates.prefill_tps.value)
-    ranker = 0.0
-    if w.ranker_calls:
-        search_rounds = max(w.rounds - 1, 1.0)  # every round but the last searches
-        per_round = w.ranker_calls / search_rounds
-        ranker = (_lockstep_decode(ranker_rates, per_round, search_rounds, w.ranker_calls / per_round * w.ranker_reply,
-                                   r.ranker_max_new_tokens, chunk, sync=sync,
-                                   context=w.ranker_prompt)
-                  + w.ranker_prefill / ranker_rates.prefill_tps.value)
-    if w.judged_prompts:
-        ranker = w.judged_prompts * w.judge_prompt / ranker_rates.scoring_tps.value
-    queries = w.trajectories * w.searches
-    retrieval = queries * (encoder_tokens / encoder_tps + index_vectors / search_rate)
-    return {"rollout": agent, "ranker calls": ranker, "retrieval": retrieval}
-
-
-def _ranker_validation_s(cfg: ProfileConfig, method: str, b: Behaviour, items: float, ranker_rates, on_gpu: bool) -> float:
-    """Seconds of the greedy ranker validation on ``items`` held-out gold sub-queries (a rule ranker: ~0)."""
-    spec, kind = method_spec(method), ranker_kind(cfg.training.ranker_kind)
-    if not spec.has_ranker_policy or items <= 0:
-        return 0.0
-    candidate = min(b.passage_chars, cfg.protocol.ranker_passage_chars) / b.chars_per_token + CANDIDATE_FRAME_TOKENS
-    if kind.scoring:
-        judge_prompt = b.judge_overhead_tokens + min(b.passage_chars, cfg.training.llm_judge.max_chars) / b.chars_per_token
-        return items * cfg.search.topn * judge_prompt / ranker_rates.scoring_tps.value
-    reply = b.ranker_reply_tokens if b.ranker_reply_tokens is not None else cfg.rollout.ranker_max_new_tokens / 2
-    chunk = ENGINE_MAX_ROWS if on_gpu and cfg.models.backend != "transformers" else float(cfg.models.batch_size)
-    prefill = b.ranker_shared_tokens + items * (cfg.search.topn * candidate + QUESTION_TOKENS + b.ranker_overhead_tokens
-                                                - b.ranker_shared_tokens)
-    sync = TRANSFORMERS_SYNC_EVERY if cfg.models.backend == "transformers" else 1
-    return (_lockstep_decode(ranker_rates, items, 1, reply, cfg.rollout.ranker_max_new_tokens, chunk, sync=sync,
-                             context=b.ranker_overhead_tokens + cfg.search.topn * candidate + QUESTION_TOKENS)
-            + prefill / ranker_rates.prefill_tps.value)
 
 
 def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu: str = "h100",
@@ -383,7 +217,7 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
                    for a in (agent, ranker)) / GIB
     activations = act_ckpt if t.gradient_checkpointing else act_full
     rows_per_rank = t.questions_per_step * t.group_size / ranks
-    w_mean = _workload(cfg, methods[0], behaviour, t.questions_per_step / ranks)
+    w_mean = workload(cfg, methods[0], behaviour, t.questions_per_step / ranks)
     kv_needed = rows_per_rank * w_mean.agent_context * agent.kv_bytes_per_token(dtype) / GIB
     engine = cfg.models.backend in ("vllm", "unsloth") and on_gpu
     memory_gib = rates.memory_gib or 0.0
@@ -455,9 +289,9 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
     grad_bytes = sum(a.lora_parameters(lora.r, lora.target_modules) for a in adapters) * 4
     bandwidth = (INTRA_NODE_GBS if nodes == 1 else INTER_NODE_GBS) * 1e9
     for m in methods:
-        w = _workload(cfg, m, behaviour, t.questions_per_step / ranks)
+        w = workload(cfg, m, behaviour, t.questions_per_step / ranks)
         pr, rk = rates.policy(agent), rates.policy(ranker)
-        st = _rollout_stages(cfg, w, pr, rk, on_gpu, rates.encoder_tps.value, search_rate, index_vectors, encoder_tokens)
+        st = rollout_stages(cfg, w, pr, rk, on_gpu, rates.encoder_tps.value, search_rate, index_vectors, encoder_tokens)
         passes = 1 + (cfg.training.grpo.kl_coef > 0) + cfg.training.grpo.recomputes_old_logprobs(
             generated_by_trainer=cfg.models.backend == "transformers")  # reference and old log-probs: forward only
         update = w.trained_agent / pr.train_tps.value + w.trained_agent * (passes - 1) / pr.prefill_tps.value
@@ -470,10 +304,10 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
                     / bandwidth) if ranks > 1 else 0.0
         st["update"] = update + comms + exchange
         val_q = t.val_per_dataset * N_FAMILIES / ranks  # greedy, one trajectory each, + the ranker on their gold sub-queries
-        vw = _workload(cfg, m, behaviour, val_q, samples=1)
-        validation_s[m] = (sum(_rollout_stages(cfg, vw, pr, rk, on_gpu, rates.encoder_tps.value, search_rate, index_vectors,
+        vw = workload(cfg, m, behaviour, val_q, samples=1)
+        validation_s[m] = (sum(rollout_stages(cfg, vw, pr, rk, on_gpu, rates.encoder_tps.value, search_rate, index_vectors,
                                                encoder_tokens).values())
-                           + _ranker_validation_s(cfg, m, behaviour, val_q * behaviour.hops, rk, on_gpu))
+                           + ranker_validation_s(cfg, m, behaviour, val_q * behaviour.hops, rk, on_gpu))
         st["validation"] = validation_s[m] / t.eval_every if t.eval_every else 0.0
         stages[m] = st
         step_s[m] = sum(st.values())
@@ -513,8 +347,8 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
     eval_q = (cfg.evaluation.n_per_dataset * N_FAMILIES if cfg.evaluation.n_per_dataset else PAPER_TEST_QUESTIONS) / ranks
     evaluation = 0.0
     for m in methods:
-        ew = _workload(cfg, m, behaviour, eval_q, samples=1)
-        evaluation += sum(_rollout_stages(cfg, ew, rates.policy(agent), rates.policy(ranker), on_gpu, rates.encoder_tps.value,
+        ew = workload(cfg, m, behaviour, eval_q, samples=1)
+        evaluation += sum(rollout_stages(cfg, ew, rates.policy(agent), rates.policy(ranker), on_gpu, rates.encoder_tps.value,
                                           search_rate, index_vectors, encoder_tokens).values())
     eval_limit = slurm_seconds(s.time)  # the training job's ranks run it after the training (runs.slurm_training)
     if evaluation > eval_limit * (1 + s.max_requeues):

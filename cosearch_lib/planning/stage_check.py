@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from cosearch_lib.config import ProfileConfig, load_profile
-from cosearch_lib.planning.job_plan import Behaviour, plan_job
+from cosearch_lib.planning.job_plan import plan_job
+from cosearch_lib.planning.step_work import Behaviour
 from cosearch_lib.planning.throughputs import DeviceRates, cpu_rates
 
 STAGE_RECORD = "benchmarks/records/stage_times.csv"

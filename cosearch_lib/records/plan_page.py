@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from cosearch_lib.config import load_profile
+from cosearch_lib.paths import project_root
 from cosearch_lib.planning.job_plan import plan_job
 from cosearch_lib.planning.plan_report import format_plan, plan_summary_table
+from cosearch_lib.planning.stage_check import STAGE_RECORD, TOLERANCE, stage_errors
 
 #: The cluster shapes the page plans the ``paper`` profile on: the release's (one node of 8 H100s),
 #: two such nodes, and a single GPU.
@@ -30,9 +32,6 @@ def paper_summary(shapes=PAPER_SHAPES) -> str:
 def stage_check_table() -> str:
     """The planner against the committed CPU steps (``planning.stage_check``): per profile, method and
     stage, the measured and predicted seconds (means over the record's steps) and the worst error."""
-    from cosearch_lib.paths import project_root
-    from cosearch_lib.planning.stage_check import STAGE_RECORD, TOLERANCE, stage_errors
-
     path = project_root() / STAGE_RECORD
     if not path.exists():
         return f"(no stage record: run benchmarks/stage_times.py to write {STAGE_RECORD})"

@@ -1,6 +1,7 @@
-"""The arguments of ``cosearch slurm train`` and ``cosearch slurm notebooks``, the SLURM subcommands
-of the ``cosearch`` command (``cosearch_lib.cli`` registers them with its handlers through
-:func:`add_slurm_commands`; they import ``runs.slurm_training`` when they run)."""
+"""The arguments of the ``cosearch`` command's cluster commands: ``cosearch plan`` (before the queue)
+and the SLURM subcommands ``cosearch slurm train`` and ``cosearch slurm notebooks``
+(``cosearch_lib.cli`` registers them with its handlers through :func:`add_slurm_commands`; the
+handlers import ``planning`` and ``runs.slurm_training`` when they run)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,18 @@ from collections.abc import Callable
 
 
 def add_slurm_commands(sub: argparse._SubParsersAction, *, train: Callable[[argparse.Namespace], int],
-                       notebooks: Callable[[argparse.Namespace], int]) -> None:
-    """Add ``slurm train`` and ``slurm notebooks`` to the ``cosearch`` command's subparsers ``sub``,
-    run by the handlers ``train`` and ``notebooks``."""
+                       notebooks: Callable[[argparse.Namespace], int], plan: Callable[[argparse.Namespace], int]) -> None:
+    """Add ``plan``, ``slurm train`` and ``slurm notebooks`` to the ``cosearch`` command's subparsers
+    ``sub``, run by the handlers ``plan``, ``train`` and ``notebooks``."""
+    p = sub.add_parser("plan", help="before the queue: memory per rank and node, disk, seconds per step by stage, "
+                                    "GPU-hours, and what cannot fit or finish (exit 1), from measured throughputs (docs/PLAN.md)")
+    p.add_argument("--profile", default="paper")
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus-per-node", type=int, default=1, help="one rank per GPU; 0: one CPU rank per node (this machine's rates)")
+    p.add_argument("--gpu", default="h100", help="h100 (measured), h200, a100-80gb, a100-40gb (their memory, the H100's rates)")
+    p.add_argument("--methods", help="comma-separated training methods (default: all four)")
+    p.add_argument("--searches", type=float, help="search calls per trajectory (default: paper Table 7 per method)")
+    p.set_defaults(fn=plan)
     p = sub.add_parser("slurm", help="write (and submit) SLURM jobs: `slurm train` = a retrieval server, data-parallel "
                                      "training on N nodes x G GPUs after it, then notebook 03's evaluation")
     slurm = p.add_subparsers(dest="slurm_command", required=True)
