@@ -40,7 +40,9 @@ from cosearch_lib.paths import project_root
 
 from tests.hub_standin import HubStandin
 
-pytestmark = [pytest.mark.paper, pytest.mark.timeout(2400)]
+# The limits hold the miniature on a slow machine of CI's kind: 2 AVX2 cores without AVX-512 took 40 min
+# to reach the evaluation's oracle-gap parts (docs/LOG.md, eleventh session); one with AVX-512, 10-14 min.
+pytestmark = [pytest.mark.paper, pytest.mark.timeout(4200)]
 
 PROFILE = "paper_mini"
 
@@ -92,15 +94,15 @@ def test_the_paper_profile_runs_through_the_documented_commands(tmp_path: Path) 
         times["train (2 ranks)"] = _run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
              "train", "--profile", PROFILE, "--methods", "cosearch", "--retriever-url", url, "--quiet"],
-            env, logs / "train.log", 1500)
+            env, logs / "train.log", 2400)
         times["evaluate 03 02 (2 ranks)"] = _run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", cosearch,
              "evaluate", "--profile", PROFILE, "--methods", "cosearch", "--retriever-url", url, "--quiet"],
-            env, logs / "evaluate.log", 1500)
+            env, logs / "evaluate.log", 2400)
         parts_written = {p: p.stat().st_mtime_ns for p in (runs / PROFILE / "evaluation").glob("*/part-*.parquet")}
         times["notebooks 02 03"] = _run(
             [cosearch, "run", "--profile", PROFILE, "--notebooks", "02", "03", "--quiet"],
-            {**env, "COSEARCH_RETRIEVER_URL": url}, logs / "run.log", 1500)
+            {**env, "COSEARCH_RETRIEVER_URL": url}, logs / "run.log", 1200)
     finally:
         server.terminate()
         server.wait(timeout=30)
