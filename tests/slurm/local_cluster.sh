@@ -259,6 +259,34 @@ echo "[test-slurm] requeue test: $(( $(date +%s) - T2 )) s"
 
 fi
 
+# The reference a SLURM training run is checked against: profile $1 ($COSEARCH_RUNS/$1.yaml) trained in
+# one process on $3 threads for method $2; a finished run (its train.run.json) is reused.
+one_process_reference() {
+  local t0; t0=$(date +%s)
+  if [ -s "$COSEARCH_RUNS/$1/train.run.json" ]; then  # written when that training finished
+    echo "[test-slurm] one-process reference: reusing the finished run in $COSEARCH_RUNS/$1"
+  else
+    OMP_NUM_THREADS=$3 "$BIN/cosearch" train --profile "$COSEARCH_RUNS/$1.yaml" --methods "$2" --quiet >/dev/null
+    echo "[test-slurm] one-process reference: $(( $(date +%s) - t0 )) s"
+  fi
+}
+
+# `cosearch slurm train` of profile file $2 (method $3, one CPU node, the rest of the arguments added)
+# from an empty run directory, waited for up to twice the test's timeout; sets SERVER and TRAIN.
+slurm_train_and_wait() {
+  local what=$1 profile=$2 method=$3 t0 out; shift 3
+  rm -rf "$COSEARCH_RUNS/$(basename "$profile" .yaml)"
+  t0=$(date +%s)
+  out=$("$BIN/cosearch" slurm train --profile "$profile" --methods "$method" --nodes 1 --gpus-per-node 0 --no-evaluate "$@")
+  SERVER=$(echo "$out" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['retriever_job'])")
+  TRAIN=$(echo "$out" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['train_job'])")
+  while squeue -h -j "$TRAIN" 2>/dev/null | grep -q .; do
+    [ $(( $(date +%s) - t0 )) -gt $(( 2 * TIMEOUT_S )) ] && { echo "[test-slurm] $what job timed out after $(( 2 * TIMEOUT_S )) s"; scancel "$TRAIN" "$SERVER"; exit 1; }
+    sleep 3
+  done
+  sleep 3
+}
+
 # --- data-parallel training: a retrieval-server job, then 2 srun tasks (gloo), against one process
 if want data-parallel; then
 T3=$(date +%s)
@@ -266,23 +294,9 @@ DP="$COSEARCH_RUNS/ci_dp.yaml"
 # the server outlives a training job that reaches its time-limit warning and requeues (as on a busy machine)
 printf 'extends: ci\nprofile: ci_dp\ntraining:\n  questions_per_step: 2\nslurm:\n  cpus_per_task: 1\n  mem: 12G\n  retriever_time: "01:30:00"\n' > "$DP"
 printf 'extends: %s\nprofile: ci_dp_one\n' "$DP" > "$COSEARCH_RUNS/ci_dp_one.yaml"
-if [ -s "$COSEARCH_RUNS/ci_dp_one/train.run.json" ]; then  # written when that training finished
-  echo "[test-slurm] one-process reference: reusing the finished run in $COSEARCH_RUNS/ci_dp_one"
-else
-  OMP_NUM_THREADS=1 "$BIN/cosearch" train --profile "$COSEARCH_RUNS/ci_dp_one.yaml" --methods cosearch --quiet >/dev/null
-  echo "[test-slurm] one-process reference: $(( $(date +%s) - T3 )) s"
-fi
-rm -rf "$COSEARCH_RUNS/ci_dp"
-T4=$(date +%s)
-OUT=$("$BIN/cosearch" slurm train --profile "$DP" --methods cosearch --nodes 1 --gpus-per-node 0 --tasks-per-node 2 --no-evaluate)
-SERVER=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['retriever_job'])")
-TRAIN=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['train_job'])")
-while squeue -h -j "$TRAIN" 2>/dev/null | grep -q .; do
-  # twice the limit: a job that reaches ci's 30-min limit stops at its warning, requeues and resumes
-  [ $(( $(date +%s) - T4 )) -gt $(( 2 * TIMEOUT_S )) ] && { echo "[test-slurm] data-parallel job timed out after $(( 2 * TIMEOUT_S )) s"; scancel "$TRAIN" "$SERVER"; exit 1; }
-  sleep 3
-done
-sleep 3
+one_process_reference ci_dp_one cosearch 1
+# the server and 2 srun tasks; twice the limit: a job that reaches ci's 30-min limit stops at its warning, requeues and resumes
+slurm_train_and_wait data-parallel "$DP" cosearch --tasks-per-node 2
 sacct -j "$SERVER,$TRAIN" --format=JobID%-14,JobName%-28,State,ExitCode,Elapsed,NTasks
 PYTHONPATH="$ROOT" "$BIN/python" - "$COSEARCH_RUNS" "$SERVER" "$TRAIN" <<'PY'
 import json, subprocess, sys
@@ -331,23 +345,9 @@ TL="$COSEARCH_RUNS/ci_timelimit.yaml"
 # no step): --force submits it anyway, as a user would to try.
 printf 'extends: ci\nprofile: ci_timelimit\ntraining:\n  questions_per_step: 8\n  eval_every: 0\nslurm:\n  time: "00:06:00"\n  max_requeues: 12\n  retriever_time: "02:00:00"\n' > "$TL"
 printf 'extends: %s\nprofile: ci_timelimit_one\n' "$TL" > "$COSEARCH_RUNS/ci_timelimit_one.yaml"
-if [ -s "$COSEARCH_RUNS/ci_timelimit_one/train.run.json" ]; then
-  echo "[test-slurm] one-process reference: reusing the finished run in $COSEARCH_RUNS/ci_timelimit_one"
-else
-  OMP_NUM_THREADS=2 "$BIN/cosearch" train --profile "$COSEARCH_RUNS/ci_timelimit_one.yaml" --methods search_r1 --quiet >/dev/null
-  echo "[test-slurm] one-process reference: $(( $(date +%s) - T7 )) s"
-fi
+one_process_reference ci_timelimit_one search_r1 2
 "$BIN/cosearch" plan --profile "$TL" --nodes 1 --gpus-per-node 0 --methods search_r1 | tail -4 || true
-rm -rf "$COSEARCH_RUNS/ci_timelimit"
-T8=$(date +%s)
-OUT=$("$BIN/cosearch" slurm train --profile "$TL" --methods search_r1 --nodes 1 --gpus-per-node 0 --tasks-per-node 1 --no-evaluate --force)
-SERVER=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['retriever_job'])")
-TRAIN=$(echo "$OUT" | "$BIN/python" -c "import json, sys; print(json.load(sys.stdin)['train_job'])")
-while squeue -h -j "$TRAIN" 2>/dev/null | grep -q .; do
-  [ $(( $(date +%s) - T8 )) -gt $(( 2 * TIMEOUT_S )) ] && { echo "[test-slurm] time-limit job timed out after $(( 2 * TIMEOUT_S )) s"; scancel "$TRAIN" "$SERVER"; exit 1; }
-  sleep 3
-done
-sleep 3
+slurm_train_and_wait time-limit "$TL" search_r1 --tasks-per-node 1 --force
 sacct -j "$TRAIN" --duplicates -X --format=JobID%-14,JobName%-28,State,ExitCode,Start,End,Elapsed,Timelimit
 PYTHONPATH="$ROOT" "$BIN/python" - "$COSEARCH_RUNS" "$TRAIN" <<'PY'
 import subprocess, sys
