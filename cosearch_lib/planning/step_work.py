@@ -87,6 +87,16 @@ class Workload:
     trained_ranker: float
 
 
+def _ranker_prompt_tokens(cfg: ProfileConfig, b: Behaviour) -> tuple[float, float, float]:
+    """A ranker call's tokens under ``b``: its prompt past the part the step's prompts share (question,
+    sub-query, N candidates, the reply's form), its reply, and one prompt of a scoring ranker (one candidate)."""
+    candidate = min(b.passage_chars, cfg.protocol.ranker_passage_chars) / b.chars_per_token + CANDIDATE_FRAME_TOKENS
+    listed = cfg.search.topn * candidate + QUESTION_TOKENS + b.ranker_overhead_tokens - b.ranker_shared_tokens
+    reply = b.ranker_reply_tokens if b.ranker_reply_tokens is not None else cfg.rollout.ranker_max_new_tokens / 2
+    judge_prompt = b.judge_overhead_tokens + min(b.passage_chars, cfg.training.llm_judge.max_chars) / b.chars_per_token
+    return listed, reply, judge_prompt
+
+
 def workload(cfg: ProfileConfig, method: str, b: Behaviour, questions: float, samples: int | None = None) -> Workload:
     """The work of ``questions`` x ``samples`` (default G) trajectories of ``method`` under ``b``.
 
@@ -101,9 +111,8 @@ def workload(cfg: ProfileConfig, method: str, b: Behaviour, questions: float, sa
     searches = b.searches if b.searches is not None else PAPER_SEARCHES[method]
     turn = b.agent_turn_tokens if b.agent_turn_tokens is not None else r.agent_max_new_tokens / 2
     generated = b.agent_generated_tokens if b.agent_generated_tokens is not None else (searches + 1) * turn
-    reply = b.ranker_reply_tokens if b.ranker_reply_tokens is not None else r.ranker_max_new_tokens / 2
+    listed, reply, judge_prompt = _ranker_prompt_tokens(cfg, b)
     passage = min(b.passage_chars, p.max_passage_chars) / b.chars_per_token
-    candidate = min(b.passage_chars, p.ranker_passage_chars) / b.chars_per_token + CANDIDATE_FRAME_TOKENS
     trajectories = questions * g
     context = (b.agent_context_tokens if b.agent_context_tokens is not None
                else min(b.prompt_tokens + searches * cfg.search.topk * passage + generated, r.max_context_tokens))
@@ -112,10 +121,7 @@ def workload(cfg: ProfileConfig, method: str, b: Behaviour, questions: float, sa
     kind = ranker_kind(t.ranker_kind)
     calls = trajectories * searches if spec.has_ranker_policy else 0.0
     generative = calls if not kind.scoring else 0.0
-    # a ranker prompt past the part the step's prompts share: question, sub-query, candidates, the reply's form
-    listed = cfg.search.topn * candidate + QUESTION_TOKENS + b.ranker_overhead_tokens - b.ranker_shared_tokens
     judged = calls * cfg.search.topn if kind.scoring else 0.0
-    judge_prompt = b.judge_overhead_tokens + min(b.passage_chars, cfg.training.llm_judge.max_chars) / b.chars_per_token
     trained_ranker = 0.0
     if spec.trains_ranker and not kind.scoring:
         trained_ranker = calls * b.ranker_calls_trained * (listed + reply) + b.ranker_shared_tokens * max(t.minibatches, 1)
@@ -181,14 +187,11 @@ def ranker_validation_s(cfg: ProfileConfig, method: str, b: Behaviour, items: fl
     spec, kind = method_spec(method), ranker_kind(cfg.training.ranker_kind)
     if not spec.has_ranker_policy or items <= 0:
         return 0.0
-    candidate = min(b.passage_chars, cfg.protocol.ranker_passage_chars) / b.chars_per_token + CANDIDATE_FRAME_TOKENS
+    listed, reply, judge_prompt = _ranker_prompt_tokens(cfg, b)
     if kind.scoring:
-        judge_prompt = b.judge_overhead_tokens + min(b.passage_chars, cfg.training.llm_judge.max_chars) / b.chars_per_token
         return items * cfg.search.topn * judge_prompt / ranker_rates.scoring_tps.value
-    reply = b.ranker_reply_tokens if b.ranker_reply_tokens is not None else cfg.rollout.ranker_max_new_tokens / 2
     chunk, sync = decode_batching(cfg, on_gpu)
-    prefill = b.ranker_shared_tokens + items * (cfg.search.topn * candidate + QUESTION_TOKENS + b.ranker_overhead_tokens
-                                                - b.ranker_shared_tokens)
+    prefill = b.ranker_shared_tokens + items * listed
     return (lockstep_decode(ranker_rates, items, 1, reply, cfg.rollout.ranker_max_new_tokens, chunk, sync=sync,
-                             context=b.ranker_overhead_tokens + cfg.search.topn * candidate + QUESTION_TOKENS)
+                            context=b.ranker_shared_tokens + listed)
             + prefill / ranker_rates.prefill_tps.value)
