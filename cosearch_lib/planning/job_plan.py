@@ -30,7 +30,7 @@ from cosearch_lib.config import ConfigError, ProfileConfig
 from cosearch_lib.config.methods import TRAINING_METHODS, method_spec
 from cosearch_lib.config.ranker_kinds import ranker_kind
 from cosearch_lib.planning.model_shapes import model_shape
-from cosearch_lib.planning.step_work import Behaviour, ranker_validation_s, rollout_stages, workload
+from cosearch_lib.planning.step_work import Behaviour, ranker_validation_s, retrieval_query_s, rollout_stages, workload
 from cosearch_lib.planning.throughputs import DeviceRates, cpu_rates, gpu_rates
 
 GIB = 2 ** 30
@@ -279,9 +279,7 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
             f"checkpoints ({len(methods)} methods x keep {t.keep_checkpoints})": len(methods) * max(t.keep_checkpoints, 1) * checkpoint_gib}
 
     # -- time
-    encoder_tokens = 32.0
-    search_rate = rates.search_vectors_per_s.value
-    index_vectors = passages * encoder.hidden / 768
+    query_s = retrieval_query_s(32.0, rates.encoder_tps.value, passages * encoder.hidden / 768, rates.search_vectors_per_s.value)
     stages: dict[str, dict[str, float]] = {}
     step_s, uncuttable, gpu_hours, per_job, validation_s = {}, {}, {}, {}, {}
     startup = (weights * GIB / 1e9) / DISK_READ_GBS + (ENGINE_FIRST_CALL_S if on_gpu else 0.0)
@@ -291,7 +289,7 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
     for m in methods:
         w = workload(cfg, m, behaviour, t.questions_per_step / ranks)
         pr, rk = rates.policy(agent), rates.policy(ranker)
-        st = rollout_stages(cfg, w, pr, rk, on_gpu, rates.encoder_tps.value, search_rate, index_vectors, encoder_tokens)
+        st = rollout_stages(cfg, w, pr, rk, on_gpu, query_s)
         passes = 1 + (cfg.training.grpo.kl_coef > 0) + cfg.training.grpo.recomputes_old_logprobs(
             generated_by_trainer=cfg.models.backend == "transformers")  # reference and old log-probs: forward only
         update = w.trained_agent / pr.train_tps.value + w.trained_agent * (passes - 1) / pr.prefill_tps.value
@@ -305,8 +303,7 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
         st["update"] = update + comms + exchange
         val_q = t.val_per_dataset * N_FAMILIES / ranks  # greedy, one trajectory each, + the ranker on their gold sub-queries
         vw = workload(cfg, m, behaviour, val_q, samples=1)
-        validation_s[m] = (sum(rollout_stages(cfg, vw, pr, rk, on_gpu, rates.encoder_tps.value, search_rate, index_vectors,
-                                               encoder_tokens).values())
+        validation_s[m] = (sum(rollout_stages(cfg, vw, pr, rk, on_gpu, query_s).values())
                            + ranker_validation_s(cfg, m, behaviour, val_q * behaviour.hops, rk, on_gpu))
         st["validation"] = validation_s[m] / t.eval_every if t.eval_every else 0.0
         stages[m] = st
@@ -348,8 +345,7 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
     evaluation = 0.0
     for m in methods:
         ew = workload(cfg, m, behaviour, eval_q, samples=1)
-        evaluation += sum(rollout_stages(cfg, ew, rates.policy(agent), rates.policy(ranker), on_gpu, rates.encoder_tps.value,
-                                          search_rate, index_vectors, encoder_tokens).values())
+        evaluation += sum(rollout_stages(cfg, ew, rates.policy(agent), rates.policy(ranker), on_gpu, query_s).values())
     eval_limit = slurm_seconds(s.time)  # the training job's ranks run it after the training (runs.slurm_training)
     if evaluation > eval_limit * (1 + s.max_requeues):
         refusals.append(Refusal("the evaluation cannot finish within its job's requeues",

@@ -156,12 +156,19 @@ def lockstep_decode(rates, rows: float, rounds: float, tokens_per_row: float, ca
     return rounds * calls * longest * rates.decode_step_s.value + rows * tokens_per_row * rates.row_token_s(context)
 
 
-def rollout_stages(cfg: ProfileConfig, w: Workload, agent_rates, ranker_rates, on_gpu: bool, encoder_tps: float,
-                    search_rate: float, index_vectors: float, encoder_tokens: float) -> dict[str, float]:
+def retrieval_query_s(encoder_tokens: float, encoder_tps: float, index_vectors: float, search_rate: float) -> float:
+    """Seconds of one search's retrieval: its query encoded (``encoder_tokens`` at ``encoder_tps``) and a
+    flat scan of ``index_vectors`` (768-d equivalents) at ``search_rate`` vectors per second."""
+    return encoder_tokens / encoder_tps + index_vectors / search_rate
+
+
+def rollout_stages(cfg: ProfileConfig, w: Workload, agent_rates, ranker_rates, on_gpu: bool,
+                   query_s: float) -> dict[str, float]:
     """Seconds of one rank's rollout, by stage: the agent's generation (its turns decode in lock-step
     over the rank's rows, :func:`lockstep_decode`; the questions and observations read once), the
     ranker's calls (a generative ranker decodes its replies, the calls of one search turn together;
-    a scoring ranker reads one prompt per candidate), retrieval (query encoding, flat search)."""
+    a scoring ranker reads one prompt per candidate), retrieval (``query_s`` per search,
+    :func:`retrieval_query_s`)."""
     r = cfg.rollout
     chunk, sync = decode_batching(cfg, on_gpu)
     agent = (lockstep_decode(agent_rates, w.trajectories, w.rounds, w.agent_generated, r.agent_max_new_tokens, chunk,
@@ -177,9 +184,7 @@ def rollout_stages(cfg: ProfileConfig, w: Workload, agent_rates, ranker_rates, o
                   + w.ranker_prefill / ranker_rates.prefill_tps.value)
     if w.judged_prompts:
         ranker = w.judged_prompts * w.judge_prompt / ranker_rates.scoring_tps.value
-    queries = w.trajectories * w.searches
-    retrieval = queries * (encoder_tokens / encoder_tps + index_vectors / search_rate)
-    return {"rollout": agent, "ranker calls": ranker, "retrieval": retrieval}
+    return {"rollout": agent, "ranker calls": ranker, "retrieval": w.trajectories * w.searches * query_s}
 
 
 def ranker_validation_s(cfg: ProfileConfig, method: str, b: Behaviour, items: float, ranker_rates, on_gpu: bool) -> float:
