@@ -183,7 +183,8 @@ def test_grpo_signal_table_averages_the_first_and_last_steps_and_goes_under_the_
                              "rollout/agent_groups_without_signal": 0.5, "rollout/searches_per_traj": 2.0 - 0.1 * s,
                              "ranker/grouping_n_groups_post": 10 + s} for s in range(6)]
                          + [{"step": s, "method": "search_r1", "rollout/agent_f1": 0.3, "rollout/agent_best_of_g_f1": 0.5,
-                             "rollout/agent_groups_without_signal": 0.25, "rollout/searches_per_traj": 1.0} for s in range(3)])
+                             "rollout/agent_groups_without_signal": 0.25, "rollout/searches_per_traj": 1.0,
+                             "ranker/grouping_n_groups_post": 6} for s in range(3)])  # grouped for the diagnostics only
     table = grpo_signal_table(steps, ["search_r1", "cosearch"], span=2)
     rows = {(r["method"], r["part"]): r for r in table.to_dict(orient="records")}
     assert list(table["method"]) == ["search_r1"] * 3 + ["cosearch"] * 3
@@ -191,7 +192,7 @@ def test_grpo_signal_table_averages_the_first_and_last_steps_and_goes_under_the_
     assert (first["steps"], last["steps"], every["steps"]) == ("0-1", "4-5", "0-5")
     assert first["rollout/agent_f1"] == pytest.approx(0.05) and last["rollout/agent_best_of_g_f1"] == pytest.approx(0.65)
     assert every["ranker/grouping_n_groups_post"] == pytest.approx(12.5) and last["rollout/searches_per_traj"] == pytest.approx(1.55)
-    assert math.isnan(rows["search_r1", "all"]["ranker/grouping_n_groups_post"])  # no ranker trained: no groups column
+    assert math.isnan(rows["search_r1", "all"]["ranker/grouping_n_groups_post"])  # no ranker trained: no groups
     curve = learning_curve_table(frame(), ["search_r1", "cosearch"])
     text = "\n".join(_learning_curves({"learning_curves": {"agent": curve.round(4).to_dict(orient="records")},
                                        "grpo_signal": table.to_dict(orient="records")}))

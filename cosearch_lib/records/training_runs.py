@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cosearch_lib.config.methods import TRAINING_METHODS
+from cosearch_lib.config.methods import TRAINING_METHODS, method_spec
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.eval.intervals import LEVEL, N_RESAMPLES, bootstrap_interval, interval_excludes_zero, verdicts
 from cosearch_lib.eval.tables import comparison_table
@@ -242,7 +242,7 @@ def grpo_signal_table(steps: pd.DataFrame, methods: Sequence[str], *, span: int 
     without signal, searches per trajectory and, for a method that trains its ranker, the ranker groups
     trained per step; each also averaged over every step (part ``all``). One row per (method, part), columns
     ``method``, ``part``, ``steps`` (which steps, 0-based), then :data:`GRPO_SIGNAL_COLUMNS`; a column a
-    method's records lack is NaN."""
+    method's records lack is NaN, and so are the ranker groups of a method that trains no ranker."""
     rows = []
     trained = steps[steps["step"] >= 0] if "step" in steps else steps.iloc[0:0]
     for method in methods:
@@ -252,6 +252,8 @@ def grpo_signal_table(steps: pd.DataFrame, methods: Sequence[str], *, span: int 
         parts = {"first": mine.head(span), "last": mine.tail(span), "all": mine}
         for part, frame in parts.items():
             values = {c: float(frame[c].mean()) if c in frame else float("nan") for c in GRPO_SIGNAL_COLUMNS}
+            if not method_spec(method).trains_ranker:  # its records group the calls for the diagnostics; none is trained
+                values["ranker/grouping_n_groups_post"] = float("nan")
             rows.append({"method": method, "part": part, "steps": f"{int(frame['step'].min())}-{int(frame['step'].max())}",
                          **values})
     return pd.DataFrame(rows, columns=["method", "part", "steps", *GRPO_SIGNAL_COLUMNS])
