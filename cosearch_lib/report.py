@@ -39,6 +39,7 @@ from cosearch_lib.paths import figures_dir, project_relative, run_dir
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
 from cosearch_lib.records.docs import describe_f1_metric
 from cosearch_lib.records.grid_cells import load_grid
+from cosearch_lib.records.run_comparison import findings_across_runs
 from cosearch_lib.records.training_runs import (
     grpo_signal_table,
     learning_curve_table,
@@ -221,13 +222,22 @@ def _learning_curves(profiles: Sequence[str], seed: int) -> ReportItem:
 
 def training_metrics(profile: str, *, seed: int = 0, with_runs: Sequence[str] = ()) -> dict | None:
     """What notebook 05 saves of the training records (``05_figures.metrics.json``, read by RESULTS.md):
-    the learning curves per kind and what GRPO had to work with per method; None without validation records."""
+    the learning curves per kind and what GRPO had to work with per method, and with ``with_runs`` the paper's
+    findings among the runs' trained policies where their notebook 03 evaluated them
+    (``records.run_comparison``); None without validation records."""
     try:
         steps, validation = _validation([profile, *with_runs])
     except MissingRun:
         return None
     methods = list(dict.fromkeys(steps["method"]))
-    return {"profiles": [profile, *with_runs], "methods": methods, "seed": seed,
+    findings = {}
+    if with_runs:  # the runs' test evaluations, where notebook 03 made them: the findings across budgets
+        try:
+            table = findings_across_runs([profile, *with_runs], seed=seed)
+            findings = {"findings_across_runs": table.round(4).to_dict(orient="records"), "findings_skipped": table.attrs["skipped"]}
+        except FileNotFoundError:
+            pass
+    return {"profiles": [profile, *with_runs], "methods": methods, "seed": seed, **findings,
             "learning_curves": {kind: learning_curve_table(validation, methods, kind=kind, seed=seed).round(4).to_dict(orient="records")
                                 for kind in _kinds(validation)},
             "grpo_signal": grpo_signal_table(steps, methods).round(4).to_dict(orient="records"),

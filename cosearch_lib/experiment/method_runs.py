@@ -17,7 +17,7 @@ import pandas as pd
 
 from cosearch_lib.agent.rollout import Trajectory
 from cosearch_lib.config import ProfileConfig
-from cosearch_lib.config.methods import method_spec
+from cosearch_lib.config.methods import PAPER_FINDINGS, method_spec
 from cosearch_lib.data.qa_formats import QAExample, load_qa
 from cosearch_lib.eval.benchmark_families import in_families
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, run_evaluation, select_examples
@@ -294,6 +294,5 @@ def before_after_pairs(methods: Sequence[str], labels: tuple[str, str] = BEFORE_
     CoSearch - Retrieval Only."""
     before, after = labels
     pairs = [(f"{m}: {after}", f"{m}: {before}") for m in methods]
-    findings = (("oracle", "search_r1"), ("fixed_ranker", "search_r1"), ("cosearch", "fixed_ranker"), ("cosearch", "search_r1"))
-    pairs += [(f"{a}: {after}", f"{b}: {after}") for a, b in findings if a in methods and b in methods]
+    pairs += [(f"{a}: {after}", f"{b}: {after}") for a, b in PAPER_FINDINGS if a in methods and b in methods]
     return pairs

@@ -1,0 +1,91 @@
+"""The paper's findings among methods trained in different runs (records.run_comparison): each method
+from the run that trained it longest, paired on the same test questions; runs that cannot be paired refused."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from cosearch_lib.records.run_comparison import findings_across_runs, runs_eval_records
+
+FAMILIES = ["syn_nq", "syn_hotpotqa"]
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("COSEARCH_RUNS", str(tmp_path / "runs"))
+    return tmp_path / "runs"
+
+
+def evaluated(folder, policies: dict[str, list[float]], text: str = "Q") -> None:
+    """Notebook 03's records of a run: 4 test questions per family, one F1 per question."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"method": policy, "dataset": fam, "question_id": f"test_{j * 4 + i}", "question": f"{text} {j * 4 + i}",
+             "sample": 0, "f1": f1s[j * 4 + i], "golds": ["x"], "prediction": None, "error": None}
+            for policy, f1s in policies.items() for j, fam in enumerate(FAMILIES) for i in range(4)]
+    pd.DataFrame(rows).to_parquet(folder / "03_eval_records.parquet")
+
+
+def trained(folder, method: str, steps: int, questions: int, group: int) -> None:
+    (folder / "training" / method).mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([{"step": -1, "method": method}] +  # the validation before the first update is no step
+                 [{"step": s, "method": method, "rollout/n_questions": questions, "rollout/n_trajectories": questions * group}
+                  for s in range(steps)]).to_csv(folder / "training" / method / "steps.csv", index=False)
+
+
+def test_each_method_comes_from_its_longest_training_and_pairs_over_the_same_questions(runs):
+    good, half, low = [1.0] * 8, [1.0, 0.0] * 4, [0.0] * 8
+    # "ci" trained Retrieval Only and CoSearch long; "demo" all four, short
+    evaluated(runs / "ci", {"search_r1: warm start": low, "search_r1: after GRPO": half, "cosearch: after GRPO": good})
+    for m in ("search_r1", "cosearch"):
+        trained(runs / "ci", m, steps=8, questions=24, group=8)
+    evaluated(runs / "demo", {"search_r1: after GRPO": low, "fixed_ranker: after GRPO": half,
+                              "cosearch: after GRPO": low, "oracle: after GRPO": good})
+    for m in ("search_r1", "fixed_ranker", "cosearch", "oracle"):
+        trained(runs / "demo", m, steps=4, questions=4, group=4)
+    records, budgets = runs_eval_records(["demo", "ci"])
+    assert "search_r1 @ ci" in set(records["method"]) and not records["method"].str.contains("warm start").any()
+    assert budgets.set_index("label").loc["cosearch @ ci", "trajectories"] == 8 * 24 * 8
+    table = findings_across_runs(["demo", "ci"]).set_index(["a", "b"])
+    assert list(table.index) == [("oracle @ demo", "search_r1 @ ci"), ("fixed_ranker @ demo", "search_r1 @ ci"),
+                                 ("cosearch @ ci", "fixed_ranker @ demo"), ("cosearch @ ci", "search_r1 @ ci")]
+    assert table.loc[("cosearch @ ci", "search_r1 @ ci"), "diff"] == pytest.approx(0.5)
+    assert table.loc[("fixed_ranker @ demo", "search_r1 @ ci"), "diff"] == pytest.approx(0.0)
+    assert (table["n_questions"] == 8).all()
+    assert table.loc[("cosearch @ ci", "fixed_ranker @ demo"), "trained_a"] == "8 steps, 1536 trajectories (ci)"
+    assert table.loc[("cosearch @ ci", "fixed_ranker @ demo"), "trained_b"] == "4 steps, 64 trajectories (demo)"
+
+
+def test_a_finding_without_its_methods_is_named_not_made_up(runs):
+    evaluated(runs / "ci", {"search_r1: after GRPO": [0.5] * 8, "cosearch: after GRPO": [1.0] * 8})
+    table = findings_across_runs(["ci"])
+    assert list(zip(table["a"], table["b"])) == [("cosearch @ ci", "search_r1 @ ci")]
+    assert table.attrs["skipped"] == ["oracle - search_r1", "fixed_ranker - search_r1", "cosearch - fixed_ranker"]
+
+
+def test_runs_that_cannot_be_paired_are_refused(runs, tmp_path):
+    evaluated(runs / "ci", {"search_r1: after GRPO": [0.5] * 8})
+    evaluated(runs / "demo", {"oracle: after GRPO": [1.0] * 8}, text="another world's question")
+    with pytest.raises(ValueError, match="evaluated different test questions"):
+        runs_eval_records(["ci", "demo"])
+    other_seed = tmp_path / "ci_seed1.yaml"
+    other_seed.write_text("extends: ci\nprofile: ci_seed1\nseed: 1\n")
+    evaluated(runs / "ci_seed1", {"oracle: after GRPO": [1.0] * 8})
+    with pytest.raises(ValueError, match="different seeds"):
+        runs_eval_records(["ci", str(other_seed)])
+    with pytest.raises(FileNotFoundError, match="evaluate_policies=true"):
+        runs_eval_records(["laptop"])
+
+
+def test_results_md_shows_the_findings_across_runs_with_what_each_side_trained(runs):
+    from cosearch_lib.records.docs import RESULT_SECTIONS
+
+    evaluated(runs / "ci", {"search_r1: after GRPO": [0.5] * 8, "cosearch: after GRPO": [1.0] * 8})
+    trained(runs / "ci", "cosearch", steps=8, questions=24, group=8)
+    table = findings_across_runs(["ci"])
+    metrics = {"profiles": ["ci"], "methods": ["cosearch"], "findings_across_runs": table.round(4).to_dict(orient="records"),
+               "findings_skipped": table.attrs["skipped"]}
+    text = "\n".join(RESULT_SECTIONS["05_figures"][1](metrics))
+    assert "#### The paper's findings across runs" in text and "not available: oracle - search_r1" in text
+    assert "| cosearch @ ci | search_r1 @ ci | 1.000 | 0.500 | 0.500 |" in text
+    assert "8 steps, 1536 trajectories (ci) | no step records (ci) |" in text  # search_r1's training: not here
