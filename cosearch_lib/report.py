@@ -220,24 +220,31 @@ def _learning_curves(profiles: Sequence[str], seed: int) -> ReportItem:
                       pd.concat(tables, names=["kind"]).reset_index(level=0))
 
 
-def training_metrics(profile: str, *, seed: int = 0, with_runs: Sequence[str] = ()) -> dict | None:
-    """What notebook 05 saves of the training records (``05_figures.metrics.json``, read by RESULTS.md):
-    the learning curves per kind and what GRPO had to work with per method, and with ``with_runs`` the paper's
-    findings among the runs' trained policies where their notebook 03 evaluated them
-    (``records.run_comparison``); None without validation records."""
+def _findings_metrics(profiles: Sequence[str], seed: int) -> dict:
+    """The paper's findings among the runs' trained policies (``records.run_comparison``), or why there are none."""
+    try:
+        table = findings_across_runs(profiles, seed=seed)
+    except (FileNotFoundError, ValueError) as why:
+        return {"findings_missing": str(why)}
+    return {"findings_across_runs": table.round(4).to_dict(orient="records"), "findings_skipped": table.attrs["skipped"]}
+
+
+def training_metrics(profile: str, *, seed: int = 0, with_runs: Sequence[str] = (),
+                     compare_runs: Sequence[str] = ()) -> dict | None:
+    """What notebook 05 saves for RESULTS.md (``05_figures.metrics.json``): the learning curves per kind and
+    what GRPO had to work with per method, from the training records of the profile and ``with_runs``; with
+    ``compare_runs``, the paper's findings among the trained policies that the notebook-03 evaluations of the
+    profile and ``compare_runs`` hold, each method from its longest training (``records.run_comparison``).
+    None when there is neither."""
+    out = {"profiles": [profile, *with_runs], "seed": seed}
+    if compare_runs:
+        out |= {"compare_runs": [profile, *compare_runs], **_findings_metrics([profile, *compare_runs], seed)}
     try:
         steps, validation = _validation([profile, *with_runs])
     except MissingRun:
-        return None
+        return out if compare_runs else None
     methods = list(dict.fromkeys(steps["method"]))
-    findings = {}
-    if with_runs:  # the runs' test evaluations, where notebook 03 made them: the findings across budgets
-        try:
-            table = findings_across_runs([profile, *with_runs], seed=seed)
-            findings = {"findings_across_runs": table.round(4).to_dict(orient="records"), "findings_skipped": table.attrs["skipped"]}
-        except FileNotFoundError:
-            pass
-    return {"profiles": [profile, *with_runs], "methods": methods, "seed": seed, **findings,
+    return {**out, "methods": methods,
             "learning_curves": {kind: learning_curve_table(validation, methods, kind=kind, seed=seed).round(4).to_dict(orient="records")
                                 for kind in _kinds(validation)},
             "grpo_signal": grpo_signal_table(steps, methods).round(4).to_dict(orient="records"),

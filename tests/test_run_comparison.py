@@ -35,46 +35,49 @@ def trained(folder, method: str, steps: int, questions: int, group: int) -> None
 
 def test_each_method_comes_from_its_longest_training_and_pairs_over_the_same_questions(runs):
     good, half, low = [1.0] * 8, [1.0, 0.0] * 4, [0.0] * 8
-    # "ci" trained Retrieval Only and CoSearch long; "demo" all four, short
-    evaluated(runs / "ci", {"search_r1: warm start": low, "search_r1: after GRPO": half, "cosearch: after GRPO": good})
+    # "laptop" trained Retrieval Only and CoSearch long; "demo" all four, short
+    evaluated(runs / "laptop", {"search_r1: warm start": low, "search_r1: after GRPO": half, "cosearch: after GRPO": good})
     for m in ("search_r1", "cosearch"):
-        trained(runs / "ci", m, steps=8, questions=24, group=8)
+        trained(runs / "laptop", m, steps=8, questions=24, group=8)
     evaluated(runs / "demo", {"search_r1: after GRPO": low, "fixed_ranker: after GRPO": half,
                               "cosearch: after GRPO": low, "oracle: after GRPO": good})
     for m in ("search_r1", "fixed_ranker", "cosearch", "oracle"):
         trained(runs / "demo", m, steps=4, questions=4, group=4)
-    records, budgets = runs_eval_records(["demo", "ci"])
-    assert "search_r1 @ ci" in set(records["method"]) and not records["method"].str.contains("warm start").any()
-    assert budgets.set_index("label").loc["cosearch @ ci", "trajectories"] == 8 * 24 * 8
-    table = findings_across_runs(["demo", "ci"]).set_index(["a", "b"])
-    assert list(table.index) == [("oracle @ demo", "search_r1 @ ci"), ("fixed_ranker @ demo", "search_r1 @ ci"),
-                                 ("cosearch @ ci", "fixed_ranker @ demo"), ("cosearch @ ci", "search_r1 @ ci")]
-    assert table.loc[("cosearch @ ci", "search_r1 @ ci"), "diff"] == pytest.approx(0.5)
-    assert table.loc[("fixed_ranker @ demo", "search_r1 @ ci"), "diff"] == pytest.approx(0.0)
+    records, budgets = runs_eval_records(["demo", "laptop"])
+    assert "search_r1 @ laptop" in set(records["method"]) and not records["method"].str.contains("warm start").any()
+    assert budgets.set_index("label").loc["cosearch @ laptop", "trajectories"] == 8 * 24 * 8
+    table = findings_across_runs(["demo", "laptop"]).set_index(["a", "b"])
+    assert list(table.index) == [("oracle @ demo", "search_r1 @ laptop"), ("fixed_ranker @ demo", "search_r1 @ laptop"),
+                                 ("cosearch @ laptop", "fixed_ranker @ demo"), ("cosearch @ laptop", "search_r1 @ laptop")]
+    assert table.loc[("cosearch @ laptop", "search_r1 @ laptop"), "diff"] == pytest.approx(0.5)
+    assert table.loc[("fixed_ranker @ demo", "search_r1 @ laptop"), "diff"] == pytest.approx(0.0)
     assert (table["n_questions"] == 8).all()
-    assert table.loc[("cosearch @ ci", "fixed_ranker @ demo"), "trained_a"] == "8 steps, 1536 trajectories (ci)"
-    assert table.loc[("cosearch @ ci", "fixed_ranker @ demo"), "trained_b"] == "4 steps, 64 trajectories (demo)"
+    assert table.loc[("cosearch @ laptop", "fixed_ranker @ demo"), "trained_a"] == "8 steps, 1536 trajectories (laptop)"
+    assert table.loc[("cosearch @ laptop", "fixed_ranker @ demo"), "trained_b"] == "4 steps, 64 trajectories (demo)"
 
 
 def test_a_finding_without_its_methods_is_named_not_made_up(runs):
     evaluated(runs / "ci", {"search_r1: after GRPO": [0.5] * 8, "cosearch: after GRPO": [1.0] * 8})
     table = findings_across_runs(["ci"])
     assert list(zip(table["a"], table["b"])) == [("cosearch @ ci", "search_r1 @ ci")]
-    assert table.attrs["skipped"] == ["oracle - search_r1", "fixed_ranker - search_r1", "cosearch - fixed_ranker"]
+    assert table.attrs["skipped"] == ["the oracle gap", "Fixed Ranker - Retrieval Only", "CoSearch - Fixed Ranker"]
 
 
 def test_runs_that_cannot_be_paired_are_refused(runs, tmp_path):
-    evaluated(runs / "ci", {"search_r1: after GRPO": [0.5] * 8})
-    evaluated(runs / "demo", {"oracle: after GRPO": [1.0] * 8}, text="another world's question")
+    evaluated(runs / "demo", {"search_r1: after GRPO": [0.5] * 8})  # demo and laptop share models, N, K and the cap
+    evaluated(runs / "laptop", {"oracle: after GRPO": [1.0] * 8}, text="another world's question")
     with pytest.raises(ValueError, match="evaluated different test questions"):
-        runs_eval_records(["ci", "demo"])
-    other_seed = tmp_path / "ci_seed1.yaml"
-    other_seed.write_text("extends: ci\nprofile: ci_seed1\nseed: 1\n")
-    evaluated(runs / "ci_seed1", {"oracle: after GRPO": [1.0] * 8})
+        runs_eval_records(["demo", "laptop"])
+    evaluated(runs / "laptop_seed1", {"oracle: after GRPO": [1.0] * 8})
     with pytest.raises(ValueError, match="different seeds"):
-        runs_eval_records(["ci", str(other_seed)])
+        runs_eval_records(["demo", "laptop_seed1"])
+    evaluated(runs / "laptop", {"search_r1: warm start": [0.5] * 8})  # no trained policy evaluated there: not a run to pair
+    assert set(runs_eval_records(["demo", "laptop"])[0]["profile"]) == {"demo"}
+    evaluated(runs / "ci", {"oracle: after GRPO": [1.0] * 8})  # the same questions; K = 3 and 2 searches where demo has 2 and 4
+    with pytest.raises(ValueError, match="other settings .*search.topk"):
+        runs_eval_records(["demo", "ci"])
     with pytest.raises(FileNotFoundError, match="evaluate_policies=true"):
-        runs_eval_records(["laptop"])
+        runs_eval_records(["laptop_curve"])
 
 
 def test_results_md_shows_the_findings_across_runs_with_what_each_side_trained(runs):
@@ -83,9 +86,28 @@ def test_results_md_shows_the_findings_across_runs_with_what_each_side_trained(r
     evaluated(runs / "ci", {"search_r1: after GRPO": [0.5] * 8, "cosearch: after GRPO": [1.0] * 8})
     trained(runs / "ci", "cosearch", steps=8, questions=24, group=8)
     table = findings_across_runs(["ci"])
-    metrics = {"profiles": ["ci"], "methods": ["cosearch"], "findings_across_runs": table.round(4).to_dict(orient="records"),
+    metrics = {"profiles": ["ci"], "compare_runs": ["ci"], "methods": ["cosearch"], "findings_across_runs": table.round(4).to_dict(orient="records"),
                "findings_skipped": table.attrs["skipped"]}
     text = "\n".join(RESULT_SECTIONS["05_figures"][1](metrics))
-    assert "#### The paper's findings across runs" in text and "not available: oracle - search_r1" in text
+    assert "#### The paper's findings across runs" in text and "not available: the oracle gap" in text
     assert "| cosearch @ ci | search_r1 @ ci | 1.000 | 0.500 | 0.500 |" in text
     assert "8 steps, 1536 trajectories (ci) | no step records (ci) |" in text  # search_r1's training: not here
+
+
+def test_notebook_05_compares_runs_that_trained_the_same_methods_and_says_why_it_cannot(runs):
+    """The curves refuse a method trained under two of their profiles (``with_runs``); the findings are
+    read from other runs (``compare_runs``), where the same methods trained at two budgets is the point."""
+    from cosearch_lib.report import training_metrics
+
+    evaluated(runs / "laptop", {"search_r1: after GRPO": [0.5] * 8, "cosearch: after GRPO": [1.0] * 8})
+    evaluated(runs / "demo", {m + ": after GRPO": [0.5] * 8 for m in ("search_r1", "fixed_ranker", "cosearch", "oracle")})
+    for profile, steps in (("laptop", 8), ("demo", 2)):
+        for m in ("search_r1", "cosearch"):
+            trained(runs / profile, m, steps=steps, questions=4, group=4)
+    m = training_metrics("laptop", compare_runs=["demo"])
+    assert m["compare_runs"] == ["laptop", "demo"] and "learning_curves" not in m  # no validation records here
+    assert [(r["a"], r["b"]) for r in m["findings_across_runs"]][-1] == ("cosearch @ laptop", "search_r1 @ laptop")
+    evaluated(runs / "ci", {"oracle: after GRPO": [1.0] * 8})
+    m = training_metrics("laptop", compare_runs=["ci"])
+    assert "findings_across_runs" not in m and "other settings" in m["findings_missing"]
+    assert training_metrics("laptop") is None  # neither curves nor runs to compare

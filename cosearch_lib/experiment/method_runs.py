@@ -294,5 +294,5 @@ def before_after_pairs(methods: Sequence[str], labels: tuple[str, str] = BEFORE_
     CoSearch - Retrieval Only."""
     before, after = labels
     pairs = [(f"{m}: {after}", f"{m}: {before}") for m in methods]
-    pairs += [(f"{a}: {after}", f"{b}: {after}") for a, b in PAPER_FINDINGS if a in methods and b in methods]
+    pairs += [(f"{a}: {after}", f"{b}: {after}") for a, b, _ in PAPER_FINDINGS if a in methods and b in methods]
     return pairs

@@ -298,7 +298,10 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
         else:
             update += w.trained_ranker / rk.train_tps.value + w.trained_ranker * (passes - 1) / rk.prefill_tps.value
         comms = (2 * (ranks - 1) / ranks * grad_bytes * t.minibatches / bandwidth) if ranks > 1 else 0.0
-        exchange = ((ranks - 1) / ranks * t.questions_per_step * t.group_size * (w.agent_context + w.searches * w.ranker_prompt) * 12
+        # a trajectory's tokens the ranks send each other: its context, and its ranker calls' prompts and replies
+        # (a scoring ranker's: one prompt per candidate); none for a method without a ranker policy
+        ranker_tokens = (w.ranker_calls * (w.ranker_prompt + w.ranker_reply) + w.judged_prompts * w.judge_prompt) / max(w.trajectories, 1.0)
+        exchange = ((ranks - 1) / ranks * t.questions_per_step * t.group_size * (w.agent_context + ranker_tokens) * 12
                     / bandwidth) if ranks > 1 else 0.0
         st["update"] = update + comms + exchange
         val_q = t.val_per_dataset * N_FAMILIES / ranks  # greedy, one trajectory each, + the ranker on their gold sub-queries

@@ -258,16 +258,22 @@ STEP_COLUMNS = ("step", "rollout/agent_reward", "rollout/agent_f1", "rollout/age
                 "time/rollout_s", "time/update_s", "time/step_s")
 
 #: Columns of the findings across runs RESULTS.md shows (records.run_comparison.findings_across_runs).
-FINDINGS_ACROSS_RUNS_SHOWN = ("a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "n_questions", "trained_a", "trained_b")
+FINDINGS_ACROSS_RUNS_SHOWN = ("a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "n_questions", "trained_a", "trained_b",
+                              "note")
 
 
 def _findings_across_runs(m: dict) -> list[str]:
+    """Notebook 05's findings among the trained policies of the runs it compared (``compare_runs``)."""
+    if "compare_runs" not in m:
+        return []
+    head = ["", "#### The paper's findings across runs (methods trained at different budgets)", ""]
     rows = m.get("findings_across_runs")
     if not rows:
-        return []
+        return head + [f"None from the runs {', '.join(f'`{p}`' for p in m['compare_runs'])}: {m.get('findings_missing', 'no rows')}"]
     skipped = m.get("findings_skipped") or []
-    return ["", "#### The paper's findings across runs (methods trained at different budgets)", "",
-            "Each method's trained policy from the run whose training rolled out the most trajectories "
+    return head + [
+            f"From the runs {', '.join(f'`{p}`' for p in m['compare_runs'])}: "
+            "each method's trained policy from the run whose training rolled out the most trajectories "
             "(`records.run_comparison.findings_across_runs`), on the same test questions: a - b of the avg F1, "
             "paired 95% bootstrap interval; `trained_a`, `trained_b`: what each one's training rolled out"
             + (f"; not available: {', '.join(skipped)}" if skipped else "") + ":", "",
@@ -278,9 +284,10 @@ def _section_05(m: dict) -> list[str]:
     """Notebook 05's learning curves, from the training records of its profile and ``with_runs``, and the
     paper's findings among their trained policies where the runs evaluated them."""
     per_step = ", ".join(f"{k} {v:g}" for k, v in (m.get("questions_per_step") or {}).items())
-    return [f"From the training records of profile(s) {', '.join(f'`{p}`' for p in m['profiles'])} (methods "
-            f"{', '.join(m['methods'])}; questions per step: {per_step}; figures: `figures/{m['profiles'][0]}/`)."] + \
-        _learning_curves(m) + _findings_across_runs(m)
+    curves = [f"From the training records of profile(s) {', '.join(f'`{p}`' for p in m['profiles'])} (methods "
+              f"{', '.join(m['methods'])}; questions per step: {per_step}; figures: `figures/{m['profiles'][0]}/`)."] + \
+        _learning_curves(m) if m.get("methods") else []
+    return curves + _findings_across_runs(m)
 
 
 RESULT_SECTIONS = {"01_retriever_setup": ("Retriever (notebook 01)", _section_01),

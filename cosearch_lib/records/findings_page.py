@@ -10,14 +10,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cosearch_lib.config.methods import PAPER_FINDINGS
 from cosearch_lib.eval.paper_reference import paper_table
 from cosearch_lib.eval.tables import AVG_COLUMNS
 from cosearch_lib.records.markdown_tables import markdown_table
 from cosearch_lib.run_schema import current_step_record
 
 #: The paper's findings among trained methods (experiment.before_after_pairs), as (a, b, what it measures).
-FINDINGS = (("oracle", "search_r1", "the oracle gap"), ("fixed_ranker", "search_r1", "Fixed Ranker - Retrieval Only"),
-            ("cosearch", "fixed_ranker", "CoSearch - Fixed Ranker"), ("cosearch", "search_r1", "CoSearch - Retrieval Only"))
+FINDINGS = PAPER_FINDINGS
 #: The paper's Table 2 rows of the trained methods (its 7B agent), by our method name.
 PAPER_ROWS = {"search_r1": "Retrieval Only", "fixed_ranker": "Fixed Ranker", "cosearch": "CoSearch", "oracle": "Oracle"}
 

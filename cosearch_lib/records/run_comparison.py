@@ -11,7 +11,9 @@ paired question by question:
   trajectories and gives :data:`~cosearch_lib.config.methods.PAPER_FINDINGS` with paired 95% intervals
   (``eval.tables.comparison_table``), each side's training beside it.
 
-Runs of different seeds or test questions are refused (ValueError naming them): their records cannot be paired.
+Runs whose records cannot be paired, or whose differences would not be the training's, are refused
+(ValueError naming them): a different seed, other test questions, or other evaluation settings
+(:data:`EVALUATION_SETTINGS`: the models, N, K, the search cap, the answer F1).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from cosearch_lib.paths import run_dir
 from cosearch_lib.records.ablations import AFTER, EVAL_RECORDS
 from cosearch_lib.records.training_runs import STEPS_FILE, read_steps, training_root
 
+#: The settings two runs must share for their trained policies to differ by their training alone.
+EVALUATION_SETTINGS = {"models.agent": lambda c: c.models.agent, "models.ranker": lambda c: c.models.ranker,
+                       "search.topn": lambda c: c.search.topn, "search.topk": lambda c: c.search.topk,
+                       "search.max_searches": lambda c: c.search.max_searches, "evaluation.f1": lambda c: c.evaluation.f1}
 #: Columns of :func:`runs_eval_records`'s budget table, one row per trained policy.
 BUDGET_COLUMNS = ("label", "profile", "method", "steps", "questions", "trajectories")
 
@@ -53,7 +59,7 @@ def runs_eval_records(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFra
     ``method`` relabelled :func:`policy_label` (``policy``: the method, ``profile``: the run), and one row
     per policy of :data:`BUDGET_COLUMNS`. Raises ValueError when the runs differ in seed or test questions,
     FileNotFoundError when fewer than one run has records."""
-    frames, budgets, seeds, questions = [], [], {}, {}
+    frames, budgets, seeds, questions, settings = [], [], {}, {}, {}
     for profile in profiles:
         cfg = load_profile(profile)
         path = run_dir(cfg.profile) / EVAL_RECORDS
@@ -61,10 +67,14 @@ def runs_eval_records(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFra
             continue
         records = load_records(path)
         records = records[records["method"].str.endswith(f": {AFTER}")]
+        if records.empty:  # notebook 03 evaluated no trained policy there (evaluate_policies=false)
+            continue
         policy = records["method"].str.removesuffix(f": {AFTER}")
         frames.append(records.assign(policy=policy, profile=cfg.profile, method=policy + f" @ {cfg.profile}"))
         seeds[cfg.profile] = cfg.seed
-        questions[cfg.profile] = dict(zip(records["question_id"].astype(str), records["question"]))
+        settings[cfg.profile] = {name: read(cfg) for name, read in EVALUATION_SETTINGS.items()}
+        questions[cfg.profile] = dict(zip(zip(records["dataset"].astype(str), records["question_id"].astype(str)),
+                                          records["question"]))
         for method in [m for m in TRAINING_METHODS if m in set(policy)]:
             budgets.append({"label": policy_label(method, cfg.profile), "profile": cfg.profile, "method": method,
                             **_training_budget(cfg.profile, method)})
@@ -75,6 +85,10 @@ def runs_eval_records(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFra
         raise ValueError(f"the runs have different seeds {seeds}: their test records cannot be paired")
     first, *rest = questions
     for other in rest:
+        differ = {k: (v, settings[other][k]) for k, v in settings[first].items() if settings[other][k] != v}
+        if differ:
+            raise ValueError(f"runs {first!r} and {other!r} evaluate with other settings {differ}: "
+                             "their policies would not differ by their training alone")
         if questions[other] != questions[first]:
             raise ValueError(f"runs {first!r} and {other!r} evaluated different test questions "
                              f"({len(questions[first])} and {len(questions[other])}, or other texts): they cannot be paired")
@@ -86,13 +100,13 @@ def findings_across_runs(profiles: Sequence[str], *, seed: int = 0) -> pd.DataFr
     run whose training rolled out the most trajectories (the first named on a tie; a run without its step
     records last): ``comparison_table``'s columns, then ``trained_a`` and ``trained_b`` ("<steps> steps,
     <trajectories> trajectories (<profile>)", or "no step records (<profile>)").
-    A finding whose methods no run evaluated is left out and named in ``attrs["skipped"]``."""
+    A finding whose methods no run evaluated is left out and named in ``attrs["skipped"]`` (what it measures)."""
     records, budgets = runs_eval_records(profiles)
     chosen = {}
     for method, rows in budgets.groupby("method", sort=False):
         chosen[method] = rows.loc[rows["trajectories"].fillna(-1).idxmax()]
-    pairs = [(chosen[a]["label"], chosen[b]["label"]) for a, b in PAPER_FINDINGS if a in chosen and b in chosen]
-    skipped = [f"{a} - {b}" for a, b in PAPER_FINDINGS if a not in chosen or b not in chosen]
+    pairs = [(chosen[a]["label"], chosen[b]["label"]) for a, b, _ in PAPER_FINDINGS if a in chosen and b in chosen]
+    skipped = [what for a, b, what in PAPER_FINDINGS if a not in chosen or b not in chosen]
     table = comparison_table(records, pairs, seed=seed)
     trained = {row["label"]: (f"no step records ({row['profile']})" if pd.isna(row["trajectories"]) else
                               f"{int(row['steps'])} steps, {int(row['trajectories'])} trajectories ({row['profile']})")
