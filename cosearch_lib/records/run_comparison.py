@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from cosearch_lib.config import load_profile
+from cosearch_lib.config import ProfileConfig, load_profile
 from cosearch_lib.config.methods import PAPER_FINDINGS, TRAINING_METHODS
 from cosearch_lib.eval.tables import comparison_table, load_records
 from cosearch_lib.paths import run_dir
@@ -41,16 +41,16 @@ def policy_label(method: str, profile: str) -> str:
     return f"{method} @ {profile}"
 
 
-def _training_budget(profile: str, method: str) -> dict:
-    """Steps, questions and trajectories ``method``'s training under ``profile`` rolled out (its step records)."""
-    root = training_root(profile)
+def _training_budget(cfg: ProfileConfig, method: str) -> dict:
+    """Steps, questions and trajectories ``method``'s training under ``cfg``'s run folder rolled out (its step records)."""
+    root = training_root(cfg.profile)
     if not (root / method / STEPS_FILE).exists():  # evaluated, but its training records are elsewhere: unknown
         return {"steps": float("nan"), "questions": float("nan"), "trajectories": float("nan")}
     steps = read_steps(root, [method])
     trained = steps[steps["step"] >= 0]
     questions = float(trained["rollout/n_questions"].sum())
     trajectories = (float(trained["rollout/n_trajectories"].sum()) if "rollout/n_trajectories" in trained
-                    else questions * load_profile(profile).training.group_size)  # records older than the column
+                    else questions * cfg.training.group_size)  # records older than the column
     return {"steps": len(trained), "questions": questions, "trajectories": trajectories}
 
 
@@ -70,14 +70,14 @@ def runs_eval_records(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFra
         if records.empty:  # notebook 03 evaluated no trained policy there (evaluate_policies=false)
             continue
         policy = records["method"].str.removesuffix(f": {AFTER}")
-        frames.append(records.assign(policy=policy, profile=cfg.profile, method=policy + f" @ {cfg.profile}"))
+        frames.append(records.assign(policy=policy, profile=cfg.profile, method=[policy_label(m, cfg.profile) for m in policy]))
         seeds[cfg.profile] = cfg.seed
         settings[cfg.profile] = {name: read(cfg) for name, read in EVALUATION_SETTINGS.items()}
         questions[cfg.profile] = dict(zip(zip(records["dataset"].astype(str), records["question_id"].astype(str)),
                                           records["question"]))
         for method in [m for m in TRAINING_METHODS if m in set(policy)]:
             budgets.append({"label": policy_label(method, cfg.profile), "profile": cfg.profile, "method": method,
-                            **_training_budget(cfg.profile, method)})
+                            **_training_budget(cfg, method)})
     if not frames:
         raise FileNotFoundError(f"no {EVAL_RECORDS} under the run folders of {list(profiles)}: "
                                 f"run notebook 03 with evaluate_policies=true")
