@@ -90,6 +90,31 @@ def test_fingerprint_is_stable_and_sectioned():
     assert a.fingerprint("world") == b.fingerprint("world") and a.fingerprint() != b.fingerprint()
 
 
+def test_the_starts_n_keys_the_starts_as_the_profile_of_that_n_and_leaves_other_keys_as_they_were():
+    """``warmstart.topn``: a profile that changes N for GRPO and the evaluation alone builds its starts
+    (``ProfileConfig.for_starts``) at the N they were trained at, so they share that profile's cache keys."""
+    from cosearch_lib.experiment.cached_starts import llm_judge_dir, relevance_dir, warmstart_dir
+
+    ten = load_profile("laptop")
+    assert ten.warmstart.topn is None and ten.for_starts() is ten
+    from cosearch_lib.config.profile import _fingerprinted
+    assert "topn" not in _fingerprinted(ten)["warmstart"]  # unset: the keys of the caches made before it are kept
+    assert _fingerprinted(load_profile("laptop_n20"))["warmstart"]["topn"] == 10
+    wide = ten.with_search(topn=20)
+    assert (wide.search.topn, wide.protocol.search, wide.rollout.search) == (20, wide.search, wide.search)
+    assert wide.rollout.search is wide.search and ten.search.topn == 10  # a copy: the profile is untouched
+    assert warmstart_dir(wide) != warmstart_dir(ten)  # N shapes the gold sequences (answer passages promoted from N)
+    n20 = load_profile("laptop_n20")
+    assert (n20.search.topn, n20.warmstart.topn) == (20, 10)
+    starts = n20.for_starts()
+    assert (starts.search.topn, starts.warmstart.topn, starts.rollout.search.topn) == (10, None, 10)
+    for key in (warmstart_dir, llm_judge_dir, relevance_dir):
+        assert key(n20) == key(ten)
+    assert n20.fingerprint("search") != ten.fingerprint("search")  # GRPO's and the evaluation's N is its own
+    with pytest.raises(ConfigError, match="warmstart.topn must be at least search.topk = 2"):
+        from_dict(ProfileConfig, {"search": {"topn": 20, "topk": 2}, "warmstart": {"topn": 1}})
+
+
 def test_one_search_budget_is_shared_by_reference():
     cfg = from_dict(ProfileConfig, {"search": {"topn": 20, "topk": 3, "max_searches": 2}})
     assert cfg.rollout.search is cfg.search and cfg.protocol.search is cfg.search

@@ -35,25 +35,49 @@ def trained(folder, method: str, steps: int, questions: int, group: int) -> None
 
 def test_each_method_comes_from_its_longest_training_and_pairs_over_the_same_questions(runs):
     good, half, low = [1.0] * 8, [1.0, 0.0] * 4, [0.0] * 8
-    # "laptop" trained Retrieval Only and CoSearch long; "demo" all four, short
-    evaluated(runs / "laptop", {"search_r1: warm start": low, "search_r1: after GRPO": half, "cosearch: after GRPO": good})
+    # "laptop_curve_wide" trained Retrieval Only and CoSearch long; "laptop" all four, short (the same warm start)
+    wide, short = "laptop_curve_wide", "laptop"
+    evaluated(runs / wide, {"search_r1: warm start": low, "search_r1: after GRPO": half, "cosearch: after GRPO": good})
     for m in ("search_r1", "cosearch"):
-        trained(runs / "laptop", m, steps=8, questions=24, group=8)
-    evaluated(runs / "demo", {"search_r1: after GRPO": low, "fixed_ranker: after GRPO": half,
-                              "cosearch: after GRPO": low, "oracle: after GRPO": good})
+        trained(runs / wide, m, steps=8, questions=24, group=8)
+    evaluated(runs / short, {"search_r1: after GRPO": low, "fixed_ranker: after GRPO": half,
+                             "cosearch: after GRPO": low, "oracle: after GRPO": good})
     for m in ("search_r1", "fixed_ranker", "cosearch", "oracle"):
-        trained(runs / "demo", m, steps=4, questions=4, group=4)
-    records, budgets = runs_eval_records(["demo", "laptop"])
-    assert "search_r1 @ laptop" in set(records["method"]) and not records["method"].str.contains("warm start").any()
-    assert budgets.set_index("label").loc["cosearch @ laptop", "trajectories"] == 8 * 24 * 8
-    table = findings_across_runs(["demo", "laptop"]).set_index(["a", "b"])
-    assert list(table.index) == [("oracle @ demo", "search_r1 @ laptop"), ("fixed_ranker @ demo", "search_r1 @ laptop"),
-                                 ("cosearch @ laptop", "fixed_ranker @ demo"), ("cosearch @ laptop", "search_r1 @ laptop")]
-    assert table.loc[("cosearch @ laptop", "search_r1 @ laptop"), "diff"] == pytest.approx(0.5)
-    assert table.loc[("fixed_ranker @ demo", "search_r1 @ laptop"), "diff"] == pytest.approx(0.0)
+        trained(runs / short, m, steps=4, questions=4, group=4)
+    records, budgets = runs_eval_records([short, wide])
+    assert f"search_r1 @ {wide}" in set(records["method"]) and not records["method"].str.contains("warm start").any()
+    assert budgets.set_index("label").loc[f"cosearch @ {wide}", "trajectories"] == 8 * 24 * 8
+    table = findings_across_runs([short, wide]).set_index(["a", "b"])
+    assert list(table.index) == [(f"oracle @ {short}", f"search_r1 @ {wide}"), (f"fixed_ranker @ {short}", f"search_r1 @ {wide}"),
+                                 (f"cosearch @ {wide}", f"fixed_ranker @ {short}"), (f"cosearch @ {wide}", f"search_r1 @ {wide}")]
+    assert table.loc[(f"cosearch @ {wide}", f"search_r1 @ {wide}"), "diff"] == pytest.approx(0.5)
+    assert table.loc[(f"fixed_ranker @ {short}", f"search_r1 @ {wide}"), "diff"] == pytest.approx(0.0)
     assert (table["n_questions"] == 8).all()
-    assert table.loc[("cosearch @ laptop", "fixed_ranker @ demo"), "trained_a"] == "8 steps, 1536 trajectories (laptop)"
-    assert table.loc[("cosearch @ laptop", "fixed_ranker @ demo"), "trained_b"] == "4 steps, 64 trajectories (demo)"
+    assert table.loc[(f"cosearch @ {wide}", f"fixed_ranker @ {short}"), "trained_a"] == f"8 steps, 1536 trajectories ({wide})"
+    assert table.loc[(f"cosearch @ {wide}", f"fixed_ranker @ {short}"), "trained_b"] == f"4 steps, 64 trajectories ({short})"
+    # demo's policies start from another warm start (one epoch): not a difference of training alone
+    evaluated(runs / "demo", {"search_r1: after GRPO": low})
+    with pytest.raises(ValueError, match="other settings .*the agent's warm start"):
+        runs_eval_records([short, "demo"])
+
+
+def test_a_wider_candidate_list_pairs_with_retrieval_only_at_any_n_but_not_with_a_ranker_at_another_n(runs):
+    """``laptop_n20`` ranks 20 candidates from laptop's starts (``warmstart.topn: 10``): its Fixed Ranker pairs with
+    a Retrieval Only trained at N = 10 (which reads the retriever's top K whatever N is), while CoSearch taken from
+    a run at N = 10 is not set against it: that pair would differ by N, not by training."""
+    evaluated(runs / "laptop_curve_wide", {"search_r1: after GRPO": [0.5] * 8, "cosearch: after GRPO": [1.0] * 8})
+    for m in ("search_r1", "cosearch"):
+        trained(runs / "laptop_curve_wide", m, steps=8, questions=24, group=8)
+    evaluated(runs / "laptop_n20", {"fixed_ranker: after GRPO": [0.75] * 8})
+    trained(runs / "laptop_n20", "fixed_ranker", steps=4, questions=4, group=4)
+    table = findings_across_runs(["laptop_n20", "laptop_curve_wide"])
+    assert list(zip(table["a"], table["b"])) == [("fixed_ranker @ laptop_n20", "search_r1 @ laptop_curve_wide"),
+                                                 ("cosearch @ laptop_curve_wide", "search_r1 @ laptop_curve_wide")]
+    assert table.set_index("a").loc["fixed_ranker @ laptop_n20", "diff"] == pytest.approx(0.25)
+    skipped = table.attrs["skipped"]
+    assert skipped[0] == "the oracle gap" and skipped[1].startswith("CoSearch - Fixed Ranker (cosearch @ laptop_curve_wide and "
+                                                                   "fixed_ranker @ laptop_n20 were ranked under other settings")
+    assert "search.topn 10 and 20" in skipped[1] and "warm start" not in skipped[1]
 
 
 def test_a_finding_without_its_methods_is_named_not_made_up(runs):
@@ -64,18 +88,18 @@ def test_a_finding_without_its_methods_is_named_not_made_up(runs):
 
 
 def test_runs_that_cannot_be_paired_are_refused(runs, tmp_path):
-    evaluated(runs / "demo", {"search_r1: after GRPO": [0.5] * 8})  # demo and laptop share models, N, K and the cap
-    evaluated(runs / "laptop", {"oracle: after GRPO": [1.0] * 8}, text="another world's question")
+    evaluated(runs / "laptop", {"search_r1: after GRPO": [0.5] * 8})  # the same models, N, K, cap and warm start
+    evaluated(runs / "laptop_curve_wide", {"oracle: after GRPO": [1.0] * 8}, text="another world's question")
     with pytest.raises(ValueError, match="evaluated different test questions"):
-        runs_eval_records(["demo", "laptop"])
+        runs_eval_records(["laptop", "laptop_curve_wide"])
     evaluated(runs / "laptop_seed1", {"oracle: after GRPO": [1.0] * 8})
     with pytest.raises(ValueError, match="different seeds"):
-        runs_eval_records(["demo", "laptop_seed1"])
-    evaluated(runs / "laptop", {"search_r1: warm start": [0.5] * 8})  # no trained policy evaluated there: not a run to pair
-    assert set(runs_eval_records(["demo", "laptop"])[0]["profile"]) == {"demo"}
-    evaluated(runs / "ci", {"oracle: after GRPO": [1.0] * 8})  # the same questions; K = 3 and 2 searches where demo has 2 and 4
+        runs_eval_records(["laptop", "laptop_seed1"])
+    evaluated(runs / "laptop_curve_wide", {"search_r1: warm start": [0.5] * 8})  # no trained policy evaluated there: not a run to pair
+    assert set(runs_eval_records(["laptop", "laptop_curve_wide"])[0]["profile"]) == {"laptop"}
+    evaluated(runs / "ci", {"oracle: after GRPO": [1.0] * 8})  # the same questions; K = 3 and 2 searches where laptop has 2 and 4
     with pytest.raises(ValueError, match="other settings .*search.topk"):
-        runs_eval_records(["demo", "ci"])
+        runs_eval_records(["laptop", "ci"])
     with pytest.raises(FileNotFoundError, match="evaluate_policies=true"):
         runs_eval_records(["laptop_curve"])
 
@@ -99,15 +123,16 @@ def test_notebook_05_compares_runs_that_trained_the_same_methods_and_says_why_it
     read from other runs (``compare_runs``), where the same methods trained at two budgets is the point."""
     from cosearch_lib.report import training_metrics
 
-    evaluated(runs / "laptop", {"search_r1: after GRPO": [0.5] * 8, "cosearch: after GRPO": [1.0] * 8})
-    evaluated(runs / "demo", {m + ": after GRPO": [0.5] * 8 for m in ("search_r1", "fixed_ranker", "cosearch", "oracle")})
-    for profile, steps in (("laptop", 8), ("demo", 2)):
+    wide, short = "laptop_curve_wide", "laptop"
+    evaluated(runs / wide, {"search_r1: after GRPO": [0.5] * 8, "cosearch: after GRPO": [1.0] * 8})
+    evaluated(runs / short, {m + ": after GRPO": [0.5] * 8 for m in ("search_r1", "fixed_ranker", "cosearch", "oracle")})
+    for profile, steps in ((wide, 8), (short, 2)):
         for m in ("search_r1", "cosearch"):
             trained(runs / profile, m, steps=steps, questions=4, group=4)
-    m = training_metrics("laptop", compare_runs=["demo"])
-    assert m["compare_runs"] == ["laptop", "demo"] and "learning_curves" not in m  # no validation records here
-    assert [(r["a"], r["b"]) for r in m["findings_across_runs"]][-1] == ("cosearch @ laptop", "search_r1 @ laptop")
+    m = training_metrics(wide, compare_runs=[short])
+    assert m["compare_runs"] == [wide, short] and "learning_curves" not in m  # no validation records here
+    assert [(r["a"], r["b"]) for r in m["findings_across_runs"]][-1] == (f"cosearch @ {wide}", f"search_r1 @ {wide}")
     evaluated(runs / "ci", {"oracle: after GRPO": [1.0] * 8})
-    m = training_metrics("laptop", compare_runs=["ci"])
+    m = training_metrics(wide, compare_runs=["ci"])
     assert "findings_across_runs" not in m and "other settings" in m["findings_missing"]
-    assert training_metrics("laptop") is None  # neither curves nor runs to compare
+    assert training_metrics(wide) is None  # neither curves nor runs to compare

@@ -26,6 +26,9 @@ SHARES = {"shares": True}
 SPEED_ONLY = {"speed_only": True}
 #: Marks a field that says where files are, not what they hold (data.root): left out of cache fingerprints too.
 LOCATION_ONLY = {"location_only": True}
+#: Marks a field added after caches were keyed, whose None means "as before": left out of cache fingerprints
+#: while None, so that the keys of profiles that do not set it stay as they were.
+KEYED_WHEN_SET = {"keyed_when_set": True}
 
 
 def invalid(key: str, value: Any, allowed: str) -> ConfigError:

@@ -31,10 +31,12 @@ from cosearch_lib.paths import params_dir
 
 def _fingerprinted(obj: Any) -> Any:
     """``dataclasses.asdict`` without the fields marked :data:`~cosearch_lib.config.checks.SPEED_ONLY` or
-    :data:`~cosearch_lib.config.checks.LOCATION_ONLY` (the same JSON otherwise)."""
+    :data:`~cosearch_lib.config.checks.LOCATION_ONLY`, nor those marked
+    :data:`~cosearch_lib.config.checks.KEYED_WHEN_SET` while None (the same JSON otherwise)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _fingerprinted(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if not (f.metadata.get("speed_only") or f.metadata.get("location_only"))}
+                if not (f.metadata.get("speed_only") or f.metadata.get("location_only")
+                        or (f.metadata.get("keyed_when_set") and getattr(obj, f.name) is None))}
     if isinstance(obj, (list, tuple)):
         return [_fingerprinted(x) for x in obj]
     if isinstance(obj, dict):
@@ -184,6 +186,25 @@ class ProfileConfig:
         check_same_rules("training.rules", self.training.rules, rules, "the profile")
         if not isinstance(self.notebooks, dict) or not all(isinstance(v, dict) for v in self.notebooks.values()):
             raise invalid("notebooks", self.notebooks, "a mapping of notebook -> {parameter: value}")
+        if self.warmstart.topn is not None and self.warmstart.topn < self.search.topk:
+            raise invalid("warmstart.topn", self.warmstart.topn, f"at least search.topk = {self.search.topk} (or null: search.topn)")
+
+    def for_starts(self) -> ProfileConfig:
+        """The profile as its starts see it (the warm start, the Fixed Rankers' training before GRPO and
+        their caches): N = ``warmstart.topn`` where set, with that setting then cleared, so that their
+        cache keys are those of the profile whose N it names; the profile itself otherwise."""
+        n = self.warmstart.topn
+        if n is None:
+            return self
+        view = self.with_search(topn=n)
+        return dataclasses.replace(view, warmstart=dataclasses.replace(view.warmstart, topn=None))
+
+    def with_search(self, **changes: Any) -> ProfileConfig:
+        """A copy whose one search budget has ``changes`` (e.g. ``topn=10``), shared as ever by the prompts,
+        the rollout engine and the harness."""
+        search = dataclasses.replace(self.search, **changes)
+        return dataclasses.replace(self, search=search, protocol=dataclasses.replace(self.protocol, search=search),
+                                   rollout=dataclasses.replace(self.rollout, search=search))
 
     def _sharing_search(self, section: str, cfg: Any) -> Any:
         """``cfg`` holding the profile's SearchBudget object: as given, or rebuilt around it when it

@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field, replace
 
-from cosearch_lib.config.checks import LOCATION_ONLY, SHARED, SPEED_ONLY, ConfigError, Fields, invalid
+from cosearch_lib.config.checks import KEYED_WHEN_SET, LOCATION_ONLY, SHARED, SPEED_ONLY, ConfigError, Fields, invalid
 from cosearch_lib.config.grpo import MICRO_BATCHED_AGGREGATIONS, AgentRewardConfig, GroupingConfig, GRPOConfig, RankerRewardConfig
 from cosearch_lib.config.methods import MethodSpec, method_spec
 from cosearch_lib.config.ranker_kinds import RANKER_KINDS, SCORING_RANKER_KINDS, ranker_kind
@@ -222,10 +222,16 @@ class WarmStartConfig:
     max_length: int = 4096  # sequences are cut to this many tokens (their start is kept)
     logging_steps: int = 5  # optimizer steps between logged losses
     gradient_checkpointing: bool = False  # recompute activations in the backward pass: less memory for large models, slower (TRL's default is on)
+    # N of the starts: the retriever candidates the gold sequences here and the Fixed Rankers' training before
+    # GRPO (LLM judge, cross-encoder, relevance GRPO) are built from; null: search.topn. A profile that changes N
+    # for GRPO and the evaluation alone sets it to the N its starts were trained at, and shares them.
+    topn: int | None = field(default=None, metadata=KEYED_WHEN_SET)
 
     def __post_init__(self) -> None:
         check = Fields("warmstart", self)
         check.ints("n_agent", "n_ranker", minimum=0)
+        if self.topn is not None:
+            check.ints("topn", minimum=1)
         check.bools("balance_hops", "enabled")
         check.choice("reasoning", WARMSTART_REASONING)
         check.choice("ranker_candidates", RANKER_CANDIDATE_ORDERS)

@@ -48,7 +48,7 @@ def warmstart_dir(cfg: ProfileConfig) -> Path:
     """Where the profile's warm-start adapters are cached (a hash of everything that shapes them).
     The generation engine (``models.backend``, ``models.vllm``) is not part of it: the gold data and
     the supervised training never generate, so ``ci_vllm`` shares ``ci``'s warm start."""
-
+    cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
     key = _without_engine(cfg).fingerprint("world", "data", "retrieval", "search", "protocol", "models", "warmstart", "lora", "seed")
     return cache_dir() / "warmstart" / f"v{WARMSTART_VERSION}-{key}"
 
@@ -92,7 +92,7 @@ def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Se
     model (``cfg.models``); the gold data is built once for both roles. A role given no gold
     sequences (``n_agent`` or ``n_ranker`` of 0) has no warm start and is left out. ``retriever`` may
     be None when every adapter is cached (nothing to train)."""
-
+    cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
     roles = warm_roles(cfg) if roles is None else roles
     for role in roles:
         if role not in POLICY_ROLES:
@@ -137,6 +137,7 @@ def relevance_dir(cfg: ProfileConfig) -> Path:
     """Where the profile's relevance-trained ranker (the Fixed Ranker) and its run are cached: a hash of
     the warm start's key, the ``relevance`` section, the ranker's generation settings and the
     generation engine its GRPO samples on (when not the default)."""
+    cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
     ro = cfg.rollout
     shaping = {"warmstart": warmstart_dir(cfg).name, "relevance": cfg.fingerprint("relevance"),
                "ranker": [ro.ranker_max_new_tokens, ro.top_p, ro.rules.ranker_output],
@@ -154,6 +155,7 @@ def relevance_ranker(cfg: ProfileConfig, retriever: SearchBackend | None, *, for
     ``relevance.enabled`` is false. Trained on first use from the warm-started ranker, then loaded
     from :func:`relevance_dir`; an interrupted training resumes from its newest checkpoint there
     (``run/``, which also keeps its records). ``retriever`` may be None when it is cached."""
+    cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
     rc = cfg.relevance
     if not rc.enabled:
         return None
@@ -244,6 +246,7 @@ def method_starts(cfg: ProfileConfig, retriever: SearchBackend | None, method: s
 
 def cross_encoder_dir(cfg: ProfileConfig, settings: CrossEncoderConfig | None = None) -> Path:
     """Where the cross-encoder ranker of ``settings`` (default the profile's) is cached, beside the warm start."""
+    cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
     ce = settings or cfg.training.cross_encoder
     key = hashlib.sha1(json.dumps(dataclasses.asdict(ce), sort_keys=True).encode()).hexdigest()[:12]
     return warmstart_dir(cfg) / f"cross_encoder-{key}"
@@ -255,6 +258,7 @@ def cross_encoder_start(cfg: ProfileConfig, retriever: SearchBackend | None, set
     ``settings.model`` with its head at zero, then (``warm_start_epochs`` > 0 and the profile's warm
     start enabled) trained listwise on the first ``warmstart.n_ranker`` gold hops of the warm start's
     split (``rl.scorer_policy``). Built on first use, then cached beside the profile's warm start."""
+    cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
     ce = settings or cfg.training.cross_encoder
     folder = cross_encoder_dir(cfg, ce)
     if (folder / CROSS_ENCODER_MARKER).exists():
@@ -278,6 +282,7 @@ LLM_JUDGE_VERSION = 1  #: bump when the judge's listwise recipe changes (cached 
 
 def llm_judge_dir(cfg: ProfileConfig) -> Path:
     """Where the profile's listwise-trained LLM judge is cached (a hash of what shapes it)."""
+    cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
     key = cfg.fingerprint("world", "data", "retrieval", "search", "models", "lora", "seed")
     judge = hashlib.sha1(json.dumps(dataclasses.asdict(cfg.training.llm_judge), sort_keys=True).encode()).hexdigest()[:8]
     return cache_dir() / "llm_judge" / f"v{LLM_JUDGE_VERSION}-{key}-{judge}"
@@ -288,6 +293,7 @@ def llm_judge_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, prog
     that kind: a fresh LoRA adapter on the ranker model trained listwise on the gold hops of the
     relevance training's split (``rl.listwise_training``), its held-out Hit@1 curve (the relevance
     training's held-out sub-queries) kept in ``llm_judge.json``. Trained on first use, then cached."""
+    cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
     folder, jc = llm_judge_dir(cfg), cfg.training.llm_judge
     if is_llm_judge_folder(folder):
         return folder

@@ -26,6 +26,7 @@ def prepare_relevance_data(cfg: ProfileConfig, retriever: SearchBackend | None =
                            progress: bool = True) -> dict[str, Any]:
     """Write the profile's relevance set (see the module doc) unless it is already there with the same
     settings (``force``: write it again); returns its sidecar, with ``path`` and ``reused`` added."""
+    cfg = cfg.for_starts()  # the relevance training's candidates are the starts' N (warmstart.topn)
     rc = cfg.relevance
     path = relevance_set_path(cfg)
     done = None if force else prepared_relevance_set(cfg)

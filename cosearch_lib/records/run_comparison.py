@@ -12,8 +12,13 @@ paired question by question:
   (``eval.tables.comparison_table``), each side's training beside it.
 
 Runs whose records cannot be paired, or whose differences would not be the training's, are refused
-(ValueError naming them): a different seed, other test questions, or other evaluation settings
-(:data:`EVALUATION_SETTINGS`: the models, N, K, the search cap, the answer F1).
+(ValueError naming them): a different seed, other test questions, or other settings every policy's
+evaluation and start read (:data:`EVALUATION_SETTINGS`: the agent model, K, the search cap, the answer F1,
+the agent's warm start). The settings of the ranking (:data:`RANKING_SETTINGS`: N, the ranker model, kind and
+start) shape only the methods that rank the retriever's N candidates: Retrieval Only reads the retriever's top
+K whatever N is (its warm start may still depend on N: ``warmstart.topn`` pins it). A finding
+whose two policies were ranked under different ranking settings is left out, and says why; so a run at
+N = 20 can pair its Fixed Ranker with the Retrieval Only of a run at N = 10.
 """
 
 from __future__ import annotations
@@ -23,22 +28,39 @@ from collections.abc import Sequence
 import pandas as pd
 
 from cosearch_lib.config import ProfileConfig, load_profile
-from cosearch_lib.config.methods import PAPER_FINDINGS, TRAINING_METHODS
+from cosearch_lib.config.methods import PAPER_FINDINGS, TRAINING_METHODS, RankedBy, method_spec
 from cosearch_lib.eval.tables import comparison_table, load_records
+from cosearch_lib.experiment.cached_starts import RANKER_STARTS, warmstart_dir
 from cosearch_lib.paths import run_dir
 from cosearch_lib.records.ablations import AFTER, EVAL_RECORDS
 from cosearch_lib.records.training_runs import STEPS_FILE, read_steps, training_root
 
-#: The settings two runs must share for their trained policies to differ by their training alone.
-EVALUATION_SETTINGS = {"models.agent": lambda c: c.models.agent, "models.ranker": lambda c: c.models.ranker,
-                       "search.topn": lambda c: c.search.topn, "search.topk": lambda c: c.search.topk,
-                       "search.max_searches": lambda c: c.search.max_searches, "evaluation.f1": lambda c: c.evaluation.f1}
+#: The settings every policy's evaluation and start read: two runs must share them for their trained policies
+#: to differ by their training alone (the agent's warm start: its cache folder, a hash of all that shapes it).
+EVALUATION_SETTINGS = {"models.agent": lambda c: c.models.agent, "search.topk": lambda c: c.search.topk,
+                       "search.max_searches": lambda c: c.search.max_searches, "evaluation.f1": lambda c: c.evaluation.f1,
+                       "the agent's warm start": lambda c: warmstart_dir(c).name}
+#: The settings of the ranking, {name: (read it, whether it shapes a method's policies)}: N for every method
+#: that picks from the retriever's N candidates (not Retrieval Only, which reads its top K); the ranker model,
+#: kind and start (the Fixed Ranker's cache folder) for the methods a ranker policy ranks for.
+RANKING_SETTINGS = {
+    "search.topn": (lambda c: c.search.topn, lambda spec: spec.ranked_by is not RankedBy.RETRIEVAL),
+    "models.ranker": (lambda c: c.models.ranker, lambda spec: spec.has_ranker_policy),
+    "training.ranker_kind": (lambda c: c.training.ranker_kind, lambda spec: spec.has_ranker_policy),
+    "the ranker's start": (lambda c: RANKER_STARTS[c.training.ranker_kind].folder(c).name, lambda spec: spec.has_ranker_policy),
+}
 #: Columns of :func:`runs_eval_records`'s budget table, one row per trained policy.
-BUDGET_COLUMNS = ("label", "profile", "method", "steps", "questions", "trajectories")
+BUDGET_COLUMNS = ("label", "profile", "method", "steps", "questions", "trajectories", "ranking")
 
 
 def policy_label(method: str, profile: str) -> str:
     return f"{method} @ {profile}"
+
+
+def ranking_settings(cfg: ProfileConfig, method: str) -> dict:
+    """The :data:`RANKING_SETTINGS` that shape ``method``'s policies under ``cfg`` ({} for Retrieval Only)."""
+    spec = method_spec(method)
+    return {name: read(cfg) for name, (read, shapes) in RANKING_SETTINGS.items() if shapes(spec)}
 
 
 def _training_budget(cfg: ProfileConfig, method: str) -> dict:
@@ -77,7 +99,7 @@ def runs_eval_records(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFra
                                           records["question"]))
         for method in [m for m in TRAINING_METHODS if m in set(policy)]:
             budgets.append({"label": policy_label(method, cfg.profile), "profile": cfg.profile, "method": method,
-                            **_training_budget(cfg, method)})
+                            **_training_budget(cfg, method), "ranking": ranking_settings(cfg, method)})
     if not frames:
         raise FileNotFoundError(f"no {EVAL_RECORDS} under the run folders of {list(profiles)}: "
                                 f"run notebook 03 with evaluate_policies=true")
@@ -87,7 +109,7 @@ def runs_eval_records(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFra
     for other in rest:
         differ = {k: (v, settings[other][k]) for k, v in settings[first].items() if settings[other][k] != v}
         if differ:
-            raise ValueError(f"runs {first!r} and {other!r} evaluate with other settings {differ}: "
+            raise ValueError(f"runs {first!r} and {other!r} evaluate or start with other settings {differ}: "
                              "their policies would not differ by their training alone")
         if questions[other] != questions[first]:
             raise ValueError(f"runs {first!r} and {other!r} evaluated different test questions "
@@ -100,13 +122,25 @@ def findings_across_runs(profiles: Sequence[str], *, seed: int = 0) -> pd.DataFr
     run whose training rolled out the most trajectories (the first named on a tie; a run without its step
     records last): ``comparison_table``'s columns, then ``trained_a`` and ``trained_b`` ("<steps> steps,
     <trajectories> trajectories (<profile>)", or "no step records (<profile>)").
-    A finding whose methods no run evaluated is left out and named in ``attrs["skipped"]`` (what it measures)."""
+    A finding whose methods no run evaluated, or whose two policies were ranked under different
+    :data:`RANKING_SETTINGS` (those that shape both), is left out and named in ``attrs["skipped"]``
+    (what it measures, and why when the settings differ)."""
     records, budgets = runs_eval_records(profiles)
     chosen = {}
     for method, rows in budgets.groupby("method", sort=False):
         chosen[method] = rows.loc[rows["trajectories"].fillna(-1).idxmax()]
-    pairs = [(chosen[a]["label"], chosen[b]["label"]) for a, b, _ in PAPER_FINDINGS if a in chosen and b in chosen]
-    skipped = [what for a, b, what in PAPER_FINDINGS if a not in chosen or b not in chosen]
+    pairs, skipped = [], []
+    for a, b, what in PAPER_FINDINGS:
+        if a not in chosen or b not in chosen:
+            skipped.append(what)
+            continue
+        ranked_a, ranked_b = chosen[a]["ranking"], chosen[b]["ranking"]
+        differ = {k: (ranked_a[k], ranked_b[k]) for k in ranked_a.keys() & ranked_b.keys() if ranked_a[k] != ranked_b[k]}
+        if differ:
+            skipped.append(f"{what} ({chosen[a]['label']} and {chosen[b]['label']} were ranked under other settings: "
+                           + ", ".join(f"{k} {va} and {vb}" for k, (va, vb) in sorted(differ.items())) + ")")
+            continue
+        pairs.append((chosen[a]["label"], chosen[b]["label"]))
     table = comparison_table(records, pairs, seed=seed)
     trained = {row["label"]: (f"no step records ({row['profile']})" if pd.isna(row["trajectories"]) else
                               f"{int(row['steps'])} steps, {int(row['trajectories'])} trajectories ({row['profile']})")
