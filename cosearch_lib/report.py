@@ -32,7 +32,7 @@ from matplotlib.patches import Patch
 
 from cosearch_lib.atomic_io import atomic_path, save_figure, write_table
 from cosearch_lib.config import load_profile
-from cosearch_lib.config.methods import method_spec
+from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.eval.paper_reference import PAPER_METHOD, oracle_gap_beside_paper, paper_table, turns_beside_paper
 from cosearch_lib.eval.tables import load_records, oracle_gap_intervals, oracle_gap_table, summary_table, turn_distribution
 from cosearch_lib.paths import figures_dir, project_relative, run_dir
@@ -203,11 +203,26 @@ def _kinds(validation: pd.DataFrame) -> list[str]:
 VALIDATION_PANELS = {"agent": "agent: validation avg F1", "ranker": "ranker: Hit@1 on held-out sub-queries"}
 
 
+#: How the ranker panel of Fig. 2 names the Hit@1 of a method that reads the retriever's own order (no ranker trains).
+RETRIEVER_ORDER = "retriever's order"
+
+
 def _fig2_validation(profiles: Sequence[str], seed: int) -> ReportItem:
+    """The validation curves per kind. In the ranker panel a method ranked by retrieval (Retrieval Only) has no
+    ranker to train: its Hit@1 is the retriever's order's, drawn as a dashed level, not as a curve."""
     steps, validation = _validation(profiles)
     curves = {VALIDATION_PANELS[k]: validation_curves(validation, kind=k, seed=seed, steps=steps) for k in _kinds(validation)}
     table = pd.concat(curves, names=["panel"]).reset_index(level=0)
-    return ReportItem("fig2_validation", "Fig. 2 (validation, with 95% intervals)", plot_validation_curves(curves), table)
+    references = {}
+    ranker_panel = VALIDATION_PANELS["ranker"]
+    if ranker_panel in curves:
+        curve = curves[ranker_panel]
+        by_retrieval = curve["method"].map(lambda m: method_spec(m).ranked_by is RankedBy.RETRIEVAL)
+        if by_retrieval.any() and not by_retrieval.all():
+            references[ranker_panel] = {RETRIEVER_ORDER: float(curve.loc[by_retrieval, "estimate"].iloc[0])}
+            curves[ranker_panel] = curve[~by_retrieval]
+    figure = plot_validation_curves(curves, references=references)
+    return ReportItem("fig2_validation", "Fig. 2 (validation, with 95% intervals)", figure, table)
 
 
 def _learning_curves(profiles: Sequence[str], seed: int) -> ReportItem:

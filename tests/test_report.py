@@ -88,9 +88,10 @@ def test_table2_puts_the_papers_avg_beside_ours_by_method():
     assert table.loc["direct", "avg"] == pytest.approx(0.25 / 3)
 
 
-def _trained(root, method: str, *, steps_n: int, per_step: int, gain: float):
+def _trained(root, method: str, *, steps_n: int, per_step: int, gain: float, hit1: float | None = None):
     """Training records of one method: ``steps_n`` steps of ``per_step`` questions, validated at the
-    start and after each step on 8 dev questions (2 per family) whose F1 rises by ``gain`` per step."""
+    start and after each step on 8 dev questions (2 per family) whose F1 rises by ``gain`` per step
+    (and, with ``hit1``, on 8 held-out sub-queries whose Hit@1 is ``hit1`` plus ``gain`` per step)."""
     folder = root / "training" / method
     folder.mkdir(parents=True)
     pd.DataFrame([{"method": method, "step": s, "rollout/n_questions": per_step, "rollout/agent_reward": 0.1,
@@ -98,7 +99,25 @@ def _trained(root, method: str, *, steps_n: int, per_step: int, gain: float):
                    "ranker/grouping_n_groups_post": 10.0 + s} for s in range(-1, steps_n)]).to_csv(folder / "steps.csv", index=False)
     rows = [{"step": s, "method": method, "kind": "agent", "question_id": f"{fam}-{i}", "dataset": fam,
              "f1": min(1.0, 0.1 + gain * (s + 1) + 0.1 * i)} for s in range(-1, steps_n) for fam in FAMILIES for i in range(2)]
+    if hit1 is not None:
+        rows += [{"step": s, "method": method, "kind": "ranker", "question_id": f"{fam}-{i}", "dataset": fam,
+                  "hit@1": float(i < round(2 * min(1.0, hit1 + gain * (s + 1))))}
+                 for s in range(-1, steps_n) for fam in FAMILIES for i in range(2)]
     pd.DataFrame(rows).to_csv(folder / "validation.csv", index=False)
+
+
+def test_fig2s_ranker_panel_draws_the_retrievers_order_as_a_level_not_as_a_method_that_trains(outputs):
+    """Retrieval Only trains no ranker: its held-out Hit@1 is the retriever's order's, a dashed level in the
+    ranker panel beside CoSearch's curve (the table keeps its rows)."""
+    _trained(outputs / "runs" / "laptop_curve", "search_r1", steps_n=4, per_step=12, gain=0.02, hit1=0.5)
+    _trained(outputs / "runs" / "laptop_curve_wide", "cosearch", steps_n=2, per_step=24, gain=0.25, hit1=0.5)
+    item = {i.key: i for i in report_items("laptop_curve", with_runs=["laptop_curve_wide"])}["fig2_validation"]
+    ranker_ax = item.figure.axes[1]
+    labels = [t.get_text() for t in ranker_ax.get_legend().get_texts()]
+    assert sorted(labels) == ["cosearch", "retriever's order (0.50)"]  # no search_r1 curve
+    level = [line for line in ranker_ax.lines if line.get_linestyle() == "--"]
+    assert len(level) == 1 and list(level[0].get_ydata()) == [0.5, 0.5]
+    assert set(item.table.loc[item.table["panel"] == "ranker: Hit@1 on held-out sub-queries", "method"]) == {"search_r1", "cosearch"}
 
 
 def test_methods_trained_under_two_profiles_share_one_figure_on_training_questions(outputs):

@@ -138,6 +138,12 @@ def test_a_learning_curve_is_drawn_as_a_line_with_its_interval_band():
     assert len(curve) == 1 and list(curve[0].get_xdata()) == [0, 2, 4, 6, 8, 10]  # not nudged: one line, its own x
     bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert len(bands) == 1  # search_r1's band; cosearch keeps error bars
+    table = validation_curves(pd.DataFrame(rows))
+    low, high = ax.get_ylim()  # the y-range holds every interval, with a margin, within [-0.02, 1.02]
+    assert -0.02 <= low < table["ci_low"].min() and table["ci_high"].max() < high <= 1.02
+    narrow = [r for s in (-1, 3, 7) for r in agent_rows("search_r1", s, {fam: [0.1, 0.2, 0.2, 0.3] for fam in ("syn_nq", "syn_hotpotqa")})]
+    low, high = plot_validation_curves({"agent": validation_curves(pd.DataFrame(narrow))}).axes[0].get_ylim()
+    assert 0 < low < 0.1 and 0.3 < high < 0.5  # scores between 0.1 and 0.3 fill the panel, not its bottom third
     top = bands[0].get_paths()[0].vertices[:, 1].max()
     assert top <= 1.0 and top > float(curve[0].get_ydata().max())  # the band reaches above the estimates
 

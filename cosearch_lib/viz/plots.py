@@ -305,6 +305,20 @@ BAND_MIN_POINTS = 3
 BAND_MAX_METHODS = 2
 
 
+def _score_limits(values, pad: float = 0.06) -> tuple[float, float]:
+    """y-limits for scores in [0, 1] that hold every value and interval with a margin, no wider than
+    [-0.02, 1.02]: a curve that moves from 0.11 to 0.29 is drawn over the panel, not in its bottom third."""
+    finite = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values if v is not None and len(v)] or [np.array([])])
+    finite = finite[np.isfinite(finite)]
+    if not len(finite):
+        return -0.02, 1.02
+    low, high = float(finite.min()) - pad, float(finite.max()) + pad
+    if high - low < 0.25:  # a flat curve keeps some room around it
+        mid = (low + high) / 2
+        low, high = mid - 0.125, mid + 0.125
+    return max(-0.02, low), min(1.02, high)
+
+
 def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "",
                            references: Mapping[str, Mapping[str, float]] | None = None):
     """Validation over training with 95% intervals: one panel per ``{panel title: curve table}``
@@ -341,9 +355,10 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
             err = np.vstack([part["estimate"] - part["ci_low"], part["ci_high"] - part["estimate"]])
             ax.errorbar(x, part["estimate"], yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.6, capsize=3,
                         color=palette[method], label=method)
-        for j, (ref_label, value) in enumerate((references or {}).get(label, {}).items()):
+        refs = (references or {}).get(label, {})
+        for j, (ref_label, value) in enumerate(refs.items()):
             ax.axhline(value, ls="--", lw=1.2, color=f"C{7 + j}", label=f"{ref_label} ({value:.2f})")
-        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylim(*_score_limits([curve["estimate"], curve.get("ci_low"), curve.get("ci_high"), list(refs.values())]))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, frameon=False)
     whole_steps(axes[0], xs)
