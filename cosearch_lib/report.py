@@ -39,6 +39,7 @@ from cosearch_lib.paths import figures_dir, project_relative, run_dir
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
 from cosearch_lib.records.docs import describe_f1_metric
 from cosearch_lib.records.grid_cells import load_grid
+from cosearch_lib.records.ranker_quality import RETRIEVER_ORDER
 from cosearch_lib.records.run_comparison import findings_across_runs
 from cosearch_lib.records.training_runs import (
     grpo_signal_table,
@@ -203,13 +204,11 @@ def _kinds(validation: pd.DataFrame) -> list[str]:
 VALIDATION_PANELS = {"agent": "agent: validation avg F1", "ranker": "ranker: Hit@1 on held-out sub-queries"}
 
 
-#: How the ranker panel of Fig. 2 names the Hit@1 of a method that reads the retriever's own order (no ranker trains).
-RETRIEVER_ORDER = "retriever's order"
-
-
 def _fig2_validation(profiles: Sequence[str], seed: int) -> ReportItem:
-    """The validation curves per kind. In the ranker panel a method ranked by retrieval (Retrieval Only) has no
-    ranker to train: its Hit@1 is the retriever's order's, drawn as a dashed level, not as a curve."""
+    """The validation curves per kind. In the ranker panel beside methods that rank, a method ranked by
+    retrieval (Retrieval Only) has no ranker to train: its Hit@1 is the retriever's order's
+    (``records.ranker_quality.RETRIEVER_ORDER``), drawn as a dashed level, not as a curve (alone, it stays
+    a curve: there is nothing to set it beside)."""
     steps, validation = _validation(profiles)
     curves = {VALIDATION_PANELS[k]: validation_curves(validation, kind=k, seed=seed, steps=steps) for k in _kinds(validation)}
     table = pd.concat(curves, names=["panel"]).reset_index(level=0)

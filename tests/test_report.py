@@ -114,7 +114,7 @@ def test_fig2s_ranker_panel_draws_the_retrievers_order_as_a_level_not_as_a_metho
     item = {i.key: i for i in report_items("laptop_curve", with_runs=["laptop_curve_wide"])}["fig2_validation"]
     ranker_ax = item.figure.axes[1]
     labels = [t.get_text() for t in ranker_ax.get_legend().get_texts()]
-    assert sorted(labels) == ["cosearch", "retriever's order (0.50)"]  # no search_r1 curve
+    assert sorted(labels) == ["cosearch", "retriever order (0.50)"]  # no search_r1 curve
     level = [line for line in ranker_ax.lines if line.get_linestyle() == "--"]
     assert len(level) == 1 and list(level[0].get_ydata()) == [0.5, 0.5]
     assert set(item.table.loc[item.table["panel"] == "ranker: Hit@1 on held-out sub-queries", "method"]) == {"search_r1", "cosearch"}

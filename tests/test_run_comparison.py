@@ -57,7 +57,7 @@ def test_each_method_comes_from_its_longest_training_and_pairs_over_the_same_que
     assert table.loc[(f"cosearch @ {wide}", f"fixed_ranker @ {short}"), "trained_b"] == f"4 steps, 64 trajectories ({short})"
     # demo's policies start from another warm start (one epoch): not a difference of training alone
     evaluated(runs / "demo", {"search_r1: after GRPO": low})
-    with pytest.raises(ValueError, match="other settings .*the agent's warm start"):
+    with pytest.raises(ValueError, match="other settings .*the warm start"):
         runs_eval_records([short, "demo"])
 
 
@@ -78,6 +78,16 @@ def test_a_wider_candidate_list_pairs_with_retrieval_only_at_any_n_but_not_with_
     assert skipped[0] == "the oracle gap" and skipped[1].startswith("CoSearch - Fixed Ranker (cosearch @ laptop_curve_wide and "
                                                                    "fixed_ranker @ laptop_n20 were ranked under other settings")
     assert "search.topn 10 and 20" in skipped[1] and "warm start" not in skipped[1]
+    # once laptop_n20 has its own CoSearch, CoSearch - Fixed Ranker pairs the two at N = 20, though the longest
+    # CoSearch (N = 10) still serves the finding against Retrieval Only
+    evaluated(runs / "laptop_n20", {"fixed_ranker: after GRPO": [0.75] * 8, "cosearch: after GRPO": [0.5] * 8})
+    trained(runs / "laptop_n20", "cosearch", steps=4, questions=4, group=4)
+    table = findings_across_runs(["laptop_n20", "laptop_curve_wide"])
+    assert list(zip(table["a"], table["b"])) == [("fixed_ranker @ laptop_n20", "search_r1 @ laptop_curve_wide"),
+                                                 ("cosearch @ laptop_n20", "fixed_ranker @ laptop_n20"),
+                                                 ("cosearch @ laptop_curve_wide", "search_r1 @ laptop_curve_wide")]
+    assert table.attrs["skipped"] == ["the oracle gap"]
+    assert table.set_index("a").loc["cosearch @ laptop_n20", "diff"] == pytest.approx(-0.25)
 
 
 def test_a_finding_without_its_methods_is_named_not_made_up(runs):

@@ -164,7 +164,8 @@ def _check_data(cfg: ProfileConfig, *, index: bool) -> list[str]:
 
 def _check_relevance_set(cfg: ProfileConfig) -> str:
     """The relevance set the Fixed Ranker trains on (``relevance.source: prepared``), there and made with
-    the profile's settings (split, sources, sample, N, seed)."""
+    the profile's settings (split, sources, sample, N, seed; N of the starts, ``warmstart.topn``)."""
+    cfg = cfg.for_starts()  # the set is made at the starts' N (experiment.relevance_data)
     path = relevance_set_path(cfg)
     done = prepared_relevance_set(cfg)
     if done is None:

@@ -14,7 +14,7 @@ paired question by question:
 Runs whose records cannot be paired, or whose differences would not be the training's, are refused
 (ValueError naming them): a different seed, other test questions, or other settings every policy's
 evaluation and start read (:data:`EVALUATION_SETTINGS`: the agent model, K, the search cap, the answer F1,
-the agent's warm start). The settings of the ranking (:data:`RANKING_SETTINGS`: N, the ranker model, kind and
+the warm start). The settings of the ranking (:data:`RANKING_SETTINGS`: N, the ranker model, kind and
 start) shape only the methods that rank the retriever's N candidates: Retrieval Only reads the retriever's top
 K whatever N is (its warm start may still depend on N: ``warmstart.topn`` pins it). A finding
 whose two policies were ranked under different ranking settings is left out, and says why; so a run at
@@ -36,10 +36,11 @@ from cosearch_lib.records.ablations import AFTER, EVAL_RECORDS
 from cosearch_lib.records.training_runs import STEPS_FILE, read_steps, training_root
 
 #: The settings every policy's evaluation and start read: two runs must share them for their trained policies
-#: to differ by their training alone (the agent's warm start: its cache folder, a hash of all that shapes it).
+#: to differ by their training alone. The warm start is compared by its cache folder, a hash of all that shapes
+#: both roles' adapters (so also the ranker's settings: stricter than a method without a ranker needs).
 EVALUATION_SETTINGS = {"models.agent": lambda c: c.models.agent, "search.topk": lambda c: c.search.topk,
                        "search.max_searches": lambda c: c.search.max_searches, "evaluation.f1": lambda c: c.evaluation.f1,
-                       "the agent's warm start": lambda c: warmstart_dir(c).name}
+                       "the warm start": lambda c: warmstart_dir(c).name}
 #: The settings of the ranking, {name: (read it, whether it shapes a method's policies)}: N for every method
 #: that picks from the retriever's N candidates (not Retrieval Only, which reads its top K); the ranker model,
 #: kind and start (the Fixed Ranker's cache folder) for the methods a ranker policy ranks for.
@@ -117,30 +118,42 @@ def runs_eval_records(profiles: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFra
     return pd.concat(frames, ignore_index=True), pd.DataFrame(budgets, columns=list(BUDGET_COLUMNS))
 
 
+def _ranking_differs(a: dict, b: dict) -> dict:
+    """The :data:`RANKING_SETTINGS` both policies were ranked under with different values, {name: (a's, b's)}."""
+    return {k: (a[k], b[k]) for k in a.keys() & b.keys() if a[k] != b[k]}
+
+
 def findings_across_runs(profiles: Sequence[str], *, seed: int = 0) -> pd.DataFrame:
-    """:data:`PAPER_FINDINGS` among the policies of :func:`runs_eval_records`, each method taken from the
-    run whose training rolled out the most trajectories (the first named on a tie; a run without its step
-    records last): ``comparison_table``'s columns, then ``trained_a`` and ``trained_b`` ("<steps> steps,
-    <trajectories> trajectories (<profile>)", or "no step records (<profile>)").
+    """:data:`PAPER_FINDINGS` among the policies of :func:`runs_eval_records`: for each finding, the pair of
+    trained policies whose trainings rolled out the most trajectories (a's first, then b's; the first named on
+    a tie; a run without its step records last) among the pairs ranked under the same :data:`RANKING_SETTINGS`
+    (so one method may come from different runs in two findings). ``comparison_table``'s columns, then
+    ``trained_a`` and ``trained_b`` ("<steps> steps, <trajectories> trajectories (<profile>)", or "no step
+    records (<profile>)").
     A finding whose methods no run evaluated, or whose two policies were ranked under different
     :data:`RANKING_SETTINGS` (those that shape both), is left out and named in ``attrs["skipped"]``
     (what it measures, and why when the settings differ)."""
     records, budgets = runs_eval_records(profiles)
-    chosen = {}
-    for method, rows in budgets.groupby("method", sort=False):
-        chosen[method] = rows.loc[rows["trajectories"].fillna(-1).idxmax()]
-    pairs, skipped = [], []
+    budgets = budgets.assign(order=range(len(budgets)), longest=budgets["trajectories"].fillna(-1))
+    chosen, pairs, skipped = {}, [], []
     for a, b, what in PAPER_FINDINGS:
-        if a not in chosen or b not in chosen:
+        runs_a, runs_b = budgets[budgets["method"] == a], budgets[budgets["method"] == b]
+        if runs_a.empty or runs_b.empty:
             skipped.append(what)
             continue
-        ranked_a, ranked_b = chosen[a]["ranking"], chosen[b]["ranking"]
-        differ = {k: (ranked_a[k], ranked_b[k]) for k in ranked_a.keys() & ranked_b.keys() if ranked_a[k] != ranked_b[k]}
-        if differ:
-            skipped.append(f"{what} ({chosen[a]['label']} and {chosen[b]['label']} were ranked under other settings: "
-                           + ", ".join(f"{k} {va} and {vb}" for k, (va, vb) in sorted(differ.items())) + ")")
+        # the longest-trained pair (a's training first, then b's; the first named on a tie) ranked under the same settings
+        ranked = sorted(((ra, rb) for _, ra in runs_a.iterrows() for _, rb in runs_b.iterrows()),
+                        key=lambda p: (-p[0]["longest"], -p[1]["longest"], p[0]["order"], p[1]["order"]))
+        same = [(ra, rb) for ra, rb in ranked if not _ranking_differs(ra["ranking"], rb["ranking"])]
+        if not same:
+            ra, rb = ranked[0]
+            skipped.append(f"{what} ({ra['label']} and {rb['label']} were ranked under other settings: "
+                           + ", ".join(f"{k} {va} and {vb}" for k, (va, vb) in sorted(_ranking_differs(ra["ranking"], rb["ranking"]).items()))
+                           + ")")
             continue
-        pairs.append((chosen[a]["label"], chosen[b]["label"]))
+        ra, rb = same[0]
+        chosen[ra["label"]], chosen[rb["label"]] = ra, rb
+        pairs.append((ra["label"], rb["label"]))
     table = comparison_table(records, pairs, seed=seed)
     trained = {row["label"]: (f"no step records ({row['profile']})" if pd.isna(row["trajectories"]) else
                               f"{int(row['steps'])} steps, {int(row['trajectories'])} trajectories ({row['profile']})")
