@@ -22,11 +22,8 @@ from cosearch_lib.eval.benchmark_families import order_key
 
 def no_data(ax, why: str) -> None:
     """``ax`` says "no data: <why>" instead of showing empty axes (no ticks, no grid)."""
-    ax.text(0.5, 0.5, f"no data: {why}", ha="center", va="center", transform=ax.transAxes, color="grey",
-            fontsize=9, wrap=True)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.grid(False)
+    ax.text(0.5, 0.5, f"no data: {why}", ha="center", va="center", transform=ax.transAxes, color="grey", fontsize=9, wrap=True)
+    ax.set_xticks([]), ax.set_yticks([]), ax.grid(False)
 
 
 def whole_steps(axes, xs) -> None:
@@ -298,36 +295,26 @@ def plot_fig2(val_f1: pd.DataFrame, steps: pd.DataFrame, *, title: str = ""):
     return fig
 
 
-#: From this many validation points on, a method's curve is drawn as a line with a shaded interval
-#: band (a learning curve) in a panel of at most :data:`BAND_MAX_METHODS` methods; fewer points, or
-#: more methods (whose bands would cover each other), keep error bars, nudged apart to stay readable.
+#: From this many validation points on, a curve is drawn with a shaded interval band in a panel of at most
+#: :data:`BAND_MAX_METHODS` methods; fewer points, or more methods (bands would cover each other), keep error bars.
 BAND_MIN_POINTS = 3
 BAND_MAX_METHODS = 2
 
 
 def _score_limits(values, pad: float = 0.06) -> tuple[float, float]:
-    """y-limits for scores in [0, 1] that hold every value and interval with a margin, no wider than
-    [-0.02, 1.02]: a curve that moves from 0.11 to 0.29 is drawn over the panel, not in its bottom third."""
-    finite = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values if v is not None and len(v)] or [np.array([])])
-    finite = finite[np.isfinite(finite)]
-    if not len(finite):
-        return -0.02, 1.02
-    low, high = float(finite.min()) - pad, float(finite.max()) + pad
-    if high - low < 0.25:  # a flat curve keeps some room around it
-        mid = (low + high) / 2
-        low, high = mid - 0.125, mid + 0.125
-    return max(-0.02, low), min(1.02, high)
+    """y-limits holding every score and interval with a margin (at least 0.25 wide), within [-0.02, 1.02]."""
+    v = np.concatenate([np.asarray(x, dtype=float).ravel() for x in values if x is not None and len(x)] or [np.array([])])
+    v = v[np.isfinite(v)]
+    mid, half = ((v.min() + v.max()) / 2, max((v.max() - v.min()) / 2 + pad, 0.125)) if len(v) else (0.5, 0.52)
+    return max(-0.02, float(mid - half)), min(1.02, float(mid + half))
 
 
 def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "",
                            references: Mapping[str, Mapping[str, float]] | None = None):
-    """Validation over training with 95% intervals: one panel per ``{panel title: curve table}``
-    (:func:`cosearch_lib.records.training_runs.validation_curves`), one line per method, the
-    interval as error bars, or as a shaded band for a method validated at :data:`BAND_MIN_POINTS`
-    steps or more when the panel has at most :data:`BAND_MAX_METHODS` methods; x = training questions when every curve has them
-    (runs of different questions per step line up), else steps completed (0: before the first update). Error bars are nudged apart on x.
-    ``references`` ({panel title: {label: value}}) draws fixed levels as dashed lines (e.g. the
-    retriever's own order on the same items)."""
+    """Validation with 95% intervals: a panel per ``{title: records.training_runs.validation_curves table}``, a line
+    per method, its interval as (nudged) error bars or, from :data:`BAND_MIN_POINTS` points in a panel of at most
+    :data:`BAND_MAX_METHODS` methods, a band; x = training questions when every curve has them, else steps completed.
+    ``references`` ({panel title: {label: value}}) draws fixed levels as dashed lines (e.g. the retriever's order)."""
     methods = list(dict.fromkeys(m for c in curves.values() for m in c.get("method", [])))
     palette = method_palette(methods)
     fig, axes = plt.subplots(1, max(len(curves), 1), figsize=(4.6 * max(len(curves), 1), 3.6), squeeze=False)
@@ -355,17 +342,15 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
             err = np.vstack([part["estimate"] - part["ci_low"], part["ci_high"] - part["estimate"]])
             ax.errorbar(x, part["estimate"], yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.6, capsize=3,
                         color=palette[method], label=method)
-        refs = (references or {}).get(label, {})
-        for j, (ref_label, value) in enumerate(refs.items()):
+        for j, (ref_label, value) in enumerate((refs := (references or {}).get(label, {})).items()):
             ax.axhline(value, ls="--", lw=1.2, color=f"C{7 + j}", label=f"{ref_label} ({value:.2f})")
         ax.set_ylim(*_score_limits([curve["estimate"], curve.get("ci_low"), curve.get("ci_high"), list(refs.values())]))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8, frameon=False)
     whole_steps(axes[0], xs)
-    intervals = any(c["ci_low"].notna().any() and c["ci_high"].notna().any() for c in curves.values()
-                    if {"ci_low", "ci_high"} <= set(c.columns))
-    fig.suptitle(title or ("Validation during training (95% bootstrap intervals)" if intervals or not xs else
-                           "Validation during training (no interval could be computed: too few items per family)"))
+    intervals = any(c["ci_low"].notna().any() for c in curves.values() if {"ci_low", "ci_high"} <= set(c.columns))
+    fig.suptitle(title or "Validation during training " + ("(95% bootstrap intervals)" if intervals or not xs else
+                                                           "(no interval could be computed: too few items per family)"))
     fig.tight_layout()
     return fig
 
