@@ -53,12 +53,12 @@ from cosearch_lib.viz.plots import (
     mark_zero_bars,
     plot_ablations,
     plot_oracle_gap,
-    plot_ranker_dynamics,
     plot_topk,
     plot_training_curves,
     plot_turn_distribution,
     plot_validation_curves,
 )
+from cosearch_lib.viz.ranker_dynamics import plot_ranker_dynamics
 
 
 @dataclass

@@ -11,12 +11,10 @@ import pytest
 from cosearch_lib.eval.paper_reference import oracle_gap_beside_paper
 from cosearch_lib.report import plot_table2
 from cosearch_lib.viz.plots import (
-    RANKER_DYNAMICS_PANELS,
     has_data,
     plot_ablations,
     plot_fig2,
     plot_oracle_gap,
-    plot_ranker_dynamics,
     plot_recall_at_k,
     plot_topk,
     plot_training_curves,
@@ -24,6 +22,7 @@ from cosearch_lib.viz.plots import (
     plot_validation_curves,
     plot_warmstart_losses,
 )
+from cosearch_lib.viz.ranker_dynamics import RANKER_DYNAMICS_PANELS, plot_ranker_dynamics
 from cosearch_lib.viz.ranker_probes import plot_ranker_sft_probes
 
 

@@ -17,7 +17,8 @@ from cosearch_lib.records.training_runs import (
     warmstart_losses,
     warmstart_table,
 )
-from cosearch_lib.viz.plots import TRAINING_PANELS, plot_ranker_dynamics, plot_training_curves, plot_warmstart_losses
+from cosearch_lib.viz.plots import TRAINING_PANELS, plot_training_curves, plot_warmstart_losses
+from cosearch_lib.viz.ranker_dynamics import plot_ranker_dynamics
 
 
 def steps_frame(method, n=3, offset=0.0):
