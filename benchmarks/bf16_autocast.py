@@ -11,7 +11,8 @@ This measures the real model, not a lone matmul:
 * one forward + backward of a 790-token sequence (a demo warm-start sequence; every weight
   trainable, an upper bound on the LoRA update's cost);
 * the numerics: the largest |log p| difference on float32's argmax tokens, and how often the
-  argmax agrees, over the prefill's positions (random token ids: a harsh case).
+  argmax agrees, over the prefill's positions (random token ids: a harsh case); and the cosine
+  between the two modes' gradients of the 790-token loss (every weight), with their norm ratio.
 
     python benchmarks/bf16_autocast.py              # 2 threads, ~1 min
     python benchmarks/bf16_autocast.py --threads 1
@@ -73,6 +74,17 @@ def main() -> None:
         exact = torch.log_softmax(model(prompts).logits.float(), -1)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = torch.log_softmax(model(prompts).logits.float(), -1)
+    grads = {}
+    for mode, ctx in modes.items():  # the update's numerics: the same loss's gradient in both modes
+        model.zero_grad(set_to_none=True)
+        with ctx():
+            model(sequence, labels=sequence).loss.backward()
+        grads[mode] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    model.zero_grad(set_to_none=True)
+    g32, g16 = grads["float32"], grads["bf16 autocast"]
+    cosine = torch.nn.functional.cosine_similarity(g32, g16, dim=0).item()
+    print(f"gradient of the 790-token loss, bf16 against float32: cosine {cosine:.4f}, "
+          f"norm ratio {(g16.norm() / g32.norm()).item():.4f}")
     top = exact.argmax(-1, keepdim=True)
     drift = (exact.gather(-1, top) - low.gather(-1, top)).abs()
     agree = (low.argmax(-1, keepdim=True) == top).float().mean()

@@ -177,6 +177,10 @@ _FLAT_STEP_GLOSSARY: dict[str, str] = {
     "update_s": "seconds of the update stage (every adapter's GRPO update)",
     "validate_s": "seconds of the validation after the step (at the steps of val_f1)",
     "step_s": "seconds of the step's stages from rollout to sync (validation excluded)",
+    "rollout/bf16": "1 when the step's training rollouts ran under CPU bf16 autocast (training.autocast), 0 in float32; "
+                    "only in runs that set training.autocast",
+    "loss/bf16": "1 when the step's GRPO update ran under CPU bf16 autocast (training.autocast), 0 in float32; only in "
+                 "runs that set training.autocast",
     "val_f1": "greedy avg F1 on the validation questions (every eval_every steps, after the last, and at step -1)",
     "val_ranker_hit@<k>": "Hit@k of the K passages the method's greedy ranking shows (retriever top-K for search_r1, "
                           "Eq. 7 for oracle), mean over the held-out sub-queries of the validation questions (their "

@@ -76,6 +76,7 @@ from cosearch_lib.config.retrieval import EncoderConfig, RetrievalConfig, Search
 from cosearch_lib.config.rules import PAPER_RULES, RULE_OPTIONS, RULE_SETS, RuleSet, check_same_rules, rule_set
 from cosearch_lib.config.training import (
     TRACKER_KINDS,
+    AutocastConfig,
     CrossEncoderConfig,
     LLMJudgeConfig,
     RelevanceConfig,
@@ -90,7 +91,7 @@ __all__ = [
     "PAPER_HIT_KS",
     "AGENT_STOPS", "AGGREGATIONS", "MICRO_BATCHED_AGGREGATIONS", "BASELINE_REPLIES", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN", "OLD_LOGPROBS",
     "METHODS", "PAPER_RULES", "RANKER_KINDS", "RankerKind", "ranker_kind", "SCORING_RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
-    "TRAIN_BACKENDS", "AgentRewardConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",
+    "TRAIN_BACKENDS", "AgentRewardConfig", "AutocastConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",
     "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LLMJudgeConfig", "LoraSettings", "ModelsConfig",
     "ProfileConfig", "ProtocolConfig", "RankerRewardConfig", "RelevanceConfig", "RetrievalConfig", "RolloutConfig", "RuleSet",
     "SamplingConfig", "SearchBudget", "ServerConfig", "ScopeConfig", "SlurmConfig", "TrainConfig", "UpdateSettings", "WarmStartConfig",

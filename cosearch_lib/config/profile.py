@@ -282,6 +282,10 @@ def _key(where: str, name: str) -> str:
 
 
 def _value(hint: Any, value: Any, key: str, shared: dict[str, Any]) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and value is not None:
+        sections = [t for t in typing.get_args(hint) if dataclasses.is_dataclass(t)]
+        if len(sections) == 1:  # an optional section (``X | None``): a mapping builds it, null leaves it out
+            hint = sections[0]
     return from_dict(hint, value, key, shared) if dataclasses.is_dataclass(hint) else _check_scalar(value, hint, key)
 
 

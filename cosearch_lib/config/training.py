@@ -87,6 +87,26 @@ _RULED = {"agent_reward": AgentRewardConfig, "ranker_reward": RankerRewardConfig
 
 
 @dataclass
+class AutocastConfig:
+    """bfloat16 autocast of the GRPO phase on a CPU (``training.autocast``; issue 48, item 5): a speed setting
+    whose numerics the step records check. Only on a CPU with avx512_bf16 or AMX (float32 elsewhere, said
+    in a warning); weights, LoRA weights and AdamW states stay float32. Validation and evaluation always
+    run in float32, so the curves and the tables read every policy alike, whatever it trained in."""
+
+    rollout: bool = True  # the training rollouts' forward passes: agent turns, generative ranker calls, the LLM judge's scores
+    update: bool = True  # the GRPO update's forward and backward passes (its recomputed old log-probs too)
+    # Bound on the update's mean |trainer log p - rollout log p| over scored tokens (loss/<role>_logp_drift_mean):
+    # a step above it turns the rollout's autocast off for the rest of the run (the records say from which step).
+    # 0.05 is what the paper's own path lives with: a bf16 vLLM engine against the trainer (~0.04, run_schema).
+    max_drift: float = 0.05
+
+    def __post_init__(self) -> None:
+        check = Fields("training.autocast", self)
+        check.bools("rollout", "update")
+        check.numbers("max_drift", low=0, low_open=True, why="nats per token")
+
+
+@dataclass
 class TrainConfig:
     """One training run. The rule set (``rules``, a RuleSet or its name; the profile's top-level
     ``rules:``) reaches the reward and grouping configs by construction: those left out are built
@@ -123,6 +143,8 @@ class TrainConfig:
     grouping: GroupingConfig = None  # Alg. 2 and its ablations (None: built with the rule set)
     log_to: tuple[str, ...] = ()  # live logging of the step records: "tensorboard" and/or "wandb" (rl/tracking.py)
     wandb_project: str = "cosearch"  # W&B project of the runs (with "wandb" in log_to)
+    # bf16 autocast of the rollouts and updates on a CPU with bf16 instructions (AutocastConfig); null: float32
+    autocast: AutocastConfig | None = field(default=None, metadata=KEYED_WHEN_SET)
     rules: InitVar[RuleSet | str] = field(default="paper", metadata=SHARED)  # the rule set of the nested reward and grouping configs: the profile's ``rules``
 
     def update_settings(self, *, recompute_old: bool) -> UpdateSettings:

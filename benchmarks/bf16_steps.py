@@ -1,0 +1,97 @@
+"""Real GRPO steps in float32 and under bf16 autocast, side by side: what ``training.autocast`` buys
+and what it changes (issue 48, item 5).
+
+For each precision it writes a profile that extends ``--profile`` (``training.autocast`` unset, or
+``{rollout, update}`` on; no validation), trains ``--steps`` steps of each method with
+``cosearch train`` from the same cached starts (the warm start and the judge are trained in float32
+either way), and prints per method and step the rollout and update seconds, their ratio, and what the
+step records say of the numerics: the rollout's drift from the trainer (``loss/<role>_logp_drift_mean``
+and ``_p99``, against ``training.autocast.max_drift``), the agent's reward and loss. The rows go to
+``benchmarks/records/bf16_steps.csv`` with the CPU and the commit. Run it alone:
+
+    python benchmarks/bf16_steps.py --profile laptop --methods search_r1,cosearch --steps 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cosearch_lib.atomic_io import write_table  # noqa: E402
+from cosearch_lib.config import AutocastConfig  # noqa: E402
+from cosearch_lib.models.autocast import cpu_bf16_instructions  # noqa: E402
+from cosearch_lib.paths import project_root, run_dir  # noqa: E402
+from cosearch_lib.records.provenance import environment_snapshot  # noqa: E402
+from cosearch_lib.run_schema import STEPS_FILE, step_table_under_current_names  # noqa: E402
+
+RECORD = Path("benchmarks/records/bf16_steps.csv")
+PRECISIONS = {"float32": None, "bf16": {"rollout": True, "update": True}}
+SHOWN = ["time/rollout_s", "time/update_s", "rollout/agent_reward", "loss/agent_loss", "loss/agent_logp_drift_mean",
+         "loss/agent_logp_drift_p99", "loss/ranker_logp_drift_mean", "loss/ranker_logp_drift_p99",
+         "rollout/searches_per_traj", "rollout/bf16", "loss/bf16"]
+
+
+def _probe(base: str, tag: str, autocast: dict | None, folder: Path) -> tuple[str, Path]:
+    """A profile extending ``base`` at one precision, without validation; (its name, its file)."""
+    name = f"{Path(base).stem}_{tag}_probe"
+    training = {"eval_every": 0, "validate_at_start": False, **({"autocast": autocast} if autocast else {})}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"extends": base, "profile": name, "training": training}))
+    return name, path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="laptop")
+    ap.add_argument("--methods", default="search_r1,cosearch")
+    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    root = project_root()
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    print(f"CPU bf16 instructions: {cpu_bf16_instructions()}; bound on the drift: {AutocastConfig().max_drift}", flush=True)
+    frames = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for tag, autocast in PRECISIONS.items():
+            name, path = _probe(args.profile, tag, autocast, Path(tmp))
+            for method in args.methods.split(","):
+                out = run_dir(name) / "training" / method
+                if out.exists():  # a fresh run each time: the same steps, from the same starts
+                    subprocess.run(["rm", "-r", str(out)], check=True)
+                cmd = [sys.executable, "-m", "cosearch_lib.cli", "train", "--profile", str(path), "--methods", method,
+                       "--steps", str(args.steps), "--quiet"]
+                start = time.perf_counter()
+                subprocess.run(cmd, cwd=root, env=env, check=True)
+                print(f"{tag} {method}: {time.perf_counter() - start:.0f} s with the model loads", flush=True)
+                steps = step_table_under_current_names(pd.read_csv(out / STEPS_FILE))
+                steps = steps[steps["step"] >= 0].assign(precision=tag, method=method)
+                frames.append(steps[["precision", "method", "step", *[c for c in SHOWN if c in steps]]])
+    table = pd.concat(frames, ignore_index=True)
+    sha = str(environment_snapshot().get("git_sha", "?"))[:7]
+    table = table.assign(profile=args.profile, threads=args.threads, cpu_bf16=cpu_bf16_instructions() or "none", git_sha=sha)
+    print(table.drop(columns=["profile", "git_sha"]).T.to_string(header=False))
+    for method in args.methods.split(","):
+        both = table[table["method"] == method].groupby("precision")[["time/rollout_s", "time/update_s"]].sum()
+        ratio = both.loc["float32"] / both.loc["bf16"]
+        print(f"{method}: float32 / bf16 seconds: rollout {ratio['time/rollout_s']:.2f}x, update {ratio['time/update_s']:.2f}x")
+    out = root / RECORD
+    if out.exists():
+        old = pd.read_csv(out)
+        table = pd.concat([old[~(old["profile"].eq(args.profile) & old["method"].isin(args.methods.split(",")))], table],
+                          ignore_index=True)
+    write_table(table, out)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

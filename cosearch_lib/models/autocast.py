@@ -1,0 +1,79 @@
+"""bfloat16 autocast on a CPU: whether this CPU multiplies bf16 in hardware, and the one context that
+turns autocast on for a stage of training (``training.autocast``, issue 48 item 5).
+
+Why only where the hardware has it (``benchmarks/bf16_autocast.py``, SmolLM2-135M, float32 -> bf16
+autocast speed-up; docs/LOG.md):
+
+* AMD EPYC with avx512_bf16, no AMX, 2 threads: prefill 2.74x, forward + backward 2.07x;
+* Intel with AMX: 2.67x and 1.30x;
+* AMD EPYC with AVX2 only, 1 thread: 0.17x and 0.06x: without bf16 instructions oneDNN converts and
+  multiplies in software, 6-18x slower than float32.
+
+So :func:`autocast_plan` keeps float32 on a CPU without avx512_bf16 or AMX, and says so. On a GPU the
+policies are loaded in bfloat16 already (``models.registry.load_causal_lm``): the context is a no-op.
+Autocast keeps the weights (and the LoRA weights AdamW updates) in float32; matmuls run in bf16 and
+reductions such as softmax and log-softmax in float32 (torch's CPU autocast lists); the samplers and
+the GRPO loss upcast logits to float32 before they take log-probs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def cpu_bf16_instructions() -> str | None:
+    """The bf16 matrix instructions of this CPU that oneDNN uses: "amx", "avx512_bf16", or None."""
+    cpu = getattr(torch, "cpu", None)
+    if cpu is None:
+        return None
+    if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
+        return "amx"
+    if getattr(cpu, "_is_avx512_bf16_supported", lambda: False)():
+        return "avx512_bf16"
+    return None
+
+
+@dataclass(frozen=True)
+class AutocastPlan:
+    """Which training stages run under CPU bf16 autocast, and why (the step records carry the flags)."""
+
+    rollout: bool = False  # the training rollouts' forward passes (agent turns, ranker calls, the judge's scores)
+    update: bool = False  # the GRPO update's forward and backward passes
+    reason: str = "float32: not asked"
+
+    @property
+    def any(self) -> bool:
+        """Some stage computes under autocast."""
+        return self.rollout or self.update
+
+
+def autocast_plan(rollout: bool, update: bool, device: Any, *, instructions: str | None | bool = False) -> AutocastPlan:
+    """What ``training.autocast``'s ``rollout`` / ``update`` asks for becomes on ``device``: bf16 autocast on
+    a CPU with bf16 instructions (:func:`cpu_bf16_instructions`; ``instructions`` overrides the probe, for
+    tests); float32 on a CPU without them, with a warning; nothing on a GPU (its policies are bf16 already)."""
+    if not (rollout or update):
+        return AutocastPlan()
+    if torch.device(device).type != "cpu":
+        return AutocastPlan(reason=f"no CPU autocast on {torch.device(device).type}: the policies' own dtype")
+    found = cpu_bf16_instructions() if instructions is False else instructions
+    if not found:
+        warnings.warn("training.autocast asks for bf16, but this CPU has no avx512_bf16 or AMX instructions: "
+                      "bf16 would run 6-18x slower there (docs/LOG.md), so training stays in float32", stacklevel=2)
+        return AutocastPlan(reason="float32: this CPU has no avx512_bf16 or AMX")
+    return AutocastPlan(rollout=rollout, update=update, reason=f"bf16 autocast on the CPU's {found}")
+
+
+@contextmanager
+def cpu_bf16(enabled: bool) -> Iterator[None]:
+    """``torch.autocast("cpu", bfloat16)`` when ``enabled``, else nothing."""
+    if not enabled:
+        yield
+        return
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        yield

@@ -1,0 +1,163 @@
+"""bf16 autocast of GRPO's rollouts and updates on a CPU (training.autocast, issue 48 item 5): only where
+the CPU has bf16 instructions, recorded per step, and turned off for good by a step whose rollout
+log-probs drift from the trainer's past the stated bound.
+
+The trainer tests run the scripted rollouts on a tiny random Llama (tests.doubles.trainer); the CPU's
+instructions are forced on where a test needs bf16 to run, so they pass on an AVX2 machine too (where
+bf16 is emulated: slow for a real model, instant for this one)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import cosearch_lib.models.autocast as autocast_mod
+from cosearch_lib.config import AutocastConfig, ConfigError, TrainConfig, from_dict, load_profile
+from cosearch_lib.models.autocast import autocast_plan, cpu_bf16
+
+from tests.doubles import tiny_model, trainer
+from tests.test_training import changed, snapshot
+
+
+def test_the_plan_keeps_float32_without_bf16_instructions_and_on_a_gpu():
+    with pytest.warns(UserWarning, match="no avx512_bf16 or AMX"):
+        plan = autocast_plan(True, True, "cpu", instructions=None)
+    assert (plan.rollout, plan.update) == (False, False) and "float32" in plan.reason
+    plan = autocast_plan(True, False, "cpu", instructions="avx512_bf16")
+    assert (plan.rollout, plan.update, plan.any) == (True, False, True) and "avx512_bf16" in plan.reason
+    assert not autocast_plan(True, True, "cuda", instructions="amx").rollout  # the GPU's policies are bf16 already
+    assert autocast_plan(False, False, "cpu").reason == "float32: not asked"
+
+
+def test_the_context_computes_matmuls_in_bf16_and_leaves_the_weights_in_float32():
+    layer = torch.nn.Linear(8, 8)
+    x = torch.randn(2, 8)
+    with cpu_bf16(True):
+        assert layer(x).dtype == torch.bfloat16
+    with cpu_bf16(False):
+        assert layer(x).dtype == torch.float32
+    assert layer.weight.dtype == torch.float32
+
+
+def test_a_profile_sets_it_as_a_section_and_bad_values_are_refused():
+    assert TrainConfig().autocast is None
+    cfg = from_dict(TrainConfig, {"autocast": {"update": False, "max_drift": 0.02}}, "training")
+    assert cfg.autocast == AutocastConfig(rollout=True, update=False, max_drift=0.02)
+    assert from_dict(TrainConfig, {"autocast": {}}, "training").autocast == AutocastConfig()
+    with pytest.raises(ConfigError, match="training.autocast.max_drift"):
+        AutocastConfig(max_drift=0)
+    with pytest.raises(ConfigError, match="training.autocast.rollout"):
+        AutocastConfig(rollout="yes")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        from_dict(TrainConfig, {"autocast": True}, "training")
+
+
+def test_unset_it_keeps_every_key_and_set_it_keys_the_training_not_the_warm_start():
+    from cosearch_lib.experiment.cached_starts import warmstart_dir
+
+    demo = load_profile("demo")
+    with_bf16 = dataclasses.replace(demo, training=dataclasses.replace(demo.training, autocast=AutocastConfig()))
+    assert demo.fingerprint("training") != with_bf16.fingerprint("training")
+    assert warmstart_dir(demo) == warmstart_dir(with_bf16)  # the warm start trains in float32 either way
+    assert demo.fingerprint("training") == dataclasses.replace(demo, training=dataclasses.replace(
+        demo.training, autocast=None)).fingerprint("training")
+
+
+def _bf16_cpu(monkeypatch):
+    monkeypatch.setattr(autocast_mod, "cpu_bf16_instructions", lambda: "avx512_bf16")
+
+
+def _spy_autocast(t, monkeypatch):
+    """Record, per stage, whether CPU autocast was on when the rollout generated and the update forwarded."""
+    import cosearch_lib.rl.policy_update as policy_update
+
+    seen = {"rollout": [], "update": []}
+    generate, forward = t.backend.generate, policy_update.policy_token_logprobs
+
+    def spied_generate(*a, **kw):
+        seen["rollout"].append(torch.is_autocast_enabled("cpu"))
+        return generate(*a, **kw)
+
+    def spied_forward(*a, **kw):
+        seen["update"].append(torch.is_autocast_enabled("cpu"))
+        return forward(*a, **kw)
+
+    monkeypatch.setattr(t.backend, "generate", spied_generate)
+    monkeypatch.setattr(policy_update, "policy_token_logprobs", spied_forward)
+    return seen
+
+
+@pytest.mark.parametrize("update", [True, False])
+def test_a_bf16_step_computes_each_stage_as_asked_records_it_and_trains(tok, tmp_path, monkeypatch, update):
+    _bf16_cpu(monkeypatch)
+    t = trainer(tok, tiny_model(tok), tmp_path, steps=1, autocast=AutocastConfig(update=update))
+    seen = _spy_autocast(t, monkeypatch)
+    before = snapshot(t.policies.model, "agent")
+    rec = t.train_step()
+    assert seen["rollout"] and set(seen["rollout"]) == {True}
+    assert seen["update"] and set(seen["update"]) == {update}
+    assert rec["rollout/bf16"] == 1.0 and rec["loss/bf16"] == float(update)
+    assert changed(before, t.policies.model)  # the agent's LoRA weights moved
+    assert all(p.dtype == torch.float32 for p in t.policies.model.parameters())  # weights stay float32
+    # measured and within the bound: bf16 sampling against a float32 trainer drifts; the scripted backend's
+    # bf16 forward is the update's own bf16 forward, so there both agree
+    assert 0 <= rec["loss/agent_logp_drift_mean"] <= AutocastConfig().max_drift
+    assert (rec["loss/agent_logp_drift_mean"] > 0) == (not update)
+    assert not torch.is_autocast_enabled("cpu")  # nothing left on after the step
+
+
+def test_a_float32_run_records_no_dtype_and_validates_in_float32(tok, tmp_path, monkeypatch):
+    _bf16_cpu(monkeypatch)
+    from cosearch_lib.eval import harness
+
+    assert "rollout/bf16" not in trainer(tok, tiny_model(tok), tmp_path / "fp32", steps=1).train_step()
+    t = trainer(tok, tiny_model(tok), tmp_path / "bf16", steps=1, autocast=AutocastConfig())
+    seen = []
+    evaluate = harness.evaluate
+    monkeypatch.setattr("cosearch_lib.rl.trainer.evaluate",
+                        lambda *a, **kw: seen.append(torch.is_autocast_enabled("cpu")) or evaluate(*a, **kw))
+    t.train_step()
+    t.val_questions = t.questions[:2]
+    t.validate()
+    assert seen == [False]  # validation reads the policies in float32, whatever they trained in
+
+
+def test_under_autocast_the_update_recomputes_the_old_log_probs(tok, tmp_path, monkeypatch):
+    _bf16_cpu(monkeypatch)
+    t = trainer(tok, tiny_model(tok), tmp_path, steps=1, autocast=AutocastConfig(update=False))
+    assert t.update_settings.recompute_old  # the rollout's bf16 log-probs are not the trainer's
+    rec = t.train_step()
+    assert rec["rollout/bf16"] == 1.0 and rec["loss/bf16"] == 0.0
+    assert rec["loss/agent_logp_drift_mean"] > 0  # bf16 sampling against the float32 trainer: measured
+    assert rec["loss/agent_ratio_outside_clip"] == 0.0  # the ratio divides by the trainer's own log-probs
+    # both in bf16: a cached decode and a whole-sequence forward still differ by bf16's kernel noise
+    both = trainer(tok, tiny_model(tok), tmp_path / "both", steps=1, autocast=AutocastConfig())
+    assert both.update_settings.recompute_old and both.train_step()["loss/agent_ratio_outside_clip"] == 0.0
+    assert not trainer(tok, tiny_model(tok), tmp_path / "fp32", steps=1).update_settings.recompute_old
+
+
+def test_a_step_past_the_drift_bound_turns_autocast_off_for_the_rest_of_the_run(tok, tmp_path, monkeypatch):
+    _bf16_cpu(monkeypatch)
+    t = trainer(tok, tiny_model(tok), tmp_path, steps=3, autocast=AutocastConfig(update=False, max_drift=1e-9))
+    with pytest.warns(UserWarning, match="max_drift"):
+        first = t.train_step()
+    assert first["rollout/bf16"] == 1.0 and first["loss/agent_logp_drift_mean"] > 1e-9
+    second = t.train_step()
+    assert second["rollout/bf16"] == 0.0 and second["loss/bf16"] == 0.0
+    # float32 rollouts of the float32 trainer's own model: the drift is gone
+    assert second["loss/agent_logp_drift_mean"] < 1e-4
+    # a resumed run reads the same decision from its records
+    t.save_checkpoint()
+    resumed = trainer(tok, tiny_model(tok), tmp_path, steps=3, autocast=AutocastConfig(update=False, max_drift=1e-9))
+    assert resumed.load_checkpoint() == 2 and not resumed.autocast_on()
+
+
+def test_without_bf16_instructions_the_run_stays_float32_and_says_so(tok, tmp_path, monkeypatch):
+    monkeypatch.setattr(autocast_mod, "cpu_bf16_instructions", lambda: None)
+    with pytest.warns(UserWarning, match="stays in float32"):
+        t = trainer(tok, tiny_model(tok), tmp_path, steps=1, autocast=AutocastConfig())
+    rec = t.train_step()
+    assert rec["rollout/bf16"] == 0.0 and rec["loss/bf16"] == 0.0
+    assert rec["loss/agent_logp_drift_mean"] < 1e-4
