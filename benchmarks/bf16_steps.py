@@ -4,7 +4,9 @@ and what it changes (issue 48, item 5).
 For each precision it writes a profile that extends ``--profile`` (``training.autocast`` unset, or
 ``{rollout, update}`` on; no validation), trains ``--steps`` steps of each method with
 ``cosearch train`` from the same cached starts (the warm start and the judge are trained in float32
-either way), and prints per method and step the rollout and update seconds, their ratio, and what the
+either way), and prints per method and step the rollout and update seconds; their ratio per unit of
+work (the two precisions sample different trajectories: milliseconds per generated agent token, and
+per scored token the update trained, steps without an update left out); and what the
 step records say of the numerics: the rollout's drift from the trainer (``loss/<role>_logp_drift_mean``
 and ``_p99``, against ``training.autocast.max_drift``), the agent's reward and loss. The rows go to
 ``benchmarks/records/bf16_steps.csv`` with the CPU and the commit. Run it alone:
@@ -36,7 +38,8 @@ from cosearch_lib.run_schema import STEPS_FILE, step_table_under_current_names  
 
 RECORD = Path("benchmarks/records/bf16_steps.csv")
 PRECISIONS = {"float32": None, "bf16": {"rollout": True, "update": True}}
-SHOWN = ["time/rollout_s", "time/update_s", "rollout/agent_reward", "loss/agent_loss", "loss/agent_logp_drift_mean",
+SHOWN = ["time/rollout_s", "time/update_s", "rollout/n_trajectories", "rollout/agent_generated_tokens",
+         "loss/agent_n_tokens", "loss/ranker_n_tokens", "ranker/n_calls", "rollout/agent_reward", "loss/agent_loss", "loss/agent_logp_drift_mean",
          "loss/agent_logp_drift_p99", "loss/ranker_logp_drift_mean", "loss/ranker_logp_drift_p99",
          "rollout/searches_per_traj", "rollout/bf16", "loss/bf16"]
 
@@ -80,10 +83,20 @@ def main() -> None:
     sha = str(environment_snapshot().get("git_sha", "?"))[:7]
     table = table.assign(profile=args.profile, threads=args.threads, cpu_bf16=cpu_bf16_instructions() or "none", git_sha=sha)
     print(table.drop(columns=["profile", "git_sha"]).T.to_string(header=False))
+    # The two precisions sample different trajectories (and different groups with signal), so the
+    # seconds are compared per unit of work: per generated agent token, and per scored token updated.
+    table["rollout_ms_per_generated_token"] = 1e3 * table["time/rollout_s"] / (
+        table["rollout/n_trajectories"] * table["rollout/agent_generated_tokens"])
+    updated = table.filter(like="_n_tokens").fillna(0).sum(axis=1)
+    table["update_ms_per_scored_token"] = (1e3 * table["time/update_s"] / updated).where(updated > 0)
     for method in args.methods.split(","):
-        both = table[table["method"] == method].groupby("precision")[["time/rollout_s", "time/update_s"]].sum()
-        ratio = both.loc["float32"] / both.loc["bf16"]
-        print(f"{method}: float32 / bf16 seconds: rollout {ratio['time/rollout_s']:.2f}x, update {ratio['time/update_s']:.2f}x")
+        rates = table[table["method"] == method].groupby("precision")[
+            ["rollout_ms_per_generated_token", "update_ms_per_scored_token"]].mean()
+        ratio = rates.loc["float32"] / rates.loc["bf16"]
+        print(f"{method}: float32 / bf16, per token: rollout {ratio['rollout_ms_per_generated_token']:.2f}x "
+              f"(ms {rates.loc['float32', 'rollout_ms_per_generated_token']:.1f} -> {rates.loc['bf16', 'rollout_ms_per_generated_token']:.1f}), "
+              f"update {ratio['update_ms_per_scored_token']:.2f}x (ms {rates.loc['float32', 'update_ms_per_scored_token']:.1f} -> "
+              f"{rates.loc['bf16', 'update_ms_per_scored_token']:.1f}; steps without an update left out)")
     out = root / RECORD
     if out.exists():
         old = pd.read_csv(out)

@@ -41,6 +41,36 @@ def test_the_context_computes_matmuls_in_bf16_and_leaves_the_weights_in_float32(
     assert layer.weight.dtype == torch.float32
 
 
+def test_an_optimizer_step_inside_the_context_is_seen_by_the_next_forward():
+    """Autocast's weight cache would hand an update's later minibatches the weights before its first step."""
+    layer = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=1.0)
+    x = torch.randn(2, 4)
+    with cpu_bf16(True):
+        before = layer(x)
+        before.sum().backward()
+        optimizer.step()
+        assert not torch.equal(before, layer(x))
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_generation_under_the_context_runs_on_either_cache_and_reports_float32_log_probs(tok, static):
+    from cosearch_lib.config import SamplingConfig
+    from cosearch_lib.models.generation.transformers_backend import TransformersBackend
+
+    from tests.doubles import peaked_model
+
+    model = peaked_model(tok)
+    prompts = [tok.encode("Who founded the city of Varn?"), tok.encode("Which river crosses the old town of Olden?")]
+    sampling = SamplingConfig(temperature=0, max_new_tokens=8)
+    exact = TransformersBackend(model, tok, static_cache=static).generate(prompts, sampling)
+    with cpu_bf16(True):
+        low = TransformersBackend(model, tok, static_cache=static).generate(prompts, sampling)
+    assert [g.token_ids for g in low] == [g.token_ids for g in exact]  # a peaked model: the same argmax
+    drift = max(abs(a - b) for g, h in zip(low, exact) for a, b in zip(g.logprobs, h.logprobs))
+    assert 0 < drift < 0.5  # bf16 changes the numbers, not the choices
+
+
 def test_a_profile_sets_it_as_a_section_and_bad_values_are_refused():
     assert TrainConfig().autocast is None
     cfg = from_dict(TrainConfig, {"autocast": {"update": False, "max_drift": 0.02}}, "training")
@@ -54,15 +84,13 @@ def test_a_profile_sets_it_as_a_section_and_bad_values_are_refused():
         from_dict(TrainConfig, {"autocast": True}, "training")
 
 
-def test_unset_it_keeps_every_key_and_set_it_keys_the_training_not_the_warm_start():
-    from cosearch_lib.experiment.cached_starts import warmstart_dir
+def test_the_starts_train_in_float32_so_setting_it_keeps_their_cache_keys():
+    from cosearch_lib.experiment.cached_starts import llm_judge_dir, warmstart_dir
 
-    demo = load_profile("demo")
-    with_bf16 = dataclasses.replace(demo, training=dataclasses.replace(demo.training, autocast=AutocastConfig()))
-    assert demo.fingerprint("training") != with_bf16.fingerprint("training")
-    assert warmstart_dir(demo) == warmstart_dir(with_bf16)  # the warm start trains in float32 either way
-    assert demo.fingerprint("training") == dataclasses.replace(demo, training=dataclasses.replace(
-        demo.training, autocast=None)).fingerprint("training")
+    laptop = load_profile("laptop")
+    with_bf16 = dataclasses.replace(laptop, training=dataclasses.replace(laptop.training, autocast=AutocastConfig()))
+    assert warmstart_dir(laptop) == warmstart_dir(with_bf16) and llm_judge_dir(laptop) == llm_judge_dir(with_bf16)
+    assert warmstart_dir(load_profile("laptop_curve_bf16")) == warmstart_dir(load_profile("laptop_curve"))
 
 
 def _bf16_cpu(monkeypatch):
@@ -152,6 +180,32 @@ def test_a_step_past_the_drift_bound_turns_autocast_off_for_the_rest_of_the_run(
     t.save_checkpoint()
     resumed = trainer(tok, tiny_model(tok), tmp_path, steps=3, autocast=AutocastConfig(update=False, max_drift=1e-9))
     assert resumed.load_checkpoint() == 2 and not resumed.autocast_on()
+
+
+def test_a_nan_drift_trips_the_guard_and_a_step_without_scored_tokens_does_not(tok, tmp_path, monkeypatch):
+    _bf16_cpu(monkeypatch)
+    t = trainer(tok, tiny_model(tok), tmp_path, steps=3, autocast=AutocastConfig())
+    step = {"step": 0, "rollout/bf16": 1.0, "loss/bf16": 1.0}
+    t.records = [{**step, "loss/agent_logp_drift_mean": float("nan"), "loss/agent_n_tokens": 0.0}]
+    assert t.autocast_on()  # nothing was measured: no update that step
+    t.records = [{**step, "loss/agent_logp_drift_mean": float("nan"), "loss/agent_n_tokens": 40.0}]
+    assert not t.autocast_on()
+
+
+def test_rollouts_taken_back_after_a_stop_keep_the_dtype_they_were_sampled_in(tok, tmp_path, monkeypatch):
+    """Saved bf16 rollouts resumed on a CPU without bf16 instructions: recorded as bf16, old log-probs recomputed."""
+    _bf16_cpu(monkeypatch)
+    t = trainer(tok, tiny_model(tok), tmp_path, steps=1, autocast=AutocastConfig(update=False))
+    monkeypatch.setattr(t, "stop_at_boundary", lambda step: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        t.train_step()  # stopped after the rollout, which is saved
+    monkeypatch.setattr(autocast_mod, "cpu_bf16_instructions", lambda: None)
+    with pytest.warns(UserWarning, match="stays in float32"):
+        resumed = trainer(tok, tiny_model(tok), tmp_path, steps=1, autocast=AutocastConfig(update=False))
+    assert not resumed.update_settings.recompute_old and not resumed.autocast.any
+    rec = resumed.train_step()
+    assert rec["rollout/bf16"] == 1.0 and rec["loss/bf16"] == 0.0
+    assert rec["loss/agent_ratio_outside_clip"] == 0.0  # the ratio divided by the trainer's own log-probs
 
 
 def test_without_bf16_instructions_the_run_stays_float32_and_says_so(tok, tmp_path, monkeypatch):

@@ -96,7 +96,7 @@ class AutocastConfig:
     rollout: bool = True  # the training rollouts' forward passes: agent turns, generative ranker calls, the LLM judge's scores
     update: bool = True  # the GRPO update's forward and backward passes (its recomputed old log-probs too)
     # Bound on the update's mean |trainer log p - rollout log p| over scored tokens (loss/<role>_logp_drift_mean):
-    # a step above it turns the rollout's autocast off for the rest of the run (the records say from which step).
+    # a step above it turns autocast off, both stages, for the rest of the run (the records say from which step).
     # 0.05 is what the paper's own path lives with: a bf16 vLLM engine against the trainer (~0.04, run_schema).
     max_drift: float = 0.05
 

@@ -19,7 +19,7 @@ the GRPO loss upcast logits to float32 before they take log-probs.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -53,16 +53,21 @@ class AutocastPlan:
         return self.rollout or self.update
 
 
-def autocast_plan(rollout: bool, update: bool, device: Any, *, instructions: str | None | bool = False) -> AutocastPlan:
+def autocast_plan(rollout: bool, update: bool, device: Any, *, instructions: str | None | bool = False,
+                  every_rank: Callable[[bool], bool] = bool) -> AutocastPlan:
     """What ``training.autocast``'s ``rollout`` / ``update`` asks for becomes on ``device``: bf16 autocast on
     a CPU with bf16 instructions (:func:`cpu_bf16_instructions`; ``instructions`` overrides the probe, for
-    tests); float32 on a CPU without them, with a warning; nothing on a GPU (its policies are bf16 already)."""
+    tests); float32 on a CPU without them, with a warning; nothing on a GPU (its policies are bf16 already).
+    ``every_rank`` turns this process's answer into the job's (data parallel: bf16 only if every rank's CPU
+    has the instructions, so that the ranks compute alike)."""
     if not (rollout or update):
         return AutocastPlan()
     if torch.device(device).type != "cpu":
         return AutocastPlan(reason=f"no CPU autocast on {torch.device(device).type}: the policies' own dtype")
     found = cpu_bf16_instructions() if instructions is False else instructions
-    if not found:
+    if not every_rank(bool(found)):
+        if found:
+            return AutocastPlan(reason="float32: another rank's CPU has no avx512_bf16 or AMX")
         warnings.warn("training.autocast asks for bf16, but this CPU has no avx512_bf16 or AMX instructions: "
                       "bf16 would run 6-18x slower there (docs/LOG.md), so training stays in float32", stacklevel=2)
         return AutocastPlan(reason="float32: this CPU has no avx512_bf16 or AMX")
@@ -71,9 +76,13 @@ def autocast_plan(rollout: bool, update: bool, device: Any, *, instructions: str
 
 @contextmanager
 def cpu_bf16(enabled: bool) -> Iterator[None]:
-    """``torch.autocast("cpu", bfloat16)`` when ``enabled``, else nothing."""
+    """``torch.autocast("cpu", bfloat16)`` when ``enabled``, else nothing; without autocast's weight cache.
+
+    Autocast keeps the bf16 copy of each trainable weight until its outermost context exits, and an
+    optimizer step inside the context does not refresh it: an update's later minibatches would then
+    forward the weights as they were before its first step. So every forward casts afresh."""
     if not enabled:
         yield
         return
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
         yield

@@ -57,7 +57,7 @@ import pandas as pd
 from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.agent.rankers import Ranker, RankerContext, make_ranker
 from cosearch_lib.agent.rollout import RolloutEngine
-from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig, ranker_kind
+from cosearch_lib.config import ProtocolConfig, RolloutConfig, SamplingConfig, TrainConfig, UpdateSettings, ranker_kind
 from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import QAExample
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, select_examples
@@ -156,17 +156,24 @@ class JointTrainer(TrainingRun):
                                      self.out_dir / LIVE_ADAPTERS_DIR / (f"rank{dp.rank}" if dp.distributed else ""))
         # The ratio's old log-probs: a disk-reading engine is not the trainer's model (vLLM samples
         # in bf16 with its own kernels), so by default the update recomputes them (GRPOConfig.old_logprobs).
-        # bf16 autocast of the rollouts and the updates (training.autocast), on a CPU that multiplies bf16 in
-        # hardware (models.autocast.autocast_plan); validation runs in float32 whatever it says.
-        device = next(self.policies.model.parameters()).device
-        self.autocast = autocast_plan(cfg.autocast.rollout, cfg.autocast.update, device) if cfg.autocast else AutocastPlan()
-        # ... and rollouts under autocast are not the trainer's own either: in bf16 a cached decode and the
-        # update's whole-sequence forward differ by kernel noise (ci, both in bf16: mean |delta log p| 0.007,
-        # p99 0.2, 1-2% of the ratios outside the clip before any step), so the update recomputes them.
-        self.update_settings = cfg.update_settings(recompute_old=cfg.grpo.recomputes_old_logprobs(
-            generated_by_trainer=not self.served.enabled and not self.autocast.any))
+        # bf16 autocast of the rollouts and the updates (training.autocast), on CPUs that multiply bf16 in
+        # hardware, every rank's (models.autocast.autocast_plan); validation runs in float32 whatever it says.
+        # A disk-reading engine (vLLM) samples in its own dtype: the rollout's autocast is the trainer's model's only.
+        ac, device = cfg.autocast, next(self.policies.model.parameters()).device
+        self.autocast = autocast_plan(ac.rollout and not self.served.enabled, ac.update, device,
+                                      every_rank=lambda ok: all(dp.gather(ok))) if ac else AutocastPlan()
+        self.update_settings = self._update_settings(bf16_step=self.autocast.any)
         # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
         self.tracker = tracker
+
+    def _update_settings(self, *, bf16_step: bool) -> UpdateSettings:
+        """The update's settings for a step that computes under autocast in some stage (``bf16_step``) or not.
+        Rollouts under autocast are not the trainer's own: in bf16 a cached decode and the update's
+        whole-sequence forward differ by kernel noise (ci, both in bf16: mean |delta log p| 0.007, p99 0.2,
+        1-2% of the ratios outside the clip before any step), so with ``grpo.old_logprobs: auto`` the update
+        recomputes the old log-probs then, as for a vLLM engine."""
+        by_trainer = not self.served.enabled and not bf16_step
+        return self.cfg.update_settings(recompute_old=self.cfg.grpo.recomputes_old_logprobs(generated_by_trainer=by_trainer))
 
     def _method_ranker(self, sampling: SamplingConfig) -> Ranker:
         """The method's ranking (``agent.rankers.RANKING_MODES``): a rule named by its ``RankedBy``
@@ -194,25 +201,28 @@ class JointTrainer(TrainingRun):
         during them stops the run there; a resumed run takes them back instead of rolling out again."""
         cfg, step = self.cfg, self.step
         clock = StageClock()
+        bf16 = self.autocast_on()  # read from the earlier steps' records: the same after a stop
         saved = self.take_stage(step)
         if saved is not None:  # resumed at the stage boundary: the same rollouts, rewards and groups
             batch = StepBatch(saved["trajectories"], tuple(self.dp.block(len(saved["trajectories"]))))
             rewards, groups = saved["rewards"], saved["groups"]
             clock.seconds.update(saved["seconds"])
+            rollout_bf16 = bool(saved.get("rollout_bf16", False))  # what they were sampled in, on whichever machine
         else:
-            with cpu_bf16(self.autocast.rollout and self.autocast_on()):
+            rollout_bf16 = self.autocast.rollout and bf16
+            with cpu_bf16(rollout_bf16):
                 batch, rewards, groups = self.scored_rollouts(step, clock)
             self.save_stage(step, {"trajectories": list(batch.trajectories), "rewards": rewards, "groups": groups,
-                                   "seconds": dict(clock.seconds)})
+                                   "seconds": dict(clock.seconds), "rollout_bf16": rollout_bf16})
             self.stop_at_boundary(step)  # rollouts taken back are not a boundary: the resumed run goes on into the update
-        bf16 = self.autocast_on()
-        with clock("update"), cpu_bf16(self.autocast.update and bf16):
-            update_stats = self._update(batch, rewards, groups, clock)
+        update_bf16 = self.autocast.update and bf16
+        with clock("update"), cpu_bf16(update_bf16):
+            update_stats = self._update(batch, rewards, groups, clock, self._update_settings(bf16_step=rollout_bf16 or update_bf16))
         with clock("sync"):
             self._sync(update_stats)
         record = step_record(step, cfg.method, rewards, groups, update_stats)
-        if cfg.autocast is not None:  # what this step computed in (a resumed rollout: what it was sampled in)
-            record.update({"rollout/bf16": float(self.autocast.rollout and bf16), "loss/bf16": float(self.autocast.update and bf16)})
+        if cfg.autocast is not None:  # what this step computed in
+            record.update({"rollout/bf16": float(rollout_bf16), "loss/bf16": float(update_bf16)})
         self.call_records.extend(call_rows(step, rewards, groups))
         timings = clock.columns()
         if not self.served.enabled:
@@ -250,9 +260,10 @@ class JointTrainer(TrainingRun):
         bound = self.cfg.autocast.max_drift
         for rec in self.records:
             if rec.get("rollout/bf16") or rec.get("loss/bf16"):
-                drifts = {k: v for k, v in rec.items() if k.endswith("_logp_drift_mean") and v == v and v > bound}
-                if drifts:
-                    return False
+                for key, drift in rec.items():  # a NaN drift of a role that scored tokens fails too
+                    scored = rec.get(key.replace("_logp_drift_mean", "_n_tokens"), 0)
+                    if key.endswith("_logp_drift_mean") and scored > 0 and not drift <= bound:
+                        return False
         return True
 
     def _rollouts(self, step: int) -> StepBatch:
@@ -270,8 +281,8 @@ class JointTrainer(TrainingRun):
         """The LLM-as-judge ablation's labels of the shown passages: the base model (adapters off) judges."""
         judge_calls(calls, self.backend, self.chat, adapter=None, seed=self.seed)
 
-    def _update(self, batch: StepBatch, rewards: StepRewards, groups: StepGroups,
-                clock: StageClock) -> dict[str, dict[str, float]]:
+    def _update(self, batch: StepBatch, rewards: StepRewards, groups: StepGroups, clock: StageClock,
+                settings: UpdateSettings) -> dict[str, dict[str, float]]:
         """The update stage: one job per trained role (:func:`~cosearch_lib.rl.step_batch.role_job`, on
         this rank's rows), each adapter's GRPO update on the jobs of the roles it plays, or the
         cross-encoder's own update when it is the trained ranker; {adapter: stats}."""
@@ -291,7 +302,7 @@ class JointTrainer(TrainingRun):
                     temperature=temperatures["ranker"], max_grad_norm=cfg.max_grad_norm)
         for adapter, adapter_jobs in jobs.items():
             with clock(f"{adapter}_update"):
-                stats[adapter] = grpo_update(self.policies, adapter, adapter_jobs, self.update_settings,
+                stats[adapter] = grpo_update(self.policies, adapter, adapter_jobs, settings,
                                              pad_id=self.pad_id, dp=self.dp)
         return stats
 

@@ -163,7 +163,7 @@ class TransformersBackend:
         stop_tokens = self.stop_tokens(sampling.stop) if sampling.stop else frozenset()
         out: list[Generation | None] = [None] * len(prompts)
         scope = merged_adapter if self.merge_lora else adapter_context
-        with scope(self.model, adapter), eval_mode(self.model), torch.inference_mode():
+        with scope(self.model, adapter), eval_mode(self.model), torch.inference_mode(), self._dynamic_under_autocast():
             if self.share_prefixes:
                 self._share_prefixes(prompts, adapter, store)
             for chunk in chunks:
@@ -174,6 +174,21 @@ class TransformersBackend:
         self.last_stats = {k: v - before.get(k, 0) if k in ("hits", "hit_tokens", "misses") else v
                            for k, v in store.stats().items()}
         return out  # type: ignore[return-value]
+
+    @contextmanager
+    def _dynamic_under_autocast(self) -> Iterator[None]:
+        """Under autocast (``models.autocast.cpu_bf16``) the call decodes on the dynamic cache, uncompiled:
+        transformers' static cache holds keys and values in one dtype, and under autocast the rotary
+        embedding leaves the keys in float32 while the values come out of their projection in bf16."""
+        if not (self.static_cache and torch.is_autocast_enabled(self.device.type)):
+            yield
+            return
+        kept = self.static_cache, self.compile_decode
+        self.static_cache = self.compile_decode = False
+        try:
+            yield
+        finally:
+            self.static_cache, self.compile_decode = kept
 
     def _share_prefixes(self, prompts: Sequence[Sequence[int]], adapter: str | None, store: PrefixStore) -> None:
         """Run every prefix that two or more prompts of the call share, once each (batch 1), and store it.
