@@ -14,6 +14,7 @@ the two curves into one figure. The float32 run's records default to the committ
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def main() -> None:
     out = root / args.figure
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
-    print(f"\nwrote {out}")
+    print(f"\nwrote {os.path.relpath(out, root)}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,8 +70,7 @@ def main() -> None:
             name, path = _probe(args.profile, tag, autocast, Path(tmp))
             for method in args.methods.split(","):
                 out = run_dir(name) / "training" / method
-                if out.exists():  # a fresh run each time: the same steps, from the same starts
-                    subprocess.run(["rm", "-r", str(out)], check=True)
+                shutil.rmtree(out, ignore_errors=True)  # a fresh run each time: the same steps, from the same starts
                 cmd = [sys.executable, "-m", "cosearch_lib.cli", "train", "--profile", str(path), "--methods", method,
                        "--steps", str(args.steps), "--quiet"]
                 start = time.perf_counter()
@@ -103,7 +103,7 @@ def main() -> None:
         table = pd.concat([old[~(old["profile"].eq(args.profile) & old["method"].isin(args.methods.split(",")))], table],
                           ignore_index=True)
     write_table(table, out)
-    print(f"wrote {out}")
+    print(f"wrote {os.path.relpath(out, root)}")
 
 
 if __name__ == "__main__":

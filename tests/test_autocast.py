@@ -15,20 +15,22 @@ import torch
 
 import cosearch_lib.models.autocast as autocast_mod
 from cosearch_lib.config import AutocastConfig, ConfigError, TrainConfig, from_dict, load_profile
-from cosearch_lib.models.autocast import autocast_plan, cpu_bf16
+from cosearch_lib.models.autocast import AutocastPlan, autocast_plan, cpu_bf16
 
 from tests.doubles import tiny_model, trainer
 from tests.test_training import changed, snapshot
 
 
-def test_the_plan_keeps_float32_without_bf16_instructions_and_on_a_gpu():
-    with pytest.warns(UserWarning, match="no avx512_bf16 or AMX"):
-        plan = autocast_plan(True, True, "cpu", instructions=None)
-    assert (plan.rollout, plan.update) == (False, False) and "float32" in plan.reason
-    plan = autocast_plan(True, False, "cpu", instructions="avx512_bf16")
-    assert (plan.rollout, plan.update, plan.any) == (True, False, True) and "avx512_bf16" in plan.reason
-    assert not autocast_plan(True, True, "cuda", instructions="amx").rollout  # the GPU's policies are bf16 already
-    assert autocast_plan(False, False, "cpu").reason == "float32: not asked"
+def test_the_plan_keeps_float32_without_bf16_instructions_and_on_a_gpu(monkeypatch):
+    monkeypatch.setattr(autocast_mod, "cpu_bf16_instructions", lambda: None)
+    with pytest.warns(UserWarning, match="this CPU has no avx512_bf16 or AMX"):
+        assert autocast_plan(True, True, "cpu") == AutocastPlan()
+    monkeypatch.setattr(autocast_mod, "cpu_bf16_instructions", lambda: "avx512_bf16")
+    assert autocast_plan(True, False, "cpu") == AutocastPlan(rollout=True, update=False)
+    with pytest.warns(UserWarning, match="another rank's CPU has no"):  # data parallel: every rank or none
+        assert autocast_plan(True, True, "cpu", every_rank=lambda ok: ok and False) == AutocastPlan()
+    assert autocast_plan(True, True, "cuda") == AutocastPlan()  # the GPU's policies are bf16 already
+    assert autocast_plan(False, False, "cpu") == AutocastPlan()
 
 
 def test_the_context_computes_matmuls_in_bf16_and_leaves_the_weights_in_float32():

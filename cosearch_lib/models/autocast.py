@@ -29,23 +29,19 @@ import torch
 
 def cpu_bf16_instructions() -> str | None:
     """The bf16 matrix instructions of this CPU that oneDNN uses: "amx", "avx512_bf16", or None."""
-    cpu = getattr(torch, "cpu", None)
-    if cpu is None:
-        return None
-    if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
+    if torch.cpu._is_amx_tile_supported():
         return "amx"
-    if getattr(cpu, "_is_avx512_bf16_supported", lambda: False)():
+    if torch.cpu._is_avx512_bf16_supported():
         return "avx512_bf16"
     return None
 
 
 @dataclass(frozen=True)
 class AutocastPlan:
-    """Which training stages run under CPU bf16 autocast, and why (the step records carry the flags)."""
+    """Which training stages run under CPU bf16 autocast (the step records carry the flags)."""
 
     rollout: bool = False  # the training rollouts' forward passes (agent turns, ranker calls, the judge's scores)
     update: bool = False  # the GRPO update's forward and backward passes
-    reason: str = "float32: not asked"
 
     @property
     def any(self) -> bool:
@@ -53,25 +49,22 @@ class AutocastPlan:
         return self.rollout or self.update
 
 
-def autocast_plan(rollout: bool, update: bool, device: Any, *, instructions: str | None | bool = False,
+def autocast_plan(rollout: bool, update: bool, device: Any, *,
                   every_rank: Callable[[bool], bool] = bool) -> AutocastPlan:
     """What ``training.autocast``'s ``rollout`` / ``update`` asks for becomes on ``device``: bf16 autocast on
-    a CPU with bf16 instructions (:func:`cpu_bf16_instructions`; ``instructions`` overrides the probe, for
-    tests); float32 on a CPU without them, with a warning; nothing on a GPU (its policies are bf16 already).
-    ``every_rank`` turns this process's answer into the job's (data parallel: bf16 only if every rank's CPU
-    has the instructions, so that the ranks compute alike)."""
-    if not (rollout or update):
+    a CPU with bf16 instructions (:func:`cpu_bf16_instructions`); float32 on a CPU without them, with a
+    warning; nothing on a GPU (its policies are bf16 already). ``every_rank`` turns this process's answer
+    into the job's (data parallel: bf16 only if every rank's CPU has the instructions, so that the ranks
+    compute alike)."""
+    if not (rollout or update) or torch.device(device).type != "cpu":
         return AutocastPlan()
-    if torch.device(device).type != "cpu":
-        return AutocastPlan(reason=f"no CPU autocast on {torch.device(device).type}: the policies' own dtype")
-    found = cpu_bf16_instructions() if instructions is False else instructions
-    if not every_rank(bool(found)):
-        if found:
-            return AutocastPlan(reason="float32: another rank's CPU has no avx512_bf16 or AMX")
-        warnings.warn("training.autocast asks for bf16, but this CPU has no avx512_bf16 or AMX instructions: "
-                      "bf16 would run 6-18x slower there (docs/LOG.md), so training stays in float32", stacklevel=2)
-        return AutocastPlan(reason="float32: this CPU has no avx512_bf16 or AMX")
-    return AutocastPlan(rollout=rollout, update=update, reason=f"bf16 autocast on the CPU's {found}")
+    found = cpu_bf16_instructions()
+    if not every_rank(found is not None):
+        where = "another rank's CPU has" if found else "this CPU has"
+        warnings.warn(f"training.autocast asks for bf16, but {where} no avx512_bf16 or AMX instructions: bf16 would "
+                      "run 6-18x slower there (docs/LOG.md), so training stays in float32", stacklevel=2)
+        return AutocastPlan()
+    return AutocastPlan(rollout=rollout, update=update)
 
 
 @contextmanager

@@ -259,11 +259,12 @@ class JointTrainer(TrainingRun):
             return False
         bound = self.cfg.autocast.max_drift
         for rec in self.records:
-            if rec.get("rollout/bf16") or rec.get("loss/bf16"):
-                for key, drift in rec.items():  # a NaN drift of a role that scored tokens fails too
-                    scored = rec.get(key.replace("_logp_drift_mean", "_n_tokens"), 0)
-                    if key.endswith("_logp_drift_mean") and scored > 0 and not drift <= bound:
-                        return False
+            if not (rec.get("rollout/bf16") or rec.get("loss/bf16")):
+                continue
+            for key in (k for k in rec if k.endswith("_logp_drift_mean")):
+                scored = rec.get(key.replace("_logp_drift_mean", "_n_tokens"), 0)
+                if scored > 0 and not rec[key] <= bound:  # a NaN drift of a role that scored tokens fails too
+                    return False
         return True
 
     def _rollouts(self, step: int) -> StepBatch:
