@@ -254,6 +254,30 @@ def test_each_method_starts_its_ranker_where_the_settings_say(monkeypatch, tmp_p
     assert experiment.method_starts(off, None, method)["ranker"] == tmp_path / "warm"
 
 
+@pytest.mark.parametrize("kind", ["llm", "llm_judge"])
+def test_a_method_without_a_ranker_builds_no_ranker_start(monkeypatch, tmp_path, kind):
+    """Retrieval Only and the Oracle read no ranker: their training must not train the ranker's warm start
+    or the LLM judge (on a fresh machine the judge alone takes ~15 min on 2 cores)."""
+    from dataclasses import replace
+
+    from cosearch_lib.run_schema import SCORER_SLOT
+
+    cfg = load_profile("ci")
+    cfg = replace(cfg, training=replace(cfg.training, ranker_kind=kind))
+    asked, judged = [], []
+    monkeypatch.setattr(cached_starts, "warm_start", lambda c, r, roles=None, progress=True:
+                        asked.append(tuple(roles)) or {role: tmp_path / role for role in roles})
+    monkeypatch.setattr(cached_starts, "fixed_ranker", lambda *a, **k: judged.append(1) or tmp_path / "judge")
+    for method in ("search_r1", "oracle"):
+        assert experiment.method_starts(cfg, None, method) == {"agent": tmp_path / "agent"}
+    assert asked == [("agent",), ("agent",)] and judged == []
+    starts = experiment.method_starts(cfg, None, "cosearch")
+    if kind == "llm_judge":  # the judge is the ranker policy: no generative ranker adapter to warm-start
+        assert asked[-1] == ("agent",) and starts == {"agent": tmp_path / "agent", SCORER_SLOT: tmp_path / "judge"}
+    else:
+        assert asked[-1] == ("agent", "ranker") and judged == [] and set(starts) == {"agent", "ranker"}
+
+
 def test_a_backend_that_reads_adapters_from_disk_gets_the_ranker_before_it_generates_after_each_update_and_on_resume(
         tok, tmp_path):
     t = relevance_trainer(tok, tmp_path, steps=2, backend_class=DiskAdapterBackend)

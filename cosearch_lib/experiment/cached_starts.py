@@ -235,10 +235,13 @@ def method_starts(cfg: ProfileConfig, retriever: SearchBackend | None, method: s
     relevance-trained one (:func:`relevance_ranker`) for the Fixed Ranker, and for CoSearch when
     ``relevance.cosearch_start`` is ``"relevance"`` (docs/METHOD.md: the release starts CoSearch's
     ranker from the model as shipped, ours from its warm start)."""
-    starts = policy_starts(cfg, retriever, progress=progress)
+    spec = method_spec(method)
+    # only the roles the method starts from: Retrieval Only and the Oracle read no ranker, so on a fresh
+    # machine their training does not build the ranker's warm start or the LLM judge (~15 min on 2 cores)
+    starts = policy_starts(cfg, retriever, roles=spec.warm_start, progress=progress)
     takes_relevance = method in FIXED_RANKER_METHODS or (method == "cosearch" and cfg.relevance.cosearch_start == "relevance")
     # (a scoring ranker is relevance-trained by its own start: this GRPO is the generative ranker's)
-    if cfg.relevance.enabled and takes_relevance and method_spec(method).ranked_by is RankedBy.POLICY \
+    if cfg.relevance.enabled and takes_relevance and spec.ranked_by is RankedBy.POLICY \
             and cfg.training.ranker_kind == "llm":
         starts["ranker"] = relevance_ranker(cfg, retriever, progress=progress)
     return starts
@@ -349,11 +352,13 @@ def fixed_ranker_cached(cfg: ProfileConfig) -> bool:
     return RANKER_STARTS[cfg.training.ranker_kind].is_cached(cfg)
 
 
-def policy_starts(cfg: ProfileConfig, retriever: SearchBackend | None, *, progress: bool = True) -> dict[str, Path]:
-    """Where every policy of the profile starts: the warm-started adapters (:func:`warm_start`) and,
-    with a scoring ``training.ranker_kind``, that ranker's start (:func:`fixed_ranker`) as ``run_schema.SCORER_SLOT``.
-    What :func:`evaluate_before_after` evaluates as "before GRPO"."""
-    starts = dict(warm_start(cfg, retriever, progress=progress))
-    if cfg.training.ranker_kind in SCORING_RANKER_KINDS:
+def policy_starts(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Sequence[str] = POLICY_ROLES,
+                  progress: bool = True) -> dict[str, Path]:
+    """Where the policies of ``roles`` start (default every role of the profile): the warm-started
+    adapters (:func:`warm_start`) and, for the ranker with a scoring ``training.ranker_kind``, that
+    ranker's start (:func:`fixed_ranker`) as ``run_schema.SCORER_SLOT``. What :func:`evaluate_before_after`
+    evaluates as "before GRPO"."""
+    starts = dict(warm_start(cfg, retriever, roles=[r for r in warm_roles(cfg) if r in roles], progress=progress))
+    if "ranker" in roles and cfg.training.ranker_kind in SCORING_RANKER_KINDS:
         starts[SCORER_SLOT] = fixed_ranker(cfg, retriever, progress=progress)
     return starts
