@@ -371,3 +371,17 @@ def test_results_page_lists_the_ranker_sft_probes_and_no_probe_folder_as_a_profi
     assert section.index("| short") < section.index("| long")  # cheapest first
     assert "| 5 | shuffled | 1200 | 1 | 60 | 0.050 | 180 | 0.500 | 0.560 | 0.060 | 0.010 | 0.110 | a > b (interval excludes 0) |" in long
     assert short.endswith("| no difference shown (interval includes 0) |")
+
+
+def test_results_page_gives_the_steps_each_method_completed(tmp_path):
+    """Notebook 03's records say how many steps each method had completed (its last step record), not the
+    step rows of every method together (``steps`` of the records before 2026-12)."""
+    from pathlib import Path
+
+    metrics = json.loads(Path("docs/results/laptop_curve/03_joint_grpo_training.metrics.json").read_text())
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "03_joint_grpo_training.metrics.json").write_text(json.dumps(metrics))
+    assert metrics["steps"] == 16 and "8 GRPO step(s) per method;" in render_results_page(tmp_path)
+    metrics["last"]["search_r1"]["step"] = 15
+    (tmp_path / "x" / "03_joint_grpo_training.metrics.json").write_text(json.dumps(metrics))
+    assert "GRPO steps per method: cosearch 8, search_r1 16;" in render_results_page(tmp_path)

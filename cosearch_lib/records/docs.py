@@ -166,8 +166,17 @@ def _ranker_quality(m: dict) -> list[str]:
     return out
 
 
+def _steps_done(m: dict) -> str:
+    """The GRPO steps each method had completed when the notebook ran, from its last step record (the
+    records' ``steps`` counts step rows over every method, before 2026-12: not a per-method figure)."""
+    done = {method: int(current_step_record(rec).get("step", -1)) + 1 for method, rec in (m.get("last") or {}).items()}
+    if len(set(done.values())) == 1:
+        return f"{next(iter(done.values()))} GRPO step(s) per method"
+    return "GRPO steps per method: " + ", ".join(f"{method} {n}" for method, n in done.items())
+
+
 def _section_03(m: dict) -> list[str]:
-    out = [f"{m['steps']} GRPO step(s); rule set `{m.get('rules', 'paper')}`; answer F1 {describe_f1_metric(m.get('f1_metric'))}. "
+    out = [f"{_steps_done(m)}; rule set `{m.get('rules', 'paper')}`; answer F1 {describe_f1_metric(m.get('f1_metric'))}. "
            "Warm start:", "", _by_index(m["warmstart"], "role"),
            "", "First and last step records (columns: docs/METRICS.md):", "",
            markdown_table([{"method": method, **{c: current_step_record(rec).get(c) for c in STEP_COLUMNS}}
