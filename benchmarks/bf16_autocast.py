@@ -10,11 +10,14 @@ This measures the real model, not a lone matmul:
 * a prefill of 8 prompts x 600 tokens (the shape of an evaluation batch), no gradient;
 * one forward + backward of a 790-token sequence (a demo warm-start sequence; every weight
   trainable, an upper bound on the LoRA update's cost);
+* the rollout's own loop (``TransformersBackend.generate``, sampling at temperature 1): 16 prompts of
+  600-750 tokens sharing a 450-token prefix (the agent's instructions), first one new token (the
+  prefill), then 64 (the decode's milliseconds per token are the difference over the extra tokens);
 * the numerics: the largest |log p| difference on float32's argmax tokens, and how often the
   argmax agrees, over the prefill's positions (random token ids: a harsh case); and the cosine
   between the two modes' gradients of the 790-token loss (every weight), with their norm ratio.
 
-    python benchmarks/bf16_autocast.py              # 2 threads, ~1 min
+    python benchmarks/bf16_autocast.py              # 2 threads, ~2 min
     python benchmarks/bf16_autocast.py --threads 1
 """
 
@@ -26,6 +29,8 @@ import time
 
 import torch
 
+from cosearch_lib.config import SamplingConfig
+from cosearch_lib.models.generation.transformers_backend import TransformersBackend
 from cosearch_lib.models.registry import load_causal_lm
 
 
@@ -43,7 +48,7 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model, _ = load_causal_lm(args.model, device="cpu")
+    model, tokenizer = load_causal_lm(args.model, device="cpu")
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(100, 20000, (8, 600), generator=gen)
     sequence = torch.randint(100, 20000, (1, 790), generator=gen)
@@ -66,10 +71,30 @@ def main() -> None:
             with ctx():
                 secs[mode] = timed(fn)
         rows.append((name, secs["float32"], secs["bf16 autocast"]))
+    shared = torch.randint(100, 20000, (450,), generator=gen).tolist()
+    rollout_prompts = [shared + torch.randint(100, 20000, (150 + 10 * i,), generator=gen).tolist() for i in range(16)]
+    backend = TransformersBackend(model, tokenizer, batch_size=16)
+
+    def generate(new_tokens: int) -> tuple[float, int]:
+        sampling = SamplingConfig(temperature=1.0, max_new_tokens=new_tokens, seed=1)
+        t0 = time.perf_counter()
+        out = backend.generate(rollout_prompts, sampling)
+        return time.perf_counter() - t0, sum(len(g.token_ids) for g in out)
+
+    loop = {}
+    for mode, ctx in modes.items():
+        with ctx():
+            generate(2)  # warm-up
+            prefill_s, _ = generate(1)
+            total_s, n_tokens = generate(64)
+        loop[mode] = (prefill_s, (total_s - prefill_s) / max(n_tokens - len(rollout_prompts), 1) * 1000)
     print(f"{args.model}, {args.threads} thread(s)")
     print(f"{'':32s} {'float32':>9s} {'bf16':>9s} {'ratio':>7s}")
     for name, a, b in rows:
         print(f"{name:32s} {a:8.2f}s {b:8.2f}s {a / b:6.2f}x")
+    (p32, d32), (p16, d16) = loop["float32"], loop["bf16 autocast"]
+    print(f"{'rollout loop: prefill, 16 rows':32s} {p32:8.2f}s {p16:8.2f}s {p32 / p16:6.2f}x")
+    print(f"{'rollout loop: decode per token':32s} {d32:7.1f}ms {d16:7.1f}ms {d32 / d16:6.2f}x")
     with torch.no_grad():
         exact = torch.log_softmax(model(prompts).logits.float(), -1)
         with torch.autocast("cpu", dtype=torch.bfloat16):
