@@ -239,8 +239,7 @@ def test_the_engine_keys_the_relevance_training_but_not_the_warm_start():
 
 
 @pytest.mark.parametrize(("method", "cosearch_start", "ranker"), [
-    ("fixed_ranker", "warmstart", "relevance"), ("cosearch", "warmstart", "warm"), ("cosearch", "relevance", "relevance"),
-    ("search_r1", "relevance", "warm")])
+    ("fixed_ranker", "warmstart", "relevance"), ("cosearch", "warmstart", "warm"), ("cosearch", "relevance", "relevance")])
 def test_each_method_starts_its_ranker_where_the_settings_say(monkeypatch, tmp_path, method, cosearch_start, ranker):
     from dataclasses import replace
 

@@ -169,7 +169,10 @@ def _ranker_quality(m: dict) -> list[str]:
 def _steps_done(m: dict) -> str:
     """The GRPO steps each method had completed when the notebook ran, from its last step record (the
     records' ``steps`` counts step rows over every method, before 2026-12: not a per-method figure)."""
-    done = {method: int(current_step_record(rec).get("step", -1)) + 1 for method, rec in (m.get("last") or {}).items()}
+    last = {method: current_step_record(rec).get("step") for method, rec in (m.get("last") or {}).items()}
+    done = {method: int(step) + 1 for method, step in last.items() if step is not None}
+    if not done:
+        return "no GRPO step recorded"
     if len(set(done.values())) == 1:
         return f"{next(iter(done.values()))} GRPO step(s) per method"
     return "GRPO steps per method: " + ", ".join(f"{method} {n}" for method, n in done.items())
