@@ -21,6 +21,11 @@ Writes ``benchmarks/records/cpu_throughput.json`` (commit it: the planner reads 
 ``tests/test_job_plan.py`` checks the planner against the committed run records with it):
 
     python benchmarks/cpu_throughput.py                  # ~4 min on 2 cores; run alone
+    python benchmarks/cpu_throughput.py --threads 2 --bf16   # the bf16 autocast factors (avx512_bf16 or AMX)
+
+``--bf16`` measures the policy's rates in float32 and under ``models.autocast.cpu_bf16`` side by side and
+keeps their ratio per kind of work (``planning.throughputs.BF16_FACTORS``) in the record's thread entry:
+the planner applies them to the float32 figures for a profile with ``training.autocast``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosearch_lib.atomic_io import write_json  # noqa: E402
 from cosearch_lib.config import EncoderConfig, GRPOConfig, LoraSettings, SamplingConfig, UpdateSettings  # noqa: E402
+from cosearch_lib.models.autocast import cpu_bf16, cpu_bf16_instructions  # noqa: E402
 from cosearch_lib.models.generation.teacher_forced import reference_logprobs  # noqa: E402
 from cosearch_lib.models.generation.transformers_backend import TransformersBackend  # noqa: E402
 from cosearch_lib.models.llm_judge import LLMJudgeScorer  # noqa: E402
@@ -100,7 +106,7 @@ def _judge_rates(model, tok) -> dict:
             "judge_train_tps": tokens / _time(train, repeats=3)}
 
 
-def measure(threads: int) -> dict:
+def _policy_model(threads: int):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     base, tok = load_causal_lm("smollm2-135m-instruct", device="cpu")
@@ -109,6 +115,13 @@ def measure(threads: int) -> dict:
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape) * 0.01)
+    model.eval()
+    return model, tok
+
+
+def policy_rates(model, tok) -> dict:
+    """The policy's decode fit, prefill, update and judge rates (the module's docstring), in the caller's
+    precision (float32, or under ``models.autocast.cpu_bf16``)."""
     model.eval()
     step_times, points = [], []
     for rows, length in [(r, SHORT) for r in ROWS] + [(r, LONG) for r in LONG_ROWS]:
@@ -151,7 +164,27 @@ def measure(threads: int) -> dict:
     train()  # warm-up
     train_tps = UPDATE_SEQS * UPDATE_LEN / _time(train)
     model.eval()
-    judge = _judge_rates(model, tok)
+    return {"decode_step_s": float(intercept), "decode_row_s": float(slope), "decode_row_context_s": float(per_context),
+            "decode_rows": list(ROWS), "decode_points": [list(p) for p in points],
+            "decode_step_s_measured": [round(t, 5) for t in step_times],
+            "prefill_tps": prefill_tps, "train_tps": train_tps, **_judge_rates(model, tok)}
+
+
+def bf16_factors(threads: int) -> dict:
+    """The policy's speed-up under CPU bf16 autocast per kind of work (``planning.throughputs.BF16_FACTORS``):
+    :func:`policy_rates` in float32, then under ``cpu_bf16``, side by side in one process."""
+    model, tok = _policy_model(threads)
+    f32 = policy_rates(model, tok)
+    with cpu_bf16(True):
+        b16 = policy_rates(model, tok)
+    decode = sum(f32["decode_step_s_measured"]) / sum(b16["decode_step_s_measured"])  # the same points
+    factors = {"decode": decode, **{k: b16[f"{k}_tps"] / f32[f"{k}_tps"] for k in ("prefill", "train", "judge", "judge_train")}}
+    return {"factors": factors, "instructions": cpu_bf16_instructions(), "float32": f32, "bf16": b16}
+
+
+def measure(threads: int) -> dict:
+    model, tok = _policy_model(threads)
+    rates = policy_rates(model, tok)
     enc = TextEncoder(EncoderConfig(model="all-minilm-l6-v2", batch_size=16))
     queries = [f"who built the bridge over river number {i} in castel amaro" for i in range(256)]
     n_tokens = sum(len(enc.tokenizer.encode(q)) for q in queries)
@@ -163,11 +196,7 @@ def measure(threads: int) -> dict:
     index.add(rng.standard_normal((200_000, 384), dtype=np.float32))
     q = rng.standard_normal((64, 384), dtype=np.float32)
     search_s = _time(lambda: index.search(q, 10), repeats=3)
-    return {"policies": {"SmolLM2-135M": {"decode_step_s": float(intercept), "decode_row_s": float(slope),
-                                          "decode_row_context_s": float(per_context),
-                                          "decode_rows": list(ROWS), "decode_points": [list(p) for p in points],
-                                          "decode_step_s_measured": [round(t, 5) for t in step_times],
-                                          "prefill_tps": prefill_tps, "train_tps": train_tps, **judge}},
+    return {"policies": {"SmolLM2-135M": rates},
             "encoder_tps": encoder_tps, "search_vectors_per_s": 200_000 * 64 / search_s * 384 / 768}
 
 
@@ -176,15 +205,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--out", default=str(project_root() / "benchmarks" / "records" / "cpu_throughput.json"))
     ap.add_argument("--keep", action="store_true", help="keep the record's other thread counts")
+    ap.add_argument("--bf16", action="store_true",
+                    help="measure only the bf16 autocast factors (float32 and bf16 side by side) into the record's thread "
+                         "counts, keeping its other figures; needs a CPU with avx512_bf16 or AMX")
     args = ap.parse_args(argv)
+    if args.bf16:
+        return _write_bf16(args)
     env = environment_snapshot()
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    record = {"cpu": cpu, "git_sha": env.get("git_sha", ""), "time": env.get("time", ""), "by_threads": {}}
+    record = {"cpu": _cpu_name(), "git_sha": env.get("git_sha", ""), "time": env.get("time", ""), "by_threads": {}}
     if args.keep and Path(args.out).exists():  # thread counts not measured now keep their figures
         record["by_threads"] = json.loads(Path(args.out).read_text()).get("by_threads", {})
     for threads in args.threads:
@@ -197,6 +225,37 @@ def main(argv: list[str] | None = None) -> None:
               f"encoder {r['encoder_tps']:,.0f} tok/s, search {r['search_vectors_per_s']:.3g} vectors/s", flush=True)
     write_json(record, args.out)
     print(f"wrote {args.out}")
+
+
+def _write_bf16(args: argparse.Namespace) -> None:
+    if cpu_bf16_instructions() is None:
+        raise SystemExit("this CPU has no avx512_bf16 or AMX instructions: bf16 autocast runs in software here "
+                         "(6-18x slower, docs/LOG.md), so there is no factor worth planning with")
+    out = Path(args.out)
+    if not out.exists():
+        raise SystemExit(f"no record at {out}: run python benchmarks/cpu_throughput.py first (the float32 figures)")
+    record = json.loads(out.read_text())
+    env = environment_snapshot()
+    for threads in args.threads:
+        if str(threads) not in record.get("by_threads", {}):
+            raise SystemExit(f"the record has no float32 figures at {threads} thread(s): measure them first")
+        measured = bf16_factors(threads)
+        f = measured["factors"]
+        record["by_threads"][str(threads)]["bf16"] = {
+            "factors": f, "instructions": measured["instructions"], "cpu": _cpu_name(), "git_sha": env.get("git_sha", ""),
+            "time": env.get("time", ""), "float32": measured["float32"], "bf16": measured["bf16"]}
+        print(f"{threads} thread(s), bf16 autocast / float32 ({measured['instructions']}): "
+              + ", ".join(f"{k} {v:.2f}x" for k, v in f.items()), flush=True)
+    write_json(record, out)
+    print(f"wrote {out}")
+
+
+def _cpu_name() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

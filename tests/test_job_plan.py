@@ -188,6 +188,38 @@ def test_the_cpu_profiles_plan_on_this_machines_rates():
         assert plan.device.startswith("CPU") and plan.step_s["cosearch"] > plan.step_s["search_r1"] > 0
 
 
+def test_training_autocast_plans_a_cpu_ranks_rollouts_and_updates_at_the_measured_bf16_factors():
+    """laptop_curve_wide trains under bf16 autocast: its rollouts and updates plan at the CPU record's bf16
+    factors (benchmarks/cpu_throughput.py --bf16), its validation and evaluation in float32; without factors
+    in the record, or on a GPU (bf16 already), the plan is float32's and says why."""
+    from dataclasses import replace
+
+    from cosearch_lib.config import AutocastConfig
+
+    cfg = load_profile("laptop_curve_wide")
+    assert cfg.training.autocast == AutocastConfig(rollout=True, update=True)
+    rates = cpu_rates(2)
+    f = {k: m.value for k, m in rates.bf16.items()}
+    assert set(f) == {"decode", "prefill", "train", "judge", "judge_train"} and f["train"] > 1.5  # measured on avx512_bf16
+    bf16 = plan_job(cfg, gpus_per_node=0, methods=("search_r1", "cosearch"), rates=rates)
+    f32 = plan_job(replace(cfg, training=replace(cfg.training, autocast=None)), gpus_per_node=0,
+                   methods=("search_r1", "cosearch"), rates=rates)
+    for m in ("search_r1", "cosearch"):
+        assert bf16.validation_s[m] == f32.validation_s[m]  # validation runs in float32
+        # faster, though under autocast the update also recomputes the old log-probs (one more forward pass)
+        assert f32.stages[m]["update"] / max(f.values()) < bf16.stages[m]["update"] < f32.stages[m]["update"]
+    assert bf16.stages["search_r1"]["update"] < f32.stages["search_r1"]["update"] / 1.5
+    assert bf16.evaluation_s == f32.evaluation_s
+    assert any("updates bf16" in n for n in bf16.notes) and not any("autocast" in n for n in f32.notes)
+    # the rollout's agent: the prefill sped up, the decode at its own factor (about parity on this CPU)
+    agent = bf16.stages["search_r1"]["rollout"] / f32.stages["search_r1"]["rollout"]
+    assert min(1 / f["prefill"], 1 / f["decode"]) < agent < max(1 / f["prefill"], 1 / f["decode"])
+    # a record without the factors: float32, said so
+    bare = plan_job(cfg, gpus_per_node=0, methods=("cosearch",), rates=replace(rates, bf16={}))
+    assert bare.step_s["cosearch"] == f32.step_s["cosearch"] and any("planned in float32" in n for n in bare.notes)
+    assert not any("autocast" in n for n in plan_job(cfg, gpus_per_node=1, methods=("cosearch",)).notes)
+
+
 def test_readme_shows_the_plan_of_the_papers_setting():
     """README.md's table is what the planner says of the paper on 1 and 2 nodes of 8 H100s
     (docs/PLAN.md, generated, holds the full outputs)."""

@@ -286,17 +286,31 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
     checkpoint_s = checkpoint_gib * GIB / 1e9 / 0.5 + 2.0
     grad_bytes = sum(a.lora_parameters(lora.r, lora.target_modules) for a in adapters) * 4
     bandwidth = (INTRA_NODE_GBS if nodes == 1 else INTER_NODE_GBS) * 1e9
+    # bf16 autocast of a CPU rank's rollouts and updates (training.autocast; validation and evaluation in float32):
+    # at the CPU record's bf16 factors, which assume the ranks' CPUs have bf16 instructions like the measured one
+    autocast = t.autocast if not on_gpu else None
+    roll_bf16 = bool(autocast and autocast.rollout and cfg.models.backend == "transformers" and rates.bf16)
+    update_bf16 = bool(autocast and autocast.update and rates.bf16)
+    if autocast and (autocast.rollout or autocast.update):
+        notes.append("training.autocast: " + (
+            f"rollouts {'bf16' if roll_bf16 else 'float32'}, updates {'bf16' if update_bf16 else 'float32'} at the CPU record's "
+            f"bf16 factors ({next(iter(rates.bf16.values())).source if rates.bf16 else ''}), on CPUs with bf16 instructions "
+            "like the measured one (without them the run trains in float32)"
+            if rates.bf16 else "planned in float32: the CPU record has no bf16 factors "
+                               "(python benchmarks/cpu_throughput.py --bf16 --keep on a CPU with avx512_bf16 or AMX)"))
     for m in methods:
         w = workload(cfg, m, behaviour, t.questions_per_step / ranks)
         pr, rk = rates.policy(agent), rates.policy(ranker)
-        st = rollout_stages(cfg, w, pr, rk, on_gpu, query_s)
+        st = rollout_stages(cfg, w, rates.policy(agent, bf16=roll_bf16), rates.policy(ranker, bf16=roll_bf16), on_gpu, query_s)
+        # reference and old log-probs: forward only; under autocast the update recomputes the old ones (rl.trainer)
         passes = 1 + (cfg.training.grpo.kl_coef > 0) + cfg.training.grpo.recomputes_old_logprobs(
-            generated_by_trainer=cfg.models.backend == "transformers")  # reference and old log-probs: forward only
-        update = w.trained_agent / pr.train_tps.value + w.trained_agent * (passes - 1) / pr.prefill_tps.value
+            generated_by_trainer=cfg.models.backend == "transformers" and not (roll_bf16 or update_bf16))
+        pu, ru = rates.policy(agent, bf16=update_bf16), rates.policy(ranker, bf16=update_bf16)
+        update = w.trained_agent / pu.train_tps.value + w.trained_agent * (passes - 1) / pu.prefill_tps.value
         if w.judged_prompts:  # a scoring ranker trains on its candidates' short prompts, batched per call
-            update += w.trained_ranker / rk.scoring_train_tps.value + w.trained_ranker * (passes - 1) / rk.scoring_tps.value
+            update += w.trained_ranker / ru.scoring_train_tps.value + w.trained_ranker * (passes - 1) / ru.scoring_tps.value
         else:
-            update += w.trained_ranker / rk.train_tps.value + w.trained_ranker * (passes - 1) / rk.prefill_tps.value
+            update += w.trained_ranker / ru.train_tps.value + w.trained_ranker * (passes - 1) / ru.prefill_tps.value
         comms = (2 * (ranks - 1) / ranks * grad_bytes * t.minibatches / bandwidth) if ranks > 1 else 0.0
         # a trajectory's tokens the ranks send each other: its context, and its ranker calls' prompts and replies
         # (a scoring ranker's: one prompt per candidate); none for a method without a ranker policy

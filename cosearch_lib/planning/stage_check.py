@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from cosearch_lib.config import ProfileConfig, load_profile
+from cosearch_lib.config import AutocastConfig, ProfileConfig, load_profile
 from cosearch_lib.planning.job_plan import plan_job
 from cosearch_lib.planning.step_work import Behaviour
 from cosearch_lib.planning.throughputs import DeviceRates, cpu_rates
@@ -23,7 +24,7 @@ from cosearch_lib.planning.throughputs import DeviceRates, cpu_rates
 STAGE_RECORD = "benchmarks/records/stage_times.csv"
 
 #: The columns of a step record that the stage record keeps (run_schema.STEP_GLOSSARY names).
-RECORD_COLUMNS = ("step", "rollout/n_questions", "rollout/n_trajectories", "rollout/searches_per_traj",
+RECORD_COLUMNS = ("step", "rollout/bf16", "loss/bf16", "rollout/n_questions", "rollout/n_trajectories", "rollout/searches_per_traj",
                   "rollout/agent_generated_tokens", "rollout/agent_context_tokens", "rollout/agent_prompt_tokens",
                   "rollout/agent_groups_without_signal", "ranker/n_calls", "ranker/grouping_calls_in_groups",
                   "loss/agent_n_forwarded", "loss/agent_n_tokens", "loss/ranker_n_forwarded", "loss/ranker_n_tokens",
@@ -87,6 +88,10 @@ def predicted_stages(row: Mapping[str, Any], cfg: ProfileConfig | None = None, r
     one CPU rank at the row's threads, the profile as committed."""
     cfg = cfg or load_profile(str(row["profile"]))
     rates = rates or cpu_rates(int(row.get("threads", 2)))
+    # the precision the step computed in (its rollout/bf16 and loss/bf16 columns; none: float32), whatever the
+    # profile asks for: a CPU without bf16 instructions trains a profile with training.autocast in float32
+    roll, update = bool(_value(row, "rollout/bf16")), bool(_value(row, "loss/bf16"))
+    cfg = replace(cfg, training=replace(cfg.training, autocast=AutocastConfig(rollout=roll, update=update) if roll or update else None))
     method = str(row["method"])
     plan = plan_job(cfg, nodes=1, gpus_per_node=0, methods=(method,), behaviour=behaviour_of(row), rates=rates)
     stages = {**plan.stages[method], "validation": plan.validation_s[method]}

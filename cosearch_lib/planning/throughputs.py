@@ -67,6 +67,21 @@ class ShapeRates:
         """What one row adds to a decode step at ``context`` tokens: a generated token's own cost."""
         return self.decode_row_s.value + context * self.decode_row_context_s.value
 
+    def in_bf16(self, factors: dict[str, Measured]) -> ShapeRates:
+        """These rates under CPU bf16 autocast: each kind of work sped up by its measured factor
+        (:data:`BF16_FACTORS`; a kind not measured stays as it is)."""
+        def cost(m: Measured, kind: str) -> Measured:
+            f = factors.get(kind)
+            return m if f is None else Measured(m.value / f.value, f"{m.source}; / {f.value:.2f} under bf16 ({f.source})", derived=True)
+
+        def rate(m: Measured | None, kind: str) -> Measured | None:
+            f = factors.get(kind)
+            return m if m is None or f is None else Measured(m.value * f.value, f"{m.source}; x {f.value:.2f} under bf16 ({f.source})",
+                                                             derived=True)
+        return ShapeRates(cost(self.decode_step_s, "decode"), cost(self.decode_row_s, "decode"), rate(self.prefill_tps, "prefill"),
+                          rate(self.train_tps, "train"), cost(self.decode_row_context_s, "decode"),
+                          rate(self.judge_tps, "judge"), rate(self.judge_train_tps, "judge_train"))
+
     def scaled(self, factor: float, why: str) -> ShapeRates:
         """These rates for a model ``factor`` times as large (costs x factor, rates / factor)."""
         def cost(m: Measured) -> Measured:
@@ -90,9 +105,17 @@ class DeviceRates:
     search_vectors_per_s: Measured  # flat inner-product search: index vectors x queries scanned per second (768-d)
     note: str = ""
     extra: dict[str, Measured] = field(default_factory=dict)
+    # a CPU's speed-up under bf16 autocast per kind of work (BF16_FACTORS), measured against float32 side by
+    # side on a CPU with bf16 instructions; empty: not measured (a GPU's policies are bf16 in its rates already)
+    bf16: dict[str, Measured] = field(default_factory=dict)
 
-    def policy(self, shape: ModelShape) -> ShapeRates:
-        """The rates of ``shape``: measured, or the nearest measured shape's scaled by parameters."""
+    def policy(self, shape: ModelShape, *, bf16: bool = False) -> ShapeRates:
+        """The rates of ``shape``: measured, or the nearest measured shape's scaled by parameters; with
+        ``bf16``, under CPU bf16 autocast (:attr:`bf16`'s factors)."""
+        rates = self._policy(shape)
+        return rates.in_bf16(self.bf16) if bf16 else rates
+
+    def _policy(self, shape: ModelShape) -> ShapeRates:
         if shape.name in self.policies:
             return self.policies[shape.name]
         if not self.policies:
@@ -102,6 +125,10 @@ class DeviceRates:
         factor = shape.parameters / params[nearest]
         return self.policies[nearest].scaled(factor, f"scaled from {nearest} by parameters (x{factor:.2f})")
 
+
+#: The kinds of work whose bf16 speed-up ``benchmarks/cpu_throughput.py --bf16`` measures: the decode step,
+#: a prompt's forward pass, the GRPO update, the LLM judge's scoring and its update.
+BF16_FACTORS = ("decode", "prefill", "train", "judge", "judge_train")
 
 #: Parameters of the measured shapes (for scaling), by ModelShape.name.
 _PARAMS = {"Qwen2.5-7B": 7.616e9, "Qwen2.5-3B": 3.086e9, "SmolLM2-135M": 1.345e8}
@@ -174,9 +201,13 @@ def cpu_rates(threads: int = 2, path: str | Path | None = None) -> DeviceRates:
             judge_train_tps=Measured(r["judge_train_tps"], f"{where}: LLM judge, forward + backward of the margins")
             if "judge_train_tps" in r else None)
             for name, r in record["policies"].items()}
+        bf16 = record.get("bf16") or {}
+        bf16_where = (f"cpu_throughput.py --bf16 on {bf16.get('cpu', 'a CPU')} with {bf16.get('instructions', '?')}, "
+                      f"{measured} thread(s), {str(bf16.get('git_sha', '?'))[:7]}")
         return DeviceRates(f"CPU, {measured} thread(s)", None, policies,
                            encoder_tps=Measured(record["encoder_tps"], f"{where}: encoder forward passes"),
                            search_vectors_per_s=Measured(record["search_vectors_per_s"], f"{where}: flat FAISS search"),
-                           extra={k: Measured(v, f"{where}: {k}") for k, v in record.get("extra", {}).items()})
+                           extra={k: Measured(v, f"{where}: {k}") for k, v in record.get("extra", {}).items()},
+                           bf16={k: Measured(float(v), bf16_where) for k, v in bf16.get("factors", {}).items() if k in BF16_FACTORS})
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ConfigError(f"{file} lacks {err}: run python benchmarks/cpu_throughput.py again") from None
