@@ -213,10 +213,13 @@ def main(argv: list[str] | None = None) -> None:
         return _write_bf16(args)
     env = environment_snapshot()
     record = {"cpu": _cpu_name(), "git_sha": env.get("git_sha", ""), "time": env.get("time", ""), "by_threads": {}}
-    if args.keep and Path(args.out).exists():  # thread counts not measured now keep their figures
-        record["by_threads"] = json.loads(Path(args.out).read_text()).get("by_threads", {})
+    earlier = json.loads(Path(args.out).read_text()).get("by_threads", {}) if Path(args.out).exists() else {}
+    if args.keep:  # thread counts not measured now keep their figures
+        record["by_threads"] = earlier
     for threads in args.threads:
         record["by_threads"][str(threads)] = measure(threads)
+        if "bf16" in earlier.get(str(threads), {}):  # the bf16 factors (ratios, with their own provenance) stay
+            record["by_threads"][str(threads)]["bf16"] = earlier[str(threads)]["bf16"]
         r = record["by_threads"][str(threads)]
         p = r["policies"]["SmolLM2-135M"]
         print(f"{threads} thread(s): decode step {p['decode_step_s'] * 1e3:.1f} ms + {p['decode_row_s'] * 1e3:.2f} ms/row "
@@ -236,9 +239,10 @@ def _write_bf16(args: argparse.Namespace) -> None:
         raise SystemExit(f"no record at {out}: run python benchmarks/cpu_throughput.py first (the float32 figures)")
     record = json.loads(out.read_text())
     env = environment_snapshot()
+    missing = [t for t in args.threads if str(t) not in record.get("by_threads", {})]
+    if missing:
+        raise SystemExit(f"the record has no float32 figures at {missing} thread(s): measure them first")
     for threads in args.threads:
-        if str(threads) not in record.get("by_threads", {}):
-            raise SystemExit(f"the record has no float32 figures at {threads} thread(s): measure them first")
         measured = bf16_factors(threads)
         f = measured["factors"]
         record["by_threads"][str(threads)]["bf16"] = {

@@ -213,7 +213,23 @@ def test_training_autocast_plans_a_cpu_ranks_rollouts_and_updates_at_the_measure
     assert any("updates bf16" in n for n in bf16.notes) and not any("autocast" in n for n in f32.notes)
     # the rollout's agent: the prefill sped up, the decode at its own factor (about parity on this CPU)
     agent = bf16.stages["search_r1"]["rollout"] / f32.stages["search_r1"]["rollout"]
-    assert min(1 / f["prefill"], 1 / f["decode"]) < agent < max(1 / f["prefill"], 1 / f["decode"])
+    assert min(1 / f["prefill"], 1 / f["decode"]) < agent < 1
+
+    def plan(**changes):
+        training = replace(cfg.training, **{k: v for k, v in changes.items() if k != "models"})
+        return plan_job(replace(cfg, training=training, models=changes.get("models", cfg.models)), gpus_per_node=0,
+                        methods=("search_r1", "cosearch"), rates=rates)
+    rollout_only = plan(autocast=AutocastConfig(rollout=True, update=False))
+    update_only = plan(autocast=AutocastConfig(rollout=False, update=True))
+    no_recompute = plan(grpo=replace(cfg.training.grpo, old_logprobs="backend"))
+    vllm = plan(models=replace(cfg.models, backend="vllm"))
+    for m in ("search_r1", "cosearch"):
+        assert rollout_only.stages[m]["rollout"] == bf16.stages[m]["rollout"] and update_only.stages[m]["rollout"] == f32.stages[m]["rollout"]
+        assert update_only.stages[m]["update"] == bf16.stages[m]["update"]
+        # a bf16 rollout alone still makes the float32 update recompute the old log-probs: one more forward pass
+        assert rollout_only.stages[m]["update"] > f32.stages[m]["update"]
+        assert no_recompute.stages[m]["update"] < bf16.stages[m]["update"]  # old_logprobs: backend skips that pass
+        assert vllm.stages[m]["rollout"] == plan(models=replace(cfg.models, backend="vllm"), autocast=None).stages[m]["rollout"]
     # a record without the factors: float32, said so
     bare = plan_job(cfg, gpus_per_node=0, methods=("cosearch",), rates=replace(rates, bf16={}))
     assert bare.step_s["cosearch"] == f32.step_s["cosearch"] and any("planned in float32" in n for n in bare.notes)

@@ -297,7 +297,7 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
             f"bf16 factors ({next(iter(rates.bf16.values())).source if rates.bf16 else ''}), on CPUs with bf16 instructions "
             "like the measured one (without them the run trains in float32)"
             if rates.bf16 else "planned in float32: the CPU record has no bf16 factors "
-                               "(python benchmarks/cpu_throughput.py --bf16 --keep on a CPU with avx512_bf16 or AMX)"))
+                               "(python benchmarks/cpu_throughput.py --bf16 on a CPU with avx512_bf16 or AMX)"))
     for m in methods:
         w = workload(cfg, m, behaviour, t.questions_per_step / ranks)
         pr, rk = rates.policy(agent), rates.policy(ranker)
@@ -307,8 +307,9 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
             generated_by_trainer=cfg.models.backend == "transformers" and not (roll_bf16 or update_bf16))
         pu, ru = rates.policy(agent, bf16=update_bf16), rates.policy(ranker, bf16=update_bf16)
         update = w.trained_agent / pu.train_tps.value + w.trained_agent * (passes - 1) / pu.prefill_tps.value
-        if w.judged_prompts:  # a scoring ranker trains on its candidates' short prompts, batched per call
-            update += w.trained_ranker / ru.scoring_train_tps.value + w.trained_ranker * (passes - 1) / ru.scoring_tps.value
+        if w.judged_prompts:  # a scoring ranker trains on its candidates' short prompts, batched per call; its
+            # ratio's old log-probs are the rollout's own and it has no KL term (rl.scorer_policy): no extra pass
+            update += w.trained_ranker / ru.scoring_train_tps.value
         else:
             update += w.trained_ranker / ru.train_tps.value + w.trained_ranker * (passes - 1) / ru.prefill_tps.value
         comms = (2 * (ranks - 1) / ranks * grad_bytes * t.minibatches / bandwidth) if ranks > 1 else 0.0

@@ -78,9 +78,11 @@ class ShapeRates:
             f = factors.get(kind)
             return m if m is None or f is None else Measured(m.value * f.value, f"{m.source}; x {f.value:.2f} under bf16 ({f.source})",
                                                              derived=True)
+        # the judge's work at its own factors, from the float32 prompt rates where its own were not measured
+        judge = rate(self.judge_tps or (self.prefill_tps if "judge" in factors else None), "judge")
+        judge_train = rate(self.judge_train_tps or (self.train_tps if "judge_train" in factors else None), "judge_train")
         return ShapeRates(cost(self.decode_step_s, "decode"), cost(self.decode_row_s, "decode"), rate(self.prefill_tps, "prefill"),
-                          rate(self.train_tps, "train"), cost(self.decode_row_context_s, "decode"),
-                          rate(self.judge_tps, "judge"), rate(self.judge_train_tps, "judge_train"))
+                          rate(self.train_tps, "train"), cost(self.decode_row_context_s, "decode"), judge, judge_train)
 
     def scaled(self, factor: float, why: str) -> ShapeRates:
         """These rates for a model ``factor`` times as large (costs x factor, rates / factor)."""
