@@ -342,6 +342,7 @@ def plot_validation_curves(curves: Mapping[str, pd.DataFrame], *, title: str = "
                 ax.fill_between(part["x"], part["ci_low"], part["ci_high"], color=palette[method], alpha=0.18, lw=0)
                 continue
             x = part["x"] + (i - (len(methods) - 1) / 2) * width
+            xs += list(x)  # the nudged points inside the panel's range too
             err = np.vstack([part["estimate"] - part["ci_low"], part["ci_high"] - part["estimate"]])
             ax.errorbar(x, part["estimate"], yerr=np.nan_to_num(err), marker="o", ms=4, lw=1.6, capsize=3,
                         color=palette[method], label=method)
