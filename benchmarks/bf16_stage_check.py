@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosearch_lib.paths import project_root  # noqa: E402
 from cosearch_lib.planning.stage_check import stage_errors  # noqa: E402
-from cosearch_lib.planning.throughputs import CPU_RECORD, cpu_rates  # noqa: E402
+from cosearch_lib.planning.throughputs import CPU_RECORD, cpu_rates_of  # noqa: E402
 
 
 def main() -> None:
@@ -39,10 +38,7 @@ def main() -> None:
     if "bf16" not in entry:
         raise SystemExit(f"{CPU_RECORD} has no bf16 factors at {args.threads} thread(s): run cpu_throughput.py --bf16 first")
     entry["policies"]["SmolLM2-135M"] = entry["bf16"]["float32"]  # the float32 rates measured beside the factors
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "rates.json"
-        path.write_text(json.dumps(record))
-        rates = cpu_rates(int(args.threads), path=path)
+    rates = cpu_rates_of(record, int(args.threads))
     rows = pd.read_csv(args.rows)
     for name, r in (("this machine's float32 x bf16 factors", rates), ("this machine's float32, no factors", replace(rates, bf16={}))):
         errors = stage_errors(rows, r)

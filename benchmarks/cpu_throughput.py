@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from dataclasses import replace
@@ -55,7 +54,7 @@ from cosearch_lib.models.lora_policies import (
 )
 from cosearch_lib.models.registry import load_causal_lm  # noqa: E402
 from cosearch_lib.paths import project_root  # noqa: E402
-from cosearch_lib.records.provenance import environment_snapshot  # noqa: E402
+from cosearch_lib.records.provenance import cpu_model, environment_snapshot  # noqa: E402
 from cosearch_lib.retrieval.encoder import TextEncoder  # noqa: E402
 from cosearch_lib.rl.policy_sequences import PolicySequence  # noqa: E402
 from cosearch_lib.rl.policy_update import UpdateJob, grpo_update  # noqa: E402
@@ -212,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.bf16:
         return _write_bf16(args)
     env = environment_snapshot()
-    record = {"cpu": _cpu_name(), "git_sha": env.get("git_sha", ""), "time": env.get("time", ""), "by_threads": {}}
+    record = {"cpu": cpu_model(), "git_sha": env.get("git_sha", ""), "time": env.get("time", ""), "by_threads": {}}
     earlier = json.loads(Path(args.out).read_text()).get("by_threads", {}) if Path(args.out).exists() else {}
     if args.keep:  # thread counts not measured now keep their figures
         record["by_threads"] = earlier
@@ -246,20 +245,12 @@ def _write_bf16(args: argparse.Namespace) -> None:
         measured = bf16_factors(threads)
         f = measured["factors"]
         record["by_threads"][str(threads)]["bf16"] = {
-            "factors": f, "instructions": measured["instructions"], "cpu": _cpu_name(), "git_sha": env.get("git_sha", ""),
+            "factors": f, "instructions": measured["instructions"], "cpu": cpu_model(), "git_sha": env.get("git_sha", ""),
             "time": env.get("time", ""), "float32": measured["float32"], "bf16": measured["bf16"]}
         print(f"{threads} thread(s), bf16 autocast / float32 ({measured['instructions']}): "
               + ", ".join(f"{k} {v:.2f}x" for k, v in f.items()), flush=True)
     write_json(record, out)
     print(f"wrote {out}")
-
-
-def _cpu_name() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -35,18 +34,8 @@ from cosearch_lib.atomic_io import write_table  # noqa: E402
 from cosearch_lib.config import load_profile  # noqa: E402
 from cosearch_lib.paths import project_root, run_dir  # noqa: E402
 from cosearch_lib.planning.stage_check import RECORD_COLUMNS, STAGE_RECORD  # noqa: E402
-from cosearch_lib.records.provenance import environment_snapshot  # noqa: E402
+from cosearch_lib.records.provenance import cpu_model, environment_snapshot  # noqa: E402
 from cosearch_lib.run_schema import RANKER_CALLS_FILE, STEPS_FILE, VALIDATION_FILE, step_table_under_current_names  # noqa: E402
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "CPU"
 
 
 def main() -> None:
@@ -87,7 +76,7 @@ def main() -> None:
             counts = {"rollout_rounds": rounds.get(row["step"], 1), "ranker_lists_trained": lists.get(row["step"], 0),
                       "val_agent_questions": int((at["kind"] == "agent").sum()) or float("nan"),
                       "val_ranker_items": int((at["kind"] == "ranker").sum()) or float("nan")}
-            rows.append({"profile": args.profile, "method": method, "threads": args.threads, "cpu": _cpu_name(),
+            rows.append({"profile": args.profile, "method": method, "threads": args.threads, "cpu": cpu_model(),
                          "git_sha": str(sha)[:7],
                          **{c: row.get(c, float("nan")) for c in RECORD_COLUMNS}, **counts})
     new = pd.DataFrame(rows)

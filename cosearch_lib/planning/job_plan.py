@@ -291,13 +291,14 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
     autocast = t.autocast if not on_gpu else None
     roll_bf16 = bool(autocast and autocast.rollout and cfg.models.backend == "transformers" and rates.bf16)
     update_bf16 = bool(autocast and autocast.update and rates.bf16)
-    if autocast and (autocast.rollout or autocast.update):
-        notes.append("training.autocast: " + (
-            f"rollouts {'bf16' if roll_bf16 else 'float32'}, updates {'bf16' if update_bf16 else 'float32'} at the CPU record's "
-            f"bf16 factors ({next(iter(rates.bf16.values())).source if rates.bf16 else ''}), on CPUs with bf16 instructions "
-            "like the measured one (without them the run trains in float32)"
-            if rates.bf16 else "planned in float32: the CPU record has no bf16 factors "
-                               "(python benchmarks/cpu_throughput.py --bf16 on a CPU with avx512_bf16 or AMX)"))
+    if autocast and (autocast.rollout or autocast.update) and rates.bf16:
+        source = next(iter(rates.bf16.values())).source
+        notes.append(f"training.autocast: rollouts {'bf16' if roll_bf16 else 'float32'}, updates "
+                     f"{'bf16' if update_bf16 else 'float32'} at the CPU record's bf16 factors ({source}), on CPUs with bf16 "
+                     "instructions like the measured one (without them the run trains in float32)")
+    elif autocast and (autocast.rollout or autocast.update):
+        notes.append("training.autocast: planned in float32: the CPU record has no bf16 factors "
+                     "(python benchmarks/cpu_throughput.py --bf16 on a CPU with avx512_bf16 or AMX)")
     for m in methods:
         w = workload(cfg, m, behaviour, t.questions_per_step / ranks)
         pr, rk = rates.policy(agent), rates.policy(ranker)

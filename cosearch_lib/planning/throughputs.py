@@ -187,6 +187,11 @@ def cpu_rates(threads: int = 2, path: str | Path | None = None) -> DeviceRates:
         raise ConfigError(f"no CPU throughput record at {file}: run python benchmarks/cpu_throughput.py") from None
     except json.JSONDecodeError as err:
         raise ConfigError(f"{file} is not valid JSON ({err}): run python benchmarks/cpu_throughput.py again") from None
+    return cpu_rates_of(record, threads, file)
+
+
+def cpu_rates_of(record: dict, threads: int = 2, file: str | Path = CPU_RECORD) -> DeviceRates:
+    """:func:`cpu_rates` of a record already read (``file``: where it came from, for the errors)."""
     try:
         by_threads = {int(k): v for k, v in record["by_threads"].items()}
         measured = min(by_threads, key=lambda n: (abs(n - threads), -n))

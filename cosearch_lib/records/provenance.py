@@ -30,6 +30,15 @@ def git_sha(root: Path | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def cpu_model() -> str:
+    """This machine's CPU model ("AMD EPYC ..."), from /proc/cpuinfo, else what ``platform`` knows."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine() or "CPU"
+
+
 def environment_snapshot() -> dict[str, Any]:
     """What produced a result: interpreter, platform, library versions, git SHA, device."""
     versions = {}
