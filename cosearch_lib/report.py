@@ -32,22 +32,27 @@ from matplotlib.patches import Patch
 
 from cosearch_lib.atomic_io import atomic_path, save_figure, write_table
 from cosearch_lib.config import load_profile
-from cosearch_lib.config.methods import RankedBy, method_spec
+from cosearch_lib.config.methods import TRAINING_METHODS, RankedBy, method_spec
+from cosearch_lib.data.qa_formats import load_qa
 from cosearch_lib.eval.paper_reference import PAPER_METHOD, oracle_gap_beside_paper, paper_table, turns_beside_paper
 from cosearch_lib.eval.tables import load_records, oracle_gap_intervals, oracle_gap_table, summary_table, turn_distribution
 from cosearch_lib.paths import figures_dir, project_relative, run_dir
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
 from cosearch_lib.records.docs import describe_f1_metric
 from cosearch_lib.records.grid_cells import load_grid
+from cosearch_lib.records.hop_signal import hop_signal_table, search_payoff_table, second_search_table, trajectory_table
 from cosearch_lib.records.ranker_quality import RETRIEVER_ORDER
 from cosearch_lib.records.run_comparison import findings_across_runs
 from cosearch_lib.records.training_runs import (
     grpo_signal_table,
     learning_curve_table,
+    read_ranker_calls,
     read_runs,
     training_root,
     validation_curves,
 )
+from cosearch_lib.retrieval.artifacts import corpus_paths
+from cosearch_lib.run_schema import RANKER_CALLS_FILE
 from cosearch_lib.viz.plots import (
     METHOD_COLORS,
     mark_zero_bars,
@@ -243,6 +248,32 @@ def _findings_metrics(profiles: Sequence[str], seed: int) -> dict:
     return {"findings_across_runs": table.round(4).to_dict(orient="records"), "findings_skipped": table.attrs["skipped"]}
 
 
+def _hop_metrics(profiles: Sequence[str], seed: int) -> dict:
+    """What the training rollouts paid per hop group and per searches made (``records.hop_signal``), for every
+    method whose ranker calls the profiles' run folders hold, read against each profile's training split;
+    a profile whose split file is absent is named under ``hop_signal_missing``."""
+    tables: dict[str, list[pd.DataFrame]] = {"hop_signal": [], "search_payoff": [], "second_search": []}
+    missing = []
+    for name in profiles:
+        cfg = load_profile(name)
+        root = training_root(cfg.profile)
+        methods = [m for m in TRAINING_METHODS if (root / m / RANKER_CALLS_FILE).exists()]
+        qa = corpus_paths(cfg).qa.get(cfg.training.split)
+        if methods and (qa is None or not qa.exists()):
+            missing.append(f"{name}: no {cfg.training.split!r} split file (run notebook 01)")
+            continue
+        data_source = {ex.id: ex.data_source for ex in load_qa(qa)} if methods else {}
+        for method in methods:
+            trajectories = trajectory_table(read_ranker_calls(root, method), data_source, method=method)
+            g = cfg.training.group_size
+            tables["hop_signal"].append(hop_signal_table(trajectories, group_size=g))
+            tables["search_payoff"].append(search_payoff_table(trajectories, group_size=g))
+            tables["second_search"].append(second_search_table(trajectories, seed=seed))
+    out: dict[str, Any] = {key: pd.concat(parts, ignore_index=True).round(4).to_dict(orient="records")
+                           for key, parts in tables.items() if parts}
+    return out | ({"hop_signal_missing": missing} if missing else {})
+
+
 def training_metrics(profile: str, *, seed: int = 0, with_runs: Sequence[str] = (),
                      compare_runs: Sequence[str] = ()) -> dict | None:
     """What notebook 05 saves for RESULTS.md (``05_figures.metrics.json``): the learning curves per kind and
@@ -262,6 +293,7 @@ def training_metrics(profile: str, *, seed: int = 0, with_runs: Sequence[str] = 
             "learning_curves": {kind: learning_curve_table(validation, methods, kind=kind, seed=seed).round(4).to_dict(orient="records")
                                 for kind in _kinds(validation)},
             "grpo_signal": grpo_signal_table(steps, methods).round(4).to_dict(orient="records"),
+            **_hop_metrics([profile, *with_runs], seed),
             "questions_per_step": {m: float(steps.loc[(steps["method"] == m) & (steps["step"] >= 0), "rollout/n_questions"].mean())
                                    for m in methods}}
 

@@ -159,3 +159,29 @@ def test_results_show_notebook_05s_learning_curves_under_their_heading():
                              "learning_curves": {"agent": [row]}, "grpo_signal": []}))
     assert "Learning curve (agent)" in text and "| search_r1 | all | 0 | 16 |" in text
     assert "`laptop_curve`, `laptop_curve_wide`" in text and "search_r1 12, cosearch 24" in text
+
+
+def test_training_metrics_read_each_runs_ranker_calls_against_its_training_split(outputs, monkeypatch):
+    """Notebook 05's hop-group tables (records.hop_signal): each method's ranker calls, split by the hop group of
+    their training questions; a profile whose training split file is absent is named, not guessed."""
+    from types import SimpleNamespace
+
+    import cosearch_lib.report as report
+    from cosearch_lib.report import training_metrics
+
+    _trained(outputs / "runs" / "laptop_curve", "search_r1", steps_n=2, per_step=2, gain=0.02)
+    calls = pd.DataFrame([{"step": s, "question_id": q, "traj_id": f"{q}/{g}", "turn": t, "r_main": float(q == "q1") * g / 7}
+                          for s in (0, 1) for q in ("q0", "q1") for g in range(8) for t in range(1 + (q == "q1") * (g % 2))])
+    calls.to_parquet(outputs / "runs" / "laptop_curve" / "training" / "search_r1" / "ranker_calls.parquet")
+    split = outputs / "train.parquet"
+    monkeypatch.setattr(report, "corpus_paths", lambda cfg: SimpleNamespace(qa={"train": split}))
+    assert training_metrics("laptop_curve")["hop_signal_missing"] == ["laptop_curve: no 'train' split file (run notebook 01)"]
+    pd.DataFrame({"id": ["q0", "q1"], "question": ["a?", "b?"], "golden_answers": [["x"], ["y"]],
+                  "data_source": ["syn_nq", "syn_musique"]}).to_parquet(split)
+    metrics = training_metrics("laptop_curve")
+    signal = {(r["hop"], r["part"]): r for r in metrics["hop_signal"]}
+    assert signal[("multi", "all")]["searches_per_traj"] == pytest.approx(1.5)  # odd trajectories searched twice
+    assert signal[("single", "all")]["best_of_g"] == 0.0 and signal[("multi", "all")]["best_of_g"] == pytest.approx(1.0)
+    second = {(r["hop"], r["part"]): r for r in metrics["second_search"]}
+    assert second[("multi", "all")]["diff"] == pytest.approx((16 / 7 - 12 / 7) / 4, abs=1e-4)  # rounded; odd g: 1,3,5,7 vs even 0,2,4,6
+    assert second[("single", "all")]["questions"] == 0 and "hop_signal_missing" not in metrics

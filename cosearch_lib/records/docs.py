@@ -292,13 +292,38 @@ def _findings_across_runs(m: dict) -> list[str]:
             markdown_table(rows, FINDINGS_ACROSS_RUNS_SHOWN)]
 
 
+#: Columns of the hop-group tables RESULTS.md shows (records.hop_signal).
+HOP_SIGNAL_SHOWN = ("method", "hop", "part", "steps", "questions", "mean_of_g", "best_of_g", "with_signal",
+                    "searches_per_traj", "never_searched")
+SECOND_SEARCH_SHOWN = ("method", "hop", "part", "steps", "questions", "more", "once", "diff", "ci_low", "ci_high")
+
+
+def _hop_signal(m: dict) -> list[str]:
+    """Notebook 05's hop-group tables: what the training rollouts paid on single-hop and multi-hop questions."""
+    out = []
+    if m.get("hop_signal"):
+        out += ["", "#### What GRPO had to work with, per hop group", "",
+                "From the ranker calls of the training rollouts (`records.hop_signal`): a question's agent reward "
+                "(`r_main`, Eq. 4) over its trajectories that searched, mean and best of G, the share of questions "
+                "whose trajectories differ in reward, searches per trajectory:", "",
+                markdown_table(m["hop_signal"], HOP_SIGNAL_SHOWN)]
+    if m.get("second_search"):
+        out += ["", "Whether a second search pays, within the questions whose G trajectories include one search and "
+                "more (GRPO's advantage compares a question's own samples): mean agent reward of more than one search "
+                "minus one, paired over those questions, 95% bootstrap interval:", "",
+                markdown_table(m["second_search"], SECOND_SEARCH_SHOWN)]
+    if m.get("hop_signal_missing"):
+        out += ["", "No hop-group tables for " + "; ".join(m["hop_signal_missing"]) + "."]
+    return out
+
+
 def _section_05(m: dict) -> list[str]:
     """Notebook 05's learning curves, from the training records of its profile and ``with_runs``, and the
     paper's findings among their trained policies where the runs evaluated them."""
     per_step = ", ".join(f"{k} {v:g}" for k, v in (m.get("questions_per_step") or {}).items())
     curves = [f"From the training records of profile(s) {', '.join(f'`{p}`' for p in m['profiles'])} (methods "
               f"{', '.join(m['methods'])}; questions per step: {per_step}; figures: `figures/{m['profiles'][0]}/`)."] + \
-        _learning_curves(m) if m.get("methods") else []
+        _learning_curves(m) + _hop_signal(m) if m.get("methods") else []
     return curves + _findings_across_runs(m)
 
 

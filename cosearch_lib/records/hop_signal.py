@@ -1,0 +1,153 @@
+"""What GRPO had to work with per hop group: the training rollouts' agent rewards by searches made.
+
+Why (issue 48, item 2): the held-out curves rise on the single-hop families and not on the multi-hop
+ones. Whether GRPO can teach a second search depends on what the training rollouts pay for it. The
+step records average over every question, so this module reads a run's ranker calls, one row per
+search with the trajectory's agent reward (``r_main``), and splits the training questions into the
+single-hop and multi-hop families (``eval.benchmark_families.hop_group``).
+
+* :func:`trajectory_table`: one row per trajectory that searched, with its hop group, the searches it
+  made and its agent reward;
+* :func:`hop_signal_table`: per method, hop group and part of the run (its first steps, its last and all), the
+  mean-of-G and best-of-G agent reward, the share of questions whose searched trajectories differ in
+  reward (GRPO's signal), and searches per trajectory;
+* :func:`search_payoff_table`: the same parts split by the number of searches a trajectory made, with
+  the mean agent reward of each;
+* :func:`second_search_table`: within the questions whose G trajectories include both one search and
+  more (GRPO's advantage compares a question's own samples), the mean reward of more than one search
+  minus that of one, paired over the questions: whether a second search pays.
+
+What the calls cannot say: a trajectory that never searched has no call, so its reward is unknown.
+It is counted (``searches`` 0, reward NaN) from the group size, and the reward columns read over the
+trajectories that searched. ``r_main`` is the agent reward as the ranker's composite reads it: Eq. 4
+under the paper's rule set (answer F1, or the format penalty), binarised under the released one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from cosearch_lib.eval.benchmark_families import hop_group
+from cosearch_lib.eval.intervals import paired_bootstrap
+
+#: Columns of :func:`trajectory_table`.
+TRAJECTORY_COLUMNS = ("method", "step", "question_id", "traj_id", "hop", "searches", "agent_reward")
+#: The searches buckets of :func:`search_payoff_table`; the last holds every count at or above it.
+SEARCH_BUCKETS = ("0", "1", "2", "3+")
+
+
+def trajectory_table(calls: pd.DataFrame, data_source: Mapping[str, str], *, method: str) -> pd.DataFrame:
+    """One row per trajectory of ``calls`` (a run's ranker calls, ``records.training_runs.read_ranker_calls``):
+    its step, question, hop group (``single``, ``multi`` or ``other``, from ``data_source``: question id ->
+    data set), the searches it made (its calls) and its agent reward (``r_main``, the same on each of its
+    calls). A question missing from ``data_source`` raises ValueError naming it."""
+    if calls.empty:
+        return pd.DataFrame(columns=list(TRAJECTORY_COLUMNS))
+    missing = sorted(set(calls["question_id"]) - set(data_source))
+    if missing:
+        raise ValueError(f"{len(missing)} question(s) of {method}'s ranker calls are not in the training split, "
+                         f"e.g. {missing[:3]}: the calls belong to another world or split")
+    per = calls.groupby(["step", "question_id", "traj_id"], sort=True)
+    out = per.agg(searches=("r_main", "size"), agent_reward=("r_main", "first")).reset_index()
+    out["hop"] = out["question_id"].map(lambda q: hop_group(data_source[q]))
+    out["method"] = method
+    return out[list(TRAJECTORY_COLUMNS)]
+
+
+def _parts(steps: list[int], span: int) -> dict[str, list[int]]:
+    """A method's first ``span`` steps, its last ``span`` and every step (as ``records.training_runs.grpo_signal_table``)."""
+    return {"first": steps[:span], "last": steps[-span:], "all": steps}
+
+
+def _per_question(trajectories: pd.DataFrame, group_size: int) -> pd.DataFrame:
+    per = trajectories.groupby(["method", "step", "hop", "question_id"], sort=False)
+    out = per.agg(searched=("agent_reward", "size"), mean_of_g=("agent_reward", "mean"), best_of_g=("agent_reward", "max"),
+                  spread=("agent_reward", "std"), searches=("searches", "sum")).reset_index()
+    out["with_signal"] = out["spread"].fillna(0.0) > 0
+    out["never_searched"] = (group_size - out["searched"]).clip(lower=0)
+    return out
+
+
+def hop_signal_table(trajectories: pd.DataFrame, *, group_size: int, span: int = 2) -> pd.DataFrame:
+    """Per method, hop group and part (its first ``span`` steps, its last ``span`` and all): ``questions``
+    (question-steps), ``mean_of_g`` and ``best_of_g`` (a question's mean and best agent reward over its
+    trajectories that searched, averaged over the questions), ``with_signal`` (the share of questions whose
+    searched trajectories differ in reward), ``searches_per_traj`` (over all ``group_size`` trajectories of
+    each question) and ``never_searched`` (the share of trajectories without a search)."""
+    rows = []
+    if trajectories.empty:
+        return pd.DataFrame(rows)
+    questions = _per_question(trajectories, group_size)
+    for method, mine in questions.groupby("method", sort=False):
+        for part, steps in _parts(sorted(set(mine["step"])), span).items():
+            chosen = mine[mine["step"].isin(steps)]
+            for hop, q in chosen.groupby("hop", sort=True):
+                n_traj = len(q) * group_size
+                rows.append({"method": method, "hop": hop, "part": part, "steps": f"{min(steps)}-{max(steps)}",
+                             "questions": len(q), "mean_of_g": float(q["mean_of_g"].mean()),
+                             "best_of_g": float(q["best_of_g"].mean()), "with_signal": float(q["with_signal"].mean()),
+                             "searches_per_traj": float(q["searches"].sum() / n_traj),
+                             "never_searched": float(q["never_searched"].sum() / n_traj)})
+    return pd.DataFrame(rows)
+
+
+def _bucket(searches: int) -> str:
+    return SEARCH_BUCKETS[min(int(searches), len(SEARCH_BUCKETS) - 1)]
+
+
+def search_payoff_table(trajectories: pd.DataFrame, *, group_size: int, span: int = 2) -> pd.DataFrame:
+    """Per method, hop group, part (as :func:`hop_signal_table`) and searches made (:data:`SEARCH_BUCKETS`):
+    ``trajectories``, their ``share`` of the part's trajectories of that hop group, and their mean
+    ``agent_reward`` (NaN for ``0``: a trajectory without a search left no call). Where a second search
+    pays on the multi-hop questions, GRPO has a gradient toward it; where it pays no more than one, the
+    group's advantage favours stopping at one."""
+    rows = []
+    if trajectories.empty:
+        return pd.DataFrame(rows)
+    questions = _per_question(trajectories, group_size)
+    for method, mine in trajectories.groupby("method", sort=False):
+        for part, steps in _parts(sorted(set(mine["step"])), span).items():
+            chosen = mine[mine["step"].isin(steps)]
+            q = questions[(questions["method"] == method) & questions["step"].isin(steps)]
+            for hop, t in chosen.groupby("hop", sort=True):
+                total = len(q[q["hop"] == hop]) * group_size
+                never = int(q.loc[q["hop"] == hop, "never_searched"].sum())
+                counts = t.assign(bucket=t["searches"].map(_bucket)).groupby("bucket")["agent_reward"]
+                for bucket in SEARCH_BUCKETS:
+                    n = never if bucket == "0" else int(counts.size().get(bucket, 0))
+                    reward = float("nan") if bucket == "0" or n == 0 else float(counts.mean()[bucket])
+                    rows.append({"method": method, "hop": hop, "part": part, "steps": f"{min(steps)}-{max(steps)}",
+                                 "searches": bucket, "trajectories": n, "share": n / total if total else float("nan"),
+                                 "agent_reward": reward})
+    return pd.DataFrame(rows)
+
+
+def second_search_table(trajectories: pd.DataFrame, *, span: int = 2, seed: int = 0) -> pd.DataFrame:
+    """Per method, hop group and part (as :func:`hop_signal_table`): over the question-steps whose
+    trajectories include one that searched once and one that searched more (``questions``), the mean
+    agent reward of the ones that searched more (``more``) and of the ones that searched once (``once``),
+    averaged per question, and ``more`` - ``once`` with its paired 95% bootstrap interval over those
+    questions (``ci_low``, ``ci_high``; NaN with fewer than 2). A negative difference within questions is
+    what GRPO's group advantage then pushes on: toward stopping at one search."""
+    rows = []
+    if trajectories.empty:
+        return pd.DataFrame(rows)
+    t = trajectories.assign(more=trajectories["searches"] > 1)
+    for method, mine in t.groupby("method", sort=False):
+        for part, steps in _parts(sorted(set(mine["step"])), span).items():
+            chosen = mine[mine["step"].isin(steps)]
+            for hop, h in chosen.groupby("hop", sort=True):
+                by = h.groupby(["step", "question_id", "more"])["agent_reward"].mean().unstack("more")
+                both = by.dropna() if {True, False} <= set(by.columns) else by.iloc[0:0]
+                row = {"method": method, "hop": hop, "part": part, "steps": f"{min(steps)}-{max(steps)}",
+                       "questions": len(both), "more": float("nan"), "once": float("nan"), "diff": float("nan"),
+                       "ci_low": float("nan"), "ci_high": float("nan")}
+                if len(both):
+                    paired = paired_bootstrap(both[True].to_numpy(), both[False].to_numpy(), [hop] * len(both),
+                                              statistic="mean", seed=seed, when_too_few="note")
+                    row |= {"more": paired.estimate_a, "once": paired.estimate_b, "diff": paired.diff,
+                            "ci_low": paired.ci_low, "ci_high": paired.ci_high}
+                rows.append(row)
+    return pd.DataFrame(rows)

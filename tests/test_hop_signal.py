@@ -1,0 +1,95 @@
+"""records.hop_signal: the training rollouts' agent rewards per hop group and per searches made."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from cosearch_lib.records.docs import RESULT_SECTIONS
+from cosearch_lib.records.hop_signal import (
+    hop_signal_table,
+    search_payoff_table,
+    second_search_table,
+    trajectory_table,
+)
+
+G = 4
+DATA_SOURCE = {"m1": "syn_hotpotqa", "s1": "syn_nq"}
+
+
+def _calls(trajectories: dict[str, tuple[int, float]], step: int) -> list[dict]:
+    """One ranker call per search: {traj_id: (searches, agent reward)}; a trajectory with 0 searches has no call."""
+    return [{"step": step, "question_id": traj.split("/")[0], "traj_id": traj, "turn": turn, "r_main": reward}
+            for traj, (searches, reward) in trajectories.items() for turn in range(searches)]
+
+
+@pytest.fixture
+def trajectories() -> pd.DataFrame:
+    rows = []
+    for step in (0, 1):
+        # the multi-hop question: a second search pays (1.0 against 0.0 and 0.5); its 4th trajectory never searched
+        rows += _calls({"m1/0": (1, 0.0), "m1/1": (2, 1.0), "m1/2": (1, 0.5), "m1/3": (0, 0.0)}, step)
+        # the single-hop one: one search answers, a second costs the answer
+        rows += _calls({"s1/0": (1, 1.0), "s1/1": (1, 1.0), "s1/2": (3, 0.0), "s1/3": (1, 1.0)}, step)
+    return trajectory_table(pd.DataFrame(rows), DATA_SOURCE, method="search_r1")
+
+
+def test_one_row_per_trajectory_that_searched_with_its_hop_group_and_searches(trajectories):
+    first = trajectories[trajectories["step"] == 0].set_index("traj_id")
+    assert sorted(first.index) == ["m1/0", "m1/1", "m1/2", "s1/0", "s1/1", "s1/2", "s1/3"]  # m1/3 made no call
+    assert first.loc["m1/1", "searches"] == 2 and first.loc["s1/2", "searches"] == 3
+    assert set(first.loc[first["question_id"] == "m1", "hop"]) == {"multi"}
+    assert set(first.loc[first["question_id"] == "s1", "hop"]) == {"single"}
+
+
+def test_a_call_outside_the_training_split_is_refused():
+    calls = pd.DataFrame(_calls({"x9/0": (1, 0.0)}, 0))
+    with pytest.raises(ValueError, match="not in the training split.*x9"):
+        trajectory_table(calls, DATA_SOURCE, method="cosearch")
+
+
+def test_hop_signal_reads_mean_and_best_of_g_over_the_trajectories_that_searched(trajectories):
+    table = hop_signal_table(trajectories, group_size=G, span=1).set_index(["hop", "part"])
+    multi = table.loc[("multi", "first")]
+    assert multi["questions"] == 1 and multi["steps"] == "0-0"
+    assert multi["mean_of_g"] == pytest.approx(0.5) and multi["best_of_g"] == 1.0 and multi["with_signal"] == 1.0
+    assert multi["searches_per_traj"] == pytest.approx(4 / G) and multi["never_searched"] == pytest.approx(1 / G)
+    single = table.loc[("single", "all")]
+    assert single["questions"] == 2 and single["mean_of_g"] == pytest.approx(0.75) and single["never_searched"] == 0.0
+    assert single["searches_per_traj"] == pytest.approx(6 / G)
+
+
+def test_search_payoff_counts_the_trajectories_without_a_search_and_leaves_their_reward_unknown(trajectories):
+    table = search_payoff_table(trajectories, group_size=G, span=1)
+    multi = table[(table["hop"] == "multi") & (table["part"] == "last")].set_index("searches")
+    assert list(multi.index) == ["0", "1", "2", "3+"]
+    assert multi.loc["0", "trajectories"] == 1 and math.isnan(multi.loc["0", "agent_reward"])
+    assert multi.loc["1", "trajectories"] == 2 and multi.loc["1", "agent_reward"] == pytest.approx(0.25)
+    assert multi.loc["2", "agent_reward"] == 1.0 and multi.loc["3+", "trajectories"] == 0
+    assert multi["share"].sum() == pytest.approx(1.0)
+    single = table[(table["hop"] == "single") & (table["part"] == "first")].set_index("searches")
+    assert single.loc["3+", "trajectories"] == 1 and single.loc["3+", "agent_reward"] == 0.0
+
+
+def test_a_second_search_is_read_within_questions_paired(trajectories):
+    table = second_search_table(trajectories, span=1).set_index(["hop", "part"])
+    multi = table.loc[("multi", "all")]
+    assert multi["questions"] == 2  # the question at steps 0 and 1
+    assert multi["more"] == 1.0 and multi["once"] == pytest.approx(0.25) and multi["diff"] == pytest.approx(0.75)
+    single = table.loc[("single", "all")]
+    assert single["diff"] == pytest.approx(-1.0) and single["ci_high"] == pytest.approx(-1.0)
+    assert table.loc[("multi", "first"), "questions"] == 1 and math.isnan(table.loc[("multi", "first"), "ci_low"])
+
+
+def test_results_render_the_hop_tables_under_their_heading(trajectories):
+    title, render = RESULT_SECTIONS["05_figures"]
+    row = {"method": "search_r1", "families": "all", "start_step": 0, "end_step": 2, "start": 0.1, "end": 0.2,
+           "diff": 0.1, "ci_low": 0.0, "ci_high": 0.2, "n_questions": 70}
+    text = "\n".join(render({"profiles": ["laptop_curve"], "methods": ["search_r1"], "questions_per_step": {"search_r1": 2.0},
+                             "learning_curves": {"agent": [row]}, "grpo_signal": [],
+                             "hop_signal": hop_signal_table(trajectories, group_size=G).to_dict(orient="records"),
+                             "second_search": second_search_table(trajectories).to_dict(orient="records"),
+                             "hop_signal_missing": ["laptop_curve_wide: no 'train' split file (run notebook 01)"]}))
+    assert "#### What GRPO had to work with, per hop group" in text
+    assert "| search_r1 | multi | all | 0-1 | 2 | 1.000 | 0.250 | 0.750 |" in text
+    assert "No hop-group tables for laptop_curve_wide: no 'train' split file" in text
