@@ -53,6 +53,7 @@ from cosearch_lib.records.training_runs import (
 )
 from cosearch_lib.retrieval.artifacts import corpus_paths
 from cosearch_lib.run_schema import RANKER_CALLS_FILE
+from cosearch_lib.viz.hop_signal import plot_hop_signal
 from cosearch_lib.viz.plots import (
     METHOD_COLORS,
     mark_zero_bars,
@@ -248,10 +249,10 @@ def _findings_metrics(profiles: Sequence[str], seed: int) -> dict:
     return {"findings_across_runs": table.round(4).to_dict(orient="records"), "findings_skipped": table.attrs["skipped"]}
 
 
-def _hop_metrics(profiles: Sequence[str], seed: int) -> dict:
+def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """What the training rollouts paid per hop group and per searches made (``records.hop_signal``), for every
     method whose ranker calls the profiles' run folders hold, read against each profile's training split;
-    a profile whose split file is absent is named under ``hop_signal_missing``."""
+    with the profiles whose split file is absent, named."""
     tables: dict[str, list[pd.DataFrame]] = {"hop_signal": [], "search_payoff": [], "second_search": []}
     missing = []
     for name in profiles:
@@ -269,9 +270,23 @@ def _hop_metrics(profiles: Sequence[str], seed: int) -> dict:
             tables["hop_signal"].append(hop_signal_table(trajectories, group_size=g))
             tables["search_payoff"].append(search_payoff_table(trajectories, group_size=g))
             tables["second_search"].append(second_search_table(trajectories, seed=seed))
-    out: dict[str, Any] = {key: pd.concat(parts, ignore_index=True).round(4).to_dict(orient="records")
-                           for key, parts in tables.items() if parts}
+    return {key: pd.concat(parts, ignore_index=True) for key, parts in tables.items() if parts}, missing
+
+
+def _hop_metrics(profiles: Sequence[str], seed: int) -> dict:
+    """:func:`_hop_tables` as records for RESULTS.md (``hop_signal_missing``: the profiles without a split file)."""
+    tables, missing = _hop_tables(profiles, seed)
+    out: dict[str, Any] = {key: table.round(4).to_dict(orient="records") for key, table in tables.items()}
     return out | ({"hop_signal_missing": missing} if missing else {})
+
+
+def _hop_item(profiles: Sequence[str], seed: int) -> ReportItem:
+    tables, missing = _hop_tables(profiles, seed)
+    if "second_search" not in tables:
+        why = "; ".join(missing) if missing else "no ranker calls of a training run"
+        raise MissingRun(f"{why}: run `cosearch run --profile {profiles[0]} --notebooks 03`")
+    figure = plot_hop_signal(tables["second_search"], tables["hop_signal"])
+    return ReportItem("hop_signal", "What GRPO had to work with per hop group", figure, tables["second_search"])
 
 
 def training_metrics(profile: str, *, seed: int = 0, with_runs: Sequence[str] = (),
@@ -322,6 +337,7 @@ REPORT_ITEMS: tuple[tuple[str, str, Callable[[Sequence[str], int], ReportItem]],
     ("fig2_training_curves", "Fig. 2: training curves", _fig2),
     ("fig2_validation", "Fig. 2 (validation, with 95% intervals)", _fig2_validation),
     ("learning_curves", "Learning curves: the last validation minus the first", _learning_curves),
+    ("hop_signal", "What GRPO had to work with per hop group", _hop_item),
     ("fig3_ranker_dynamics", "Fig. 3: ranker dynamics", _fig3),
 )
 

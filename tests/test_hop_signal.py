@@ -93,3 +93,18 @@ def test_results_render_the_hop_tables_under_their_heading(trajectories):
     assert "#### What GRPO had to work with, per hop group" in text
     assert "| search_r1 | multi | all | 0-1 | 2 | 1.000 | 0.250 | 0.750 |" in text
     assert "No hop-group tables for laptop_curve_wide: no 'train' split file" in text
+
+
+def test_the_figure_draws_one_interval_per_part_and_says_when_nothing_pairs(trajectories):
+    import matplotlib.pyplot as plt
+
+    from cosearch_lib.viz.hop_signal import plot_hop_signal
+
+    fig = plot_hop_signal(second_search_table(trajectories, span=1), hop_signal_table(trajectories, group_size=G, span=1))
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[0] == "search_r1 · multi · first (0-0, n=1)" and len(labels) == 6
+    assert len(fig.axes[1].patches) == 4  # two hop groups x first, last
+    plt.close(fig)
+    empty = plot_hop_signal(second_search_table(trajectories.iloc[0:0]), hop_signal_table(trajectories.iloc[0:0], group_size=G))
+    assert "no data: no question whose rollouts searched both once and more" in [t.get_text() for t in empty.axes[0].texts]
+    plt.close(empty)

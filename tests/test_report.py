@@ -185,3 +185,9 @@ def test_training_metrics_read_each_runs_ranker_calls_against_its_training_split
     second = {(r["hop"], r["part"]): r for r in metrics["second_search"]}
     assert second[("multi", "all")]["diff"] == pytest.approx((16 / 7 - 12 / 7) / 4, abs=1e-4)  # rounded; odd g: 1,3,5,7 vs even 0,2,4,6
     assert second[("single", "all")]["questions"] == 0 and "hop_signal_missing" not in metrics
+    item = {i.key: i for i in report_items("laptop_curve")}["hop_signal"]
+    assert item.missing is None and set(item.table["hop"]) == {"single", "multi"}
+    labels = [t.get_text() for t in item.figure.axes[0].get_yticklabels()]
+    assert "search_r1 · multi · all (0-1, n=2)" in labels  # the questions with both one search and more
+    assert not any("single" in label for label in labels)  # never searched twice: no pair, no point
+    plt.close(item.figure)
