@@ -191,6 +191,20 @@ def test_laptop_profile_extends_demo_with_a_larger_warm_start_and_the_fixed_rank
     assert seed1.fingerprint("world") == laptop.fingerprint("world")  # the same world and test questions
 
 
+def test_the_multi_hop_probe_is_laptop_curve_bf16_on_multi_hop_training_questions_alone():
+    """laptop_curve_multi (issue 48, item 2): only the training mix differs from laptop_curve_bf16, so its
+    multi-hop validation row reads beside that run's; the starts and the validation questions are the same."""
+    from cosearch_lib.eval.benchmark_families import in_families
+    from cosearch_lib.experiment.cached_starts import warmstart_dir
+
+    probe, base = load_profile("laptop_curve_multi"), load_profile("laptop_curve_bf16")
+    assert dataclasses.replace(probe.training, families=()) == base.training
+    assert warmstart_dir(probe) == warmstart_dir(base) and probe.fingerprint("world") == base.fingerprint("world")
+    kept = [f for f in ("syn_nq", "syn_triviaqa", "syn_popqa", "syn_hotpotqa", "syn_2wiki", "syn_musique", "syn_bamboogle")
+            if in_families(f, probe.training.families)]
+    assert kept == ["syn_hotpotqa", "syn_2wiki", "syn_musique", "syn_bamboogle"]
+
+
 # ------------------------------------------------------------------------------ one error type, naming the key
 
 
