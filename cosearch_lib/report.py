@@ -40,7 +40,14 @@ from cosearch_lib.paths import figures_dir, project_relative, run_dir
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
 from cosearch_lib.records.docs import describe_f1_metric
 from cosearch_lib.records.grid_cells import load_grid
-from cosearch_lib.records.hop_signal import hop_signal_table, search_payoff_table, second_search_table, trajectory_table
+from cosearch_lib.records.hop_signal import (
+    coverage,
+    hop_signal_table,
+    run_group_size,
+    search_payoff_table,
+    second_search_table,
+    trajectory_table,
+)
 from cosearch_lib.records.ranker_quality import RETRIEVER_ORDER
 from cosearch_lib.records.run_comparison import findings_across_runs
 from cosearch_lib.records.training_runs import (
@@ -48,6 +55,7 @@ from cosearch_lib.records.training_runs import (
     learning_curve_table,
     read_ranker_calls,
     read_runs,
+    read_steps,
     training_root,
     validation_curves,
 )
@@ -251,9 +259,10 @@ def _findings_metrics(profiles: Sequence[str], seed: int) -> dict:
 
 def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """What the training rollouts paid per hop group and per searches made (``records.hop_signal``), for every
-    method whose ranker calls the profiles' run folders hold, read against each profile's training split;
-    with the profiles whose split file is absent, named."""
-    tables: dict[str, list[pd.DataFrame]] = {"hop_signal": [], "search_payoff": [], "second_search": []}
+    method whose ranker calls the profiles' run folders hold, read against each profile's training split at
+    the run's own G; with what could not be read, named, and (``coverage``) the question-steps each method
+    rolled out against those its calls hold."""
+    tables: dict[str, list[pd.DataFrame]] = {"hop_signal": [], "search_payoff": [], "second_search": [], "coverage": []}
     missing = []
     for name in profiles:
         cfg = load_profile(name)
@@ -261,15 +270,22 @@ def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFr
         methods = [m for m in TRAINING_METHODS if (root / m / RANKER_CALLS_FILE).exists()]
         qa = corpus_paths(cfg).qa.get(cfg.training.split)
         if methods and (qa is None or not qa.exists()):
-            missing.append(f"{name}: no {cfg.training.split!r} split file (run notebook 01)")
+            missing.append(f"{name}: no {cfg.training.split!r} split file ({qa or 'data.qa_paths names none'})")
             continue
         data_source = {ex.id: ex.data_source for ex in load_qa(qa)} if methods else {}
         for method in methods:
-            trajectories = trajectory_table(read_ranker_calls(root, method), data_source, method=method)
-            g = cfg.training.group_size
-            tables["hop_signal"].append(hop_signal_table(trajectories, group_size=g))
-            tables["search_payoff"].append(search_payoff_table(trajectories, group_size=g))
-            tables["second_search"].append(second_search_table(trajectories, seed=seed))
+            try:
+                steps = read_steps(root, [method])
+                g = run_group_size(steps)
+                trajectories = trajectory_table(read_ranker_calls(root, method), data_source, method=method)
+                parts = (hop_signal_table(trajectories, group_size=g), search_payoff_table(trajectories, group_size=g),
+                         second_search_table(trajectories, seed=seed))
+            except (FileNotFoundError, ValueError) as why:
+                missing.append(f"{name}, {method}: {why}")
+                continue
+            for key, table in zip(("hop_signal", "search_payoff", "second_search"), parts):
+                tables[key].append(table)
+            tables["coverage"].append(pd.DataFrame([{"method": method, "group_size": g, **coverage(trajectories, steps)}]))
     return {key: pd.concat(parts, ignore_index=True) for key, parts in tables.items() if parts}, missing
 
 

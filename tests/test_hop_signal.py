@@ -7,7 +7,9 @@ import pytest
 
 from cosearch_lib.records.docs import RESULT_SECTIONS
 from cosearch_lib.records.hop_signal import (
+    coverage,
     hop_signal_table,
+    run_group_size,
     search_payoff_table,
     second_search_table,
     trajectory_table,
@@ -105,6 +107,28 @@ def test_the_figure_draws_one_interval_per_part_and_says_when_nothing_pairs(traj
     assert labels[0] == "search_r1 · multi · first (0-0, n=1)" and len(labels) == 6
     assert len(fig.axes[1].patches) == 4  # two hop groups x first, last
     plt.close(fig)
+    short = plot_hop_signal(second_search_table(trajectories), hop_signal_table(trajectories, group_size=G))
+    assert len(short.axes[1].patches) == 2 and [t.get_text() for t in short.axes[1].get_legend().get_texts()] == ["all steps"]
+    plt.close(short)
     empty = plot_hop_signal(second_search_table(trajectories.iloc[0:0]), hop_signal_table(trajectories.iloc[0:0], group_size=G))
     assert "no data: no question whose rollouts searched both once and more" in [t.get_text() for t in empty.axes[0].texts]
     plt.close(empty)
+
+
+def test_g_is_the_runs_own_and_more_trajectories_than_g_are_refused(trajectories):
+    steps = pd.DataFrame({"step": [-1, 0, 1], "rollout/n_questions": [None, 2, 3], "rollout/n_trajectories": [None, 8, 12]})
+    assert run_group_size(steps) == G
+    assert coverage(trajectories, steps) == {"rolled_out": 5, "with_a_search": 4}  # one question-step never searched
+    with pytest.raises(ValueError, match="no single group size"):
+        run_group_size(steps.assign(**{"rollout/n_trajectories": [None, 8, 8]}))
+    with pytest.raises(ValueError, match="no rollout/n_trajectories"):
+        run_group_size(steps.drop(columns="rollout/n_trajectories"))
+    with pytest.raises(ValueError, match="more than G = 2"):
+        hop_signal_table(trajectories, group_size=2)
+
+
+def test_a_run_shorter_than_two_spans_has_only_its_all_part(trajectories):
+    """With 2 steps and span 2, first and last would be the same steps: only ``all`` is shown."""
+    for table in (hop_signal_table(trajectories, group_size=G), search_payoff_table(trajectories, group_size=G),
+                  second_search_table(trajectories)):
+        assert set(table["part"]) == {"all"}

@@ -170,12 +170,18 @@ def test_training_metrics_read_each_runs_ranker_calls_against_its_training_split
     from cosearch_lib.report import training_metrics
 
     _trained(outputs / "runs" / "laptop_curve", "search_r1", steps_n=2, per_step=2, gain=0.02)
+    folder = outputs / "runs" / "laptop_curve" / "training" / "search_r1"
+    steps = pd.read_csv(folder / "steps.csv")
+    steps.assign(**{"rollout/n_trajectories": steps["rollout/n_questions"] * 8}).to_csv(folder / "steps.csv", index=False)  # G = 8
     calls = pd.DataFrame([{"step": s, "question_id": q, "traj_id": f"{q}/{g}", "turn": t, "r_main": float(q == "q1") * g / 7}
                           for s in (0, 1) for q in ("q0", "q1") for g in range(8) for t in range(1 + (q == "q1") * (g % 2))])
     calls.to_parquet(outputs / "runs" / "laptop_curve" / "training" / "search_r1" / "ranker_calls.parquet")
     split = outputs / "train.parquet"
     monkeypatch.setattr(report, "corpus_paths", lambda cfg: SimpleNamespace(qa={"train": split}))
-    assert training_metrics("laptop_curve")["hop_signal_missing"] == ["laptop_curve: no 'train' split file (run notebook 01)"]
+    assert training_metrics("laptop_curve")["hop_signal_missing"] == [f"laptop_curve: no 'train' split file ({split})"]
+    pd.DataFrame({"id": ["q0"], "question": ["a?"], "golden_answers": [["x"]], "data_source": ["syn_nq"]}).to_parquet(split)
+    stale = training_metrics("laptop_curve")["hop_signal_missing"]  # a split without q1: another world, named
+    assert len(stale) == 1 and stale[0].startswith("laptop_curve, search_r1: 1 question(s)") and "q1" in stale[0]
     pd.DataFrame({"id": ["q0", "q1"], "question": ["a?", "b?"], "golden_answers": [["x"], ["y"]],
                   "data_source": ["syn_nq", "syn_musique"]}).to_parquet(split)
     metrics = training_metrics("laptop_curve")
@@ -185,6 +191,7 @@ def test_training_metrics_read_each_runs_ranker_calls_against_its_training_split
     second = {(r["hop"], r["part"]): r for r in metrics["second_search"]}
     assert second[("multi", "all")]["diff"] == pytest.approx((16 / 7 - 12 / 7) / 4, abs=1e-4)  # rounded; odd g: 1,3,5,7 vs even 0,2,4,6
     assert second[("single", "all")]["questions"] == 0 and "hop_signal_missing" not in metrics
+    assert metrics["coverage"] == [{"method": "search_r1", "group_size": 8, "rolled_out": 4, "with_a_search": 4}]
     item = {i.key: i for i in report_items("laptop_curve")}["hop_signal"]
     assert item.missing is None and set(item.table["hop"]) == {"single", "multi"}
     labels = [t.get_text() for t in item.figure.axes[0].get_yticklabels()]

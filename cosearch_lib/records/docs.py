@@ -304,13 +304,21 @@ def _hop_signal(m: dict) -> list[str]:
     if m.get("hop_signal"):
         out += ["", "#### What GRPO had to work with, per hop group", "",
                 "From the ranker calls of the training rollouts (`records.hop_signal`): a question's agent reward "
-                "(`r_main`, Eq. 4) over its trajectories that searched, mean and best of G, the share of questions "
-                "whose trajectories differ in reward, searches per trajectory:", "",
+                "(`r_main`: Eq. 4 under the paper's rule set, binarised under the released one) over its trajectories "
+                "that searched, mean and best of G, the share of questions whose trajectories that searched differ in "
+                "reward, searches per trajectory:", "",
                 markdown_table(m["hop_signal"], HOP_SIGNAL_SHOWN)]
+        cover = m.get("coverage") or []
+        if cover:
+            out += ["", "Question-steps rolled out, and those with a search (a question none of whose G trajectories "
+                    "searched leaves no call and is not in the table): "
+                    + "; ".join(f"{c['method']} {c['with_a_search']} of {c['rolled_out']} (G = {c['group_size']})"
+                                for c in cover) + "."]
     if m.get("second_search"):
         out += ["", "Whether a second search pays, within the questions whose G trajectories include one search and "
-                "more (GRPO's advantage compares a question's own samples): mean agent reward of more than one search "
-                "minus one, paired over those questions, 95% bootstrap interval:", "",
+                "more (a hint of the direction GRPO's advantage takes, which compares a question's own samples): mean "
+                "agent reward of more than one search minus one, paired over those question-steps, 95% bootstrap "
+                "interval:", "",
                 markdown_table(m["second_search"], SECOND_SEARCH_SHOWN)]
     if m.get("hop_signal_missing"):
         out += ["", "No hop-group tables for " + "; ".join(m["hop_signal_missing"]) + "."]

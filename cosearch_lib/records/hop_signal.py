@@ -18,9 +18,12 @@ single-hop and multi-hop families (``eval.benchmark_families.hop_group``).
   minus that of one, paired over the questions: whether a second search pays.
 
 What the calls cannot say: a trajectory that never searched has no call, so its reward is unknown.
-It is counted (``searches`` 0, reward NaN) from the group size, and the reward columns read over the
-trajectories that searched. ``r_main`` is the agent reward as the ranker's composite reads it: Eq. 4
-under the paper's rule set (answer F1, or the format penalty), binarised under the released one.
+Within a question that has calls it is counted (``searches`` 0, reward NaN) from the group size, and
+the reward columns read over the trajectories that searched. A question none of whose G trajectories
+searched leaves no call at all, and with it no hop group: the tables hold the question-steps with a
+call, and :func:`coverage` counts them against the questions the step records say were rolled out.
+``r_main`` is the agent reward as the ranker's composite reads it: Eq. 4 under the paper's rule set
+(answer F1, or the format penalty), binarised under the released one.
 """
 
 from __future__ import annotations
@@ -56,8 +59,33 @@ def trajectory_table(calls: pd.DataFrame, data_source: Mapping[str, str], *, met
     return out[list(TRAJECTORY_COLUMNS)]
 
 
+def run_group_size(steps: pd.DataFrame) -> int:
+    """G of a run, from its step records (``rollout/n_trajectories`` over ``rollout/n_questions``): the run's own,
+    whatever its profile says now. ValueError when the records do not say it or say it unevenly."""
+    trained = steps[steps["step"] >= 0] if "step" in steps else steps.iloc[0:0]
+    if not {"rollout/n_trajectories", "rollout/n_questions"} <= set(trained) or trained.empty:
+        raise ValueError("the step records carry no rollout/n_trajectories and rollout/n_questions to read G from")
+    ratios = set((trained["rollout/n_trajectories"] / trained["rollout/n_questions"]).round(6))
+    if len(ratios) != 1 or not float(next(iter(ratios))).is_integer():
+        raise ValueError(f"the step records give no single group size: trajectories per question {sorted(ratios)}")
+    return int(next(iter(ratios)))
+
+
+def coverage(trajectories: pd.DataFrame, steps: pd.DataFrame) -> dict[str, int]:
+    """The question-steps the step records say were rolled out (``rollout/n_questions`` summed over the trained
+    steps) and those the ranker calls hold (``with_a_search``): the difference never searched in any of its G
+    trajectories, so the hop-group tables cannot place it."""
+    trained = steps[steps["step"] >= 0] if "step" in steps else steps.iloc[0:0]
+    rolled = int(trained["rollout/n_questions"].sum()) if "rollout/n_questions" in trained else 0
+    found = int(trajectories.groupby(["step", "question_id"]).ngroups) if len(trajectories) else 0
+    return {"rolled_out": rolled, "with_a_search": found}
+
+
 def _parts(steps: list[int], span: int) -> dict[str, list[int]]:
-    """A method's first ``span`` steps, its last ``span`` and every step (as ``records.training_runs.grpo_signal_table``)."""
+    """A method's first ``span`` steps, its last ``span`` and every step (as ``records.training_runs.grpo_signal_table``);
+    only every step when it has fewer than ``2 * span``: first and last would share steps."""
+    if len(steps) < 2 * span:
+        return {"all": steps}
     return {"first": steps[:span], "last": steps[-span:], "all": steps}
 
 
@@ -65,8 +93,12 @@ def _per_question(trajectories: pd.DataFrame, group_size: int) -> pd.DataFrame:
     per = trajectories.groupby(["method", "step", "hop", "question_id"], sort=False)
     out = per.agg(searched=("agent_reward", "size"), mean_of_g=("agent_reward", "mean"), best_of_g=("agent_reward", "max"),
                   spread=("agent_reward", "std"), searches=("searches", "sum")).reset_index()
+    over = out[out["searched"] > group_size]
+    if len(over):
+        raise ValueError(f"{over['question_id'].iloc[0]} has {int(over['searched'].iloc[0])} trajectories at step "
+                         f"{int(over['step'].iloc[0])}, more than G = {group_size}: read G from the run (run_group_size)")
     out["with_signal"] = out["spread"].fillna(0.0) > 0
-    out["never_searched"] = (group_size - out["searched"]).clip(lower=0)
+    out["never_searched"] = group_size - out["searched"]
     return out
 
 
@@ -74,8 +106,9 @@ def hop_signal_table(trajectories: pd.DataFrame, *, group_size: int, span: int =
     """Per method, hop group and part (its first ``span`` steps, its last ``span`` and all): ``questions``
     (question-steps), ``mean_of_g`` and ``best_of_g`` (a question's mean and best agent reward over its
     trajectories that searched, averaged over the questions), ``with_signal`` (the share of questions whose
-    searched trajectories differ in reward), ``searches_per_traj`` (over all ``group_size`` trajectories of
-    each question) and ``never_searched`` (the share of trajectories without a search)."""
+    trajectories that searched differ in reward), ``searches_per_traj`` (over all ``group_size`` trajectories
+    of each of these questions) and ``never_searched`` (the share of their trajectories without a search).
+    Question-steps without any call are not in it (:func:`coverage`)."""
     rows = []
     if trajectories.empty:
         return pd.DataFrame(rows)
@@ -99,10 +132,8 @@ def _bucket(searches: int) -> str:
 
 def search_payoff_table(trajectories: pd.DataFrame, *, group_size: int, span: int = 2) -> pd.DataFrame:
     """Per method, hop group, part (as :func:`hop_signal_table`) and searches made (:data:`SEARCH_BUCKETS`):
-    ``trajectories``, their ``share`` of the part's trajectories of that hop group, and their mean
-    ``agent_reward`` (NaN for ``0``: a trajectory without a search left no call). Where a second search
-    pays on the multi-hop questions, GRPO has a gradient toward it; where it pays no more than one, the
-    group's advantage favours stopping at one."""
+    ``trajectories``, their ``share`` of the G trajectories of the part's question-steps with a call in that
+    hop group, and their mean ``agent_reward`` (NaN for ``0``: a trajectory without a search left no call)."""
     rows = []
     if trajectories.empty:
         return pd.DataFrame(rows)
@@ -129,8 +160,9 @@ def second_search_table(trajectories: pd.DataFrame, *, span: int = 2, seed: int 
     trajectories include one that searched once and one that searched more (``questions``), the mean
     agent reward of the ones that searched more (``more``) and of the ones that searched once (``once``),
     averaged per question, and ``more`` - ``once`` with its paired 95% bootstrap interval over those
-    questions (``ci_low``, ``ci_high``; NaN with fewer than 2). A negative difference within questions is
-    what GRPO's group advantage then pushes on: toward stopping at one search."""
+    questions (``ci_low``, ``ci_high``; NaN with fewer than 2), each question-step one item. A hint of the
+    direction GRPO's group advantage takes, not a reading of it: the advantage is over all G samples,
+    including any that never searched. A negative difference favours stopping at one search."""
     rows = []
     if trajectories.empty:
         return pd.DataFrame(rows)

@@ -16,8 +16,9 @@ HOP_MARKERS = {"single": "o", "multi": "s", "other": "^"}
 def plot_hop_signal(second_search: pd.DataFrame, hop_signal: pd.DataFrame, *, title: str = ""):
     """(a) Per method, hop group and part: the mean agent reward of a question's trajectories that searched
     more than once minus those that searched once, paired over the questions that had both, with its 95%
-    interval (a point left of 0: GRPO's advantage favours stopping at one search). (b) Searches per
-    trajectory per hop group over the first and the last steps, per method."""
+    interval (a point left of 0 hints that GRPO's advantage favours stopping at one search). (b) Searches per
+    trajectory per hop group over the first and the last steps, per method (over every step when the run is
+    too short to tell them apart)."""
     fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.3, 1]})
     methods = list(dict.fromkeys([*second_search.get("method", []), *hop_signal.get("method", [])]))
     palette = method_palette(methods)
@@ -40,18 +41,19 @@ def plot_hop_signal(second_search: pd.DataFrame, hop_signal: pd.DataFrame, *, ti
         ax_a.invert_yaxis()
     ax_b.set(title="(b) searches per trajectory", ylabel="searches per trajectory")
     ax_b.grid(alpha=0.3, axis="y")
-    parts = hop_signal[hop_signal["part"].isin(("first", "last"))] if len(hop_signal) else hop_signal
+    shown = ("first", "last") if len(hop_signal) and hop_signal["part"].isin(("first", "last")).any() else ("all",)
+    parts = hop_signal[hop_signal["part"].isin(shown)] if len(hop_signal) else hop_signal
     if not len(parts):
         no_data(ax_b, "no ranker calls")
     else:
         groups = list(dict.fromkeys(zip(parts["method"], parts["hop"])))
-        width = 0.38
+        width = 0.76 / len(shown)
         for i, (method, hop) in enumerate(groups):
             mine = parts[(parts["method"] == method) & (parts["hop"] == hop)].set_index("part")
-            for j, part in enumerate(("first", "last")):
+            for j, part in enumerate(shown):
                 if part in mine.index:
-                    ax_b.bar(i + (j - 0.5) * width, mine.loc[part, "searches_per_traj"], width=width, color=palette[method],
-                             alpha=0.45 if part == "first" else 0.95, edgecolor="#555555",
+                    ax_b.bar(i + (j - (len(shown) - 1) / 2) * width, mine.loc[part, "searches_per_traj"], width=width,
+                             color=palette[method], alpha=0.45 if part == "first" else 0.95, edgecolor="#555555",
                              label=f"{part} steps" if i == 0 else None)
         ax_b.set_xticks(range(len(groups)), [f"{m}\n{h}-hop" for m, h in groups], fontsize=8)
         ax_b.legend(fontsize=8, frameon=False)
