@@ -61,7 +61,7 @@ from cosearch_lib.records.training_runs import (
 )
 from cosearch_lib.retrieval.artifacts import corpus_paths
 from cosearch_lib.run_schema import RANKER_CALLS_FILE
-from cosearch_lib.viz.hop_signal import plot_hop_signal
+from cosearch_lib.viz.hop_groups import plot_hop_signal
 from cosearch_lib.viz.plots import (
     METHOD_COLORS,
     mark_zero_bars,

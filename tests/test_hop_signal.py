@@ -100,7 +100,7 @@ def test_results_render_the_hop_tables_under_their_heading(trajectories):
 def test_the_figure_draws_one_interval_per_part_and_says_when_nothing_pairs(trajectories):
     import matplotlib.pyplot as plt
 
-    from cosearch_lib.viz.hop_signal import plot_hop_signal
+    from cosearch_lib.viz.hop_groups import plot_hop_signal
 
     fig = plot_hop_signal(second_search_table(trajectories, span=1), hop_signal_table(trajectories, group_size=G, span=1))
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
