@@ -333,6 +333,27 @@ def test_cosearch_run_runs_the_profiles_reduced_grid_right_before_the_notebooks_
     assert calls == []  # refused before anything ran
 
 
+def test_a_profile_that_extends_a_grid_can_drop_it_and_its_figures_notebook_then_runs_alone(tmp_path, runs):
+    """``grids.run: null`` over a parent's reduced grid: `cosearch run --notebooks 05` runs notebook 05 and
+    trains no cell (the curve profiles extend laptop, which inherits demo's grid: a cell there would train
+    CoSearch at the curve's recipe before the figures)."""
+    parent, child = tmp_path / "parent.yaml", tmp_path / "child.yaml"
+    parent.write_text(yaml.safe_dump({"extends": "ci", "profile": "parent", "grids": {"run": {"table3": ["full"]}}}))
+    child.write_text(yaml.safe_dump({"extends": str(parent), "profile": "child", "grids": {"run": None}}))
+    assert load_profile(parent).grids.run == {"table3": ["full"]} and load_profile(child).grids.run == {}
+    calls = []
+
+    def runner(profile, notebooks, *, parameters, progress):
+        calls.append((load_profile(profile).profile, list(notebooks)))
+        return []
+
+    grids.run_workbook(str(child), ["05"], runner=runner, progress=False)
+    assert calls == [("child", ["05"])]
+    for name in ("laptop_curve", "laptop_curve_wide", "laptop_curve_bf16", "laptop_curve_multi", "laptop_curve_wide_seed1"):
+        assert load_profile(name).grids.run == {}, name
+    assert load_profile("laptop").grids.run == load_profile("demo").grids.run  # laptop keeps demo's reduced grid
+
+
 def test_paper_grid_cells_become_data_parallel_jobs_of_the_gpus_their_plan_asks_for(tmp_path, runs):
     """The paper's cells cannot finish on one GPU; with slurm.gpus_per_node: 8 a Table 3 cell (CoSearch)
     becomes a job of one node of 8, a Table 4 cell (four methods, then their evaluation) of two. Each

@@ -130,10 +130,13 @@ class GridsConfig:
     fewer GRPO steps), over the grid file's and under the cell's own; ``cosearch grid`` applies them too,
     so every cell of one profile is run alike and comparable."""
 
-    run: dict[str, list[str]] = field(default_factory=dict)  # grid name -> cell names to run inside `cosearch run`
+    # grid name -> cell names to run inside `cosearch run`; null: none (a profile that extends one with a grid)
+    run: dict[str, list[str]] | None = field(default_factory=dict)
     parameters: dict[str, Any] = field(default_factory=dict)  # notebook parameters of every grid cell on this profile
 
     def __post_init__(self) -> None:
+        if self.run is None:
+            self.run = {}
         if not isinstance(self.run, dict) or not all(
                 isinstance(k, str) and isinstance(v, list) and v and all(isinstance(c, str) for c in v)
                 for k, v in self.run.items()):
