@@ -25,6 +25,7 @@ def plot_hop_signal(second_search: pd.DataFrame, hop_signal: pd.DataFrame, *, ti
     ax_a.set(title="(a) a second search pays? (more - once, within questions)", xlabel="agent reward, more - once")
     ax_a.axvline(0, color="#555555", lw=1)
     ax_a.grid(alpha=0.3, axis="x")
+    ax_a.grid(False, axis="y")  # a grid line through each row would read as an interval
     rows = second_search.dropna(subset=["diff"]) if len(second_search) else second_search
     if not len(rows):
         no_data(ax_a, "no question whose rollouts searched both once and more")
