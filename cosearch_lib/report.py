@@ -44,7 +44,6 @@ from cosearch_lib.records.hop_signal import (
     coverage,
     hop_signal_table,
     run_group_size,
-    search_payoff_table,
     second_search_table,
     trajectory_table,
 )
@@ -258,33 +257,34 @@ def _findings_metrics(profiles: Sequence[str], seed: int) -> dict:
 
 
 def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """What the training rollouts paid per hop group and per searches made (``records.hop_signal``), for every
-    method whose ranker calls the profiles' run folders hold, read against each profile's training split at
-    the run's own G; with what could not be read, named, and (``coverage``) the question-steps each method
-    rolled out against those its calls hold."""
-    tables: dict[str, list[pd.DataFrame]] = {"hop_signal": [], "search_payoff": [], "second_search": [], "coverage": []}
+    """What the training rollouts paid per hop group (``records.hop_signal``), for every method whose ranker
+    calls the profiles' run folders hold, read against each profile's training split at the run's own G;
+    with what could not be read, named, and (``coverage``) the question-steps each method rolled out
+    against those its calls hold."""
+    tables: dict[str, list[pd.DataFrame]] = {"hop_signal": [], "second_search": [], "coverage": []}
     missing = []
     for name in profiles:
         cfg = load_profile(name)
         root = training_root(cfg.profile)
         methods = [m for m in TRAINING_METHODS if (root / m / RANKER_CALLS_FILE).exists()]
+        if not methods:
+            continue
         qa = corpus_paths(cfg).qa.get(cfg.training.split)
-        if methods and (qa is None or not qa.exists()):
+        if qa is None or not qa.exists():
             missing.append(f"{name}: no {cfg.training.split!r} split file ({qa or 'data.qa_paths names none'})")
             continue
-        data_source = {ex.id: ex.data_source for ex in load_qa(qa)} if methods else {}
+        data_source = {ex.id: ex.data_source for ex in load_qa(qa)}
         for method in methods:
             try:
                 steps = read_steps(root, [method])
                 g = run_group_size(steps)
                 trajectories = trajectory_table(read_ranker_calls(root, method), data_source, method=method)
-                parts = (hop_signal_table(trajectories, group_size=g), search_payoff_table(trajectories, group_size=g),
-                         second_search_table(trajectories, seed=seed))
+                signal, second = hop_signal_table(trajectories, group_size=g), second_search_table(trajectories, seed=seed)
             except (FileNotFoundError, ValueError) as why:
                 missing.append(f"{name}, {method}: {why}")
                 continue
-            for key, table in zip(("hop_signal", "search_payoff", "second_search"), parts):
-                tables[key].append(table)
+            tables["hop_signal"].append(signal)
+            tables["second_search"].append(second)
             tables["coverage"].append(pd.DataFrame([{"method": method, "group_size": g, **coverage(trajectories, steps)}]))
     return {key: pd.concat(parts, ignore_index=True) for key, parts in tables.items() if parts}, missing
 

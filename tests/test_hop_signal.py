@@ -10,7 +10,6 @@ from cosearch_lib.records.hop_signal import (
     coverage,
     hop_signal_table,
     run_group_size,
-    search_payoff_table,
     second_search_table,
     trajectory_table,
 )
@@ -59,18 +58,6 @@ def test_hop_signal_reads_mean_and_best_of_g_over_the_trajectories_that_searched
     single = table.loc[("single", "all")]
     assert single["questions"] == 2 and single["mean_of_g"] == pytest.approx(0.75) and single["never_searched"] == 0.0
     assert single["searches_per_traj"] == pytest.approx(6 / G)
-
-
-def test_search_payoff_counts_the_trajectories_without_a_search_and_leaves_their_reward_unknown(trajectories):
-    table = search_payoff_table(trajectories, group_size=G, span=1)
-    multi = table[(table["hop"] == "multi") & (table["part"] == "last")].set_index("searches")
-    assert list(multi.index) == ["0", "1", "2", "3+"]
-    assert multi.loc["0", "trajectories"] == 1 and math.isnan(multi.loc["0", "agent_reward"])
-    assert multi.loc["1", "trajectories"] == 2 and multi.loc["1", "agent_reward"] == pytest.approx(0.25)
-    assert multi.loc["2", "agent_reward"] == 1.0 and multi.loc["3+", "trajectories"] == 0
-    assert multi["share"].sum() == pytest.approx(1.0)
-    single = table[(table["hop"] == "single") & (table["part"] == "first")].set_index("searches")
-    assert single.loc["3+", "trajectories"] == 1 and single.loc["3+", "agent_reward"] == 0.0
 
 
 def test_a_second_search_is_read_within_questions_paired(trajectories):
@@ -129,6 +116,5 @@ def test_g_is_the_runs_own_and_more_trajectories_than_g_are_refused(trajectories
 
 def test_a_run_shorter_than_two_spans_has_only_its_all_part(trajectories):
     """With 2 steps and span 2, first and last would be the same steps: only ``all`` is shown."""
-    for table in (hop_signal_table(trajectories, group_size=G), search_payoff_table(trajectories, group_size=G),
-                  second_search_table(trajectories)):
+    for table in (hop_signal_table(trajectories, group_size=G), second_search_table(trajectories)):
         assert set(table["part"]) == {"all"}

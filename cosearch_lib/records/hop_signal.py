@@ -11,8 +11,6 @@ single-hop and multi-hop families (``eval.benchmark_families.hop_group``).
 * :func:`hop_signal_table`: per method, hop group and part of the run (its first steps, its last and all), the
   mean-of-G and best-of-G agent reward, the share of questions whose searched trajectories differ in
   reward (GRPO's signal), and searches per trajectory;
-* :func:`search_payoff_table`: the same parts split by the number of searches a trajectory made, with
-  the mean agent reward of each;
 * :func:`second_search_table`: within the questions whose G trajectories include both one search and
   more (GRPO's advantage compares a question's own samples), the mean reward of more than one search
   minus that of one, paired over the questions: whether a second search pays.
@@ -28,7 +26,8 @@ call, and :func:`coverage` counts them against the questions the step records sa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -37,8 +36,6 @@ from cosearch_lib.eval.intervals import paired_bootstrap
 
 #: Columns of :func:`trajectory_table`.
 TRAJECTORY_COLUMNS = ("method", "step", "question_id", "traj_id", "hop", "searches", "agent_reward")
-#: The searches buckets of :func:`search_payoff_table`; the last holds every count at or above it.
-SEARCH_BUCKETS = ("0", "1", "2", "3+")
 
 
 def trajectory_table(calls: pd.DataFrame, data_source: Mapping[str, str], *, method: str) -> pd.DataFrame:
@@ -89,6 +86,16 @@ def _parts(steps: list[int], span: int) -> dict[str, list[int]]:
     return {"first": steps[:span], "last": steps[-span:], "all": steps}
 
 
+def _slices(frame: pd.DataFrame, span: int) -> Iterator[tuple[dict[str, Any], list[int], pd.DataFrame]]:
+    """Each (method, part, hop group) of ``frame`` (rows with ``method``, ``step``, ``hop``): the row labels
+    every table starts with, the part's steps, and the part's rows of that hop group."""
+    for method, mine in frame.groupby("method", sort=False):
+        for part, steps in _parts(sorted(set(mine["step"])), span).items():
+            chosen = mine[mine["step"].isin(steps)]
+            for hop, rows in chosen.groupby("hop", sort=True):
+                yield {"method": method, "hop": hop, "part": part, "steps": f"{min(steps)}-{max(steps)}"}, steps, rows
+
+
 def _per_question(trajectories: pd.DataFrame, group_size: int) -> pd.DataFrame:
     per = trajectories.groupby(["method", "step", "hop", "question_id"], sort=False)
     out = per.agg(searched=("agent_reward", "size"), mean_of_g=("agent_reward", "mean"), best_of_g=("agent_reward", "max"),
@@ -112,46 +119,12 @@ def hop_signal_table(trajectories: pd.DataFrame, *, group_size: int, span: int =
     rows = []
     if trajectories.empty:
         return pd.DataFrame(rows)
-    questions = _per_question(trajectories, group_size)
-    for method, mine in questions.groupby("method", sort=False):
-        for part, steps in _parts(sorted(set(mine["step"])), span).items():
-            chosen = mine[mine["step"].isin(steps)]
-            for hop, q in chosen.groupby("hop", sort=True):
-                n_traj = len(q) * group_size
-                rows.append({"method": method, "hop": hop, "part": part, "steps": f"{min(steps)}-{max(steps)}",
-                             "questions": len(q), "mean_of_g": float(q["mean_of_g"].mean()),
-                             "best_of_g": float(q["best_of_g"].mean()), "with_signal": float(q["with_signal"].mean()),
-                             "searches_per_traj": float(q["searches"].sum() / n_traj),
-                             "never_searched": float(q["never_searched"].sum() / n_traj)})
-    return pd.DataFrame(rows)
-
-
-def _bucket(searches: int) -> str:
-    return SEARCH_BUCKETS[min(int(searches), len(SEARCH_BUCKETS) - 1)]
-
-
-def search_payoff_table(trajectories: pd.DataFrame, *, group_size: int, span: int = 2) -> pd.DataFrame:
-    """Per method, hop group, part (as :func:`hop_signal_table`) and searches made (:data:`SEARCH_BUCKETS`):
-    ``trajectories``, their ``share`` of the G trajectories of the part's question-steps with a call in that
-    hop group, and their mean ``agent_reward`` (NaN for ``0``: a trajectory without a search left no call)."""
-    rows = []
-    if trajectories.empty:
-        return pd.DataFrame(rows)
-    questions = _per_question(trajectories, group_size)
-    for method, mine in trajectories.groupby("method", sort=False):
-        for part, steps in _parts(sorted(set(mine["step"])), span).items():
-            chosen = mine[mine["step"].isin(steps)]
-            q = questions[(questions["method"] == method) & questions["step"].isin(steps)]
-            for hop, t in chosen.groupby("hop", sort=True):
-                total = len(q[q["hop"] == hop]) * group_size
-                never = int(q.loc[q["hop"] == hop, "never_searched"].sum())
-                counts = t.assign(bucket=t["searches"].map(_bucket)).groupby("bucket")["agent_reward"]
-                for bucket in SEARCH_BUCKETS:
-                    n = never if bucket == "0" else int(counts.size().get(bucket, 0))
-                    reward = float("nan") if bucket == "0" or n == 0 else float(counts.mean()[bucket])
-                    rows.append({"method": method, "hop": hop, "part": part, "steps": f"{min(steps)}-{max(steps)}",
-                                 "searches": bucket, "trajectories": n, "share": n / total if total else float("nan"),
-                                 "agent_reward": reward})
+    for labels, _, q in _slices(_per_question(trajectories, group_size), span):
+        n_traj = len(q) * group_size
+        rows.append({**labels, "questions": len(q), "mean_of_g": float(q["mean_of_g"].mean()),
+                     "best_of_g": float(q["best_of_g"].mean()), "with_signal": float(q["with_signal"].mean()),
+                     "searches_per_traj": float(q["searches"].sum() / n_traj),
+                     "never_searched": float(q["never_searched"].sum() / n_traj)})
     return pd.DataFrame(rows)
 
 
@@ -166,20 +139,15 @@ def second_search_table(trajectories: pd.DataFrame, *, span: int = 2, seed: int 
     rows = []
     if trajectories.empty:
         return pd.DataFrame(rows)
-    t = trajectories.assign(more=trajectories["searches"] > 1)
-    for method, mine in t.groupby("method", sort=False):
-        for part, steps in _parts(sorted(set(mine["step"])), span).items():
-            chosen = mine[mine["step"].isin(steps)]
-            for hop, h in chosen.groupby("hop", sort=True):
-                by = h.groupby(["step", "question_id", "more"])["agent_reward"].mean().unstack("more")
-                both = by.dropna() if {True, False} <= set(by.columns) else by.iloc[0:0]
-                row = {"method": method, "hop": hop, "part": part, "steps": f"{min(steps)}-{max(steps)}",
-                       "questions": len(both), "more": float("nan"), "once": float("nan"), "diff": float("nan"),
-                       "ci_low": float("nan"), "ci_high": float("nan")}
-                if len(both):
-                    paired = paired_bootstrap(both[True].to_numpy(), both[False].to_numpy(), [hop] * len(both),
-                                              statistic="mean", seed=seed, when_too_few="note")
-                    row |= {"more": paired.estimate_a, "once": paired.estimate_b, "diff": paired.diff,
-                            "ci_low": paired.ci_low, "ci_high": paired.ci_high}
-                rows.append(row)
+    for labels, _, h in _slices(trajectories.assign(more=trajectories["searches"] > 1), span):
+        by = h.groupby(["step", "question_id", "more"])["agent_reward"].mean().unstack("more")
+        both = by.dropna() if {True, False} <= set(by.columns) else by.iloc[0:0]
+        row = {**labels, "questions": len(both), "more": float("nan"), "once": float("nan"), "diff": float("nan"),
+               "ci_low": float("nan"), "ci_high": float("nan")}
+        if len(both):
+            paired = paired_bootstrap(both[True].to_numpy(), both[False].to_numpy(), [labels["hop"]] * len(both),
+                                      statistic="mean", seed=seed, when_too_few="note")
+            row |= {"more": paired.estimate_a, "once": paired.estimate_b, "diff": paired.diff,
+                    "ci_low": paired.ci_low, "ci_high": paired.ci_high}
+        rows.append(row)
     return pd.DataFrame(rows)
