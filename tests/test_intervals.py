@@ -375,10 +375,11 @@ def test_results_page_lists_the_ranker_sft_probes_and_no_probe_folder_as_a_profi
 
 def test_results_page_gives_the_steps_each_method_completed(tmp_path):
     """Notebook 03's records say how many steps each method had completed (its last step record), not the
-    step rows of every method together (``steps`` of the records before 2026-12)."""
+    step rows of every method together (``steps`` of the records before 2026-12: laptop_curve's notebook 03
+    after 8 steps, once committed under docs/results/, now a fixture)."""
     from pathlib import Path
 
-    metrics = json.loads(Path("docs/results/laptop_curve/03_joint_grpo_training.metrics.json").read_text())
+    metrics = json.loads(Path("tests/fixtures/results/laptop_curve_03_metrics_before_2026_12.json").read_text())
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "03_joint_grpo_training.metrics.json").write_text(json.dumps(metrics))
     assert metrics["steps"] == 16 and "8 GRPO step(s) per method;" in render_results_page(tmp_path)
