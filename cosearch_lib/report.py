@@ -50,6 +50,7 @@ from cosearch_lib.records.hop_signal import (
 from cosearch_lib.records.ranker_quality import RETRIEVER_ORDER
 from cosearch_lib.records.run_comparison import findings_across_runs
 from cosearch_lib.records.training_runs import (
+    STEPS_FILE,
     grpo_signal_table,
     learning_curve_table,
     read_ranker_calls,
@@ -260,7 +261,28 @@ def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFr
     """What the training rollouts paid per hop group (``records.hop_signal``), for every method whose ranker
     calls the profiles' run folders hold, read against each profile's training split at the run's own G;
     with what could not be read, named, and (``coverage``) the question-steps each method rolled out
-    against those its calls hold."""
+    against those its calls hold. Built once for notebook 05's figure and its metrics (:func:`_hop_tables_read`):
+    a rewrite of any file it reads builds them again."""
+    tables, missing = _hop_tables_read(tuple(profiles), seed, _hop_stamps(profiles))
+    return {key: table.copy() for key, table in tables.items()}, list(missing)
+
+
+def _hop_stamps(profiles: Sequence[str]) -> tuple:
+    """(path, mtime_ns, size) of every file :func:`_hop_tables` reads: each profile's, each method's ranker
+    calls and step records and the training split (-1 where a file is not there)."""
+    stamps = []
+    for name in profiles:
+        cfg = load_profile(name)
+        root = training_root(cfg.profile)
+        qa = corpus_paths(cfg).qa.get(cfg.training.split)
+        paths = [root / m / f for m in TRAINING_METHODS for f in (RANKER_CALLS_FILE, STEPS_FILE)] + ([qa] if qa else [])
+        stamps += [(str(p), *((p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else (-1, -1))) for p in paths]
+    return tuple(stamps)
+
+
+@lru_cache(maxsize=2)
+def _hop_tables_read(profiles: tuple[str, ...], seed: int, stamps: tuple) -> tuple[dict[str, pd.DataFrame], tuple[str, ...]]:
+    """:func:`_hop_tables`, keyed on the stamps of what it reads (``stamps``, :func:`_hop_stamps`)."""
     tables: dict[str, list[pd.DataFrame]] = {"hop_signal": [], "second_search": [], "coverage": []}
     missing = []
     for name in profiles:
@@ -286,7 +308,7 @@ def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFr
             tables["hop_signal"].append(signal)
             tables["second_search"].append(second)
             tables["coverage"].append(pd.DataFrame([{"method": method, "group_size": g, **coverage(trajectories, steps)}]))
-    return {key: pd.concat(parts, ignore_index=True) for key, parts in tables.items() if parts}, missing
+    return {key: pd.concat(parts, ignore_index=True) for key, parts in tables.items() if parts}, tuple(missing)
 
 
 def _hop_metrics(profiles: Sequence[str], seed: int) -> dict:

@@ -198,3 +198,38 @@ def test_training_metrics_read_each_runs_ranker_calls_against_its_training_split
     assert "search_r1 · multi · all (0-1, n=2)" in labels  # the questions with both one search and more
     assert not any("single" in label for label in labels)  # never searched twice: no pair, no point
     plt.close(item.figure)
+
+
+def test_notebook_05_builds_the_hop_tables_once_for_its_figure_and_its_metrics(outputs, monkeypatch):
+    """report_items draws the hop-group figure and training_metrics saves the same tables: one build, until a
+    file they read is rewritten."""
+    from types import SimpleNamespace
+
+    import cosearch_lib.report as report
+    from cosearch_lib.report import training_metrics
+
+    _trained(outputs / "runs" / "laptop_curve", "search_r1", steps_n=2, per_step=2, gain=0.02)
+    folder = outputs / "runs" / "laptop_curve" / "training" / "search_r1"
+    steps = pd.read_csv(folder / "steps.csv")
+    steps.assign(**{"rollout/n_trajectories": steps["rollout/n_questions"] * 4}).to_csv(folder / "steps.csv", index=False)  # G = 4
+    calls_path = folder / "ranker_calls.parquet"
+    calls = pd.DataFrame([{"step": s, "question_id": q, "traj_id": f"{q}/{g}", "turn": t, "r_main": float(q == "q1") * g / 3}
+                          for s in (0, 1) for q in ("q0", "q1") for g in range(4) for t in range(1 + (q == "q1") * (g % 2))])
+    calls.to_parquet(calls_path)
+    split = outputs / "train.parquet"
+    pd.DataFrame({"id": ["q0", "q1"], "question": ["a?", "b?"], "golden_answers": [["x"], ["y"]],
+                  "data_source": ["syn_nq", "syn_musique"]}).to_parquet(split)
+    monkeypatch.setattr(report, "corpus_paths", lambda cfg: SimpleNamespace(qa={"train": split}))
+    builds = []
+    real = report.hop_signal_table
+    monkeypatch.setattr(report, "hop_signal_table", lambda *a, **k: builds.append(1) or real(*a, **k))
+    item = {i.key: i for i in report_items("laptop_curve")}["hop_signal"]
+    assert item.missing is None, item.missing
+    plt.close(item.figure)
+    first = training_metrics("laptop_curve")
+    assert len(builds) == 1
+    pd.testing.assert_frame_equal(item.table.round(4), pd.DataFrame(first["second_search"]), check_dtype=False)
+    calls.assign(r_main=calls["r_main"] * 0.5).to_parquet(calls_path)  # a rewrite: built again, from the new calls
+    rebuilt = training_metrics("laptop_curve")
+    assert len(builds) == 2
+    assert pd.DataFrame(rebuilt["hop_signal"])["mean_of_g"].tolist() != pd.DataFrame(first["hop_signal"])["mean_of_g"].tolist()
