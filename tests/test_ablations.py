@@ -70,8 +70,10 @@ def test_table4_reads_k_from_each_cell_and_pairs_cosearch_with_the_fixed_ranker(
     g = grid(tmp_path, {"k1": {"search": {"topk": 1}}, "k3": {"search": {"topk": 3}}})
     finish(runs / "ci" / "g" / "k1", {"fixed_ranker: after GRPO": [0.0] * 12, "cosearch: after GRPO": [1.0] * 12,
                                       "oracle: after GRPO": [0.5] * 12})
+    before = sorted(p.relative_to(runs) for p in runs.rglob("*"))
     ks = cell_topk("ci", g)
     assert ks == {"k1": 1, "k3": 3}
+    assert sorted(p.relative_to(runs) for p in runs.rglob("*")) == before  # reading K writes no profile file
     table = topk_table(grid_records("ci", g), ks)
     assert table[["K", "method"]].values.tolist() == [[1, "fixed_ranker"], [1, "cosearch"], [1, "oracle"]]
     cos = table[table["method"] == "cosearch"].iloc[0]

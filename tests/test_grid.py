@@ -14,7 +14,7 @@ import yaml
 from cosearch_lib.config import ConfigError, load_profile
 from cosearch_lib.planning.job_plan import plan_job
 from cosearch_lib.records import grid_cells
-from cosearch_lib.records.grid_cells import Grid, GridCell, load_grid, write_cell_profile
+from cosearch_lib.records.grid_cells import Grid, GridCell, cell_config, load_grid, write_cell_profile
 from cosearch_lib.runs import grid as grids
 from cosearch_lib.runs import papermill_runner
 from cosearch_lib.runs.grid import cell_plan, run_grid, slurm_scripts, submit_slurm
@@ -254,8 +254,10 @@ def test_committed_grids_give_valid_profiles_on_the_committed_profiles(name, run
     assert grid.name == name and grid.cells
     for profile in ("ci", "demo"):
         for cell in grid.cells:
+            in_memory = cell_config(profile, grid, cell)  # read before its file exists: the same settings
             cfg = load_profile(write_cell_profile(profile, grid, cell))
             assert cfg.profile == f"{profile}/{name}/{cell.name}" and cfg.search.topk <= cfg.search.topn
+            assert in_memory == cfg
 
 
 @pytest.mark.parametrize("profile", ["ci", "demo", "laptop", "paper"])

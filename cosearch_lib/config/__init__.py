@@ -64,6 +64,7 @@ from cosearch_lib.config.profile import (
     ScopeConfig,
     SlurmConfig,
     available_profiles,
+    extended_profile,
     from_dict,
     load_profile,
     papermill_parameters,
@@ -95,7 +96,7 @@ __all__ = [
     "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LLMJudgeConfig", "LoraSettings", "ModelsConfig",
     "ProfileConfig", "ProtocolConfig", "RankerRewardConfig", "RelevanceConfig", "RetrievalConfig", "RolloutConfig", "RuleSet",
     "SamplingConfig", "SearchBudget", "ServerConfig", "ScopeConfig", "SlurmConfig", "TrainConfig", "UpdateSettings", "WarmStartConfig",
-    "WorldConfig", "available_profiles", "check_bool", "check_choice", "check_int", "check_kinds", "check_number",
+    "WorldConfig", "available_profiles", "extended_profile", "check_bool", "check_choice", "check_int", "check_kinds", "check_number",
     "check_same_rules", "check_str", "from_dict", "invalid", "load_profile", "method_rows", "method_spec", "papermill_parameters",
     "profile_data", "profile_path", "read_yaml_mapping", "rule_set",
 ]

@@ -374,6 +374,15 @@ def load_profile(name_or_path: str | Path = "demo", **overrides: Any) -> Profile
         raise ConfigError(f"{path}: {err}") from err
 
 
+def extended_profile(name_or_path: str | Path, sections: dict[str, Any]) -> ProfileConfig:
+    """The profile a file ``extends: <name_or_path>`` holding ``sections`` would load, built in memory (a grid
+    cell's settings read without writing its profile file); ConfigError naming the base profile."""
+    try:
+        return from_dict(ProfileConfig, _merged(profile_data(name_or_path), sections))
+    except ConfigError as err:
+        raise ConfigError(f"{profile_path(name_or_path)} extended by {sorted(sections)}: {err}") from err
+
+
 def papermill_parameters(name_or_path: str | Path) -> dict[str, Any]:
     """The top-level scalars of a profile (``extends`` resolved): what papermill injects into each notebook."""
     data = profile_data(name_or_path)

@@ -26,7 +26,7 @@ from cosearch_lib.config.methods import TRAINING_METHODS, method_spec
 from cosearch_lib.eval.intervals import method_interval
 from cosearch_lib.eval.paper_reference import paper_table
 from cosearch_lib.eval.tables import AVG_COLUMNS, comparison_table, load_records, summary_table
-from cosearch_lib.records.grid_cells import Grid, cell_dir, cell_status, write_cell_profile
+from cosearch_lib.records.grid_cells import Grid, cell_config, cell_dir, cell_status
 
 #: The evaluation records notebook 03 writes into a run folder.
 EVAL_RECORDS = "03_eval_records.parquet"
@@ -131,8 +131,8 @@ def topk_table(records: pd.DataFrame, ks: Mapping[str, int], methods: Sequence[s
 
 
 def cell_topk(base_profile: str | Path, grid: Grid) -> dict[str, int]:
-    """Each cell's K (``search.topk`` of its profile)."""
-    return {cell.name: load_profile(write_cell_profile(base_profile, grid, cell)).search.topk for cell in grid.cells}
+    """Each cell's K (``search.topk`` of its settings, read without writing its profile file)."""
+    return {cell.name: cell_config(base_profile, grid, cell).search.topk for cell in grid.cells}
 
 
 def describe_missing(missing: pd.DataFrame) -> list[str]:

@@ -39,7 +39,7 @@ import pandas as pd
 import yaml
 
 from cosearch_lib.atomic_io import atomic_path
-from cosearch_lib.config import ConfigError, ProfileConfig, load_profile, profile_path, read_yaml_mapping
+from cosearch_lib.config import ConfigError, ProfileConfig, extended_profile, load_profile, profile_path, read_yaml_mapping
 from cosearch_lib.paths import params_dir, project_relative, run_dir, select_notebooks
 
 GRID_KEYS = ("grid", "description", "notebooks", "aggregate", "parameters", "cells")
@@ -152,6 +152,16 @@ def cell_profile_name(base: ProfileConfig, grid: Grid, cell: GridCell) -> str:
 
 def cell_dir(base: ProfileConfig, grid: Grid, cell: GridCell) -> Path:
     return run_dir(cell_profile_name(base, grid, cell))
+
+
+def cell_config(base_profile: str | Path, grid: Grid, cell: GridCell) -> ProfileConfig:
+    """The cell's settings as :func:`write_cell_profile`'s file loads them, built in memory (nothing written);
+    ConfigError names the cell."""
+    base = load_profile(base_profile)
+    try:
+        return extended_profile(base_profile, {"profile": cell_profile_name(base, grid, cell), **cell.overrides})
+    except (ConfigError, ValueError) as err:
+        raise ConfigError(f"grid {grid.name!r}, cell {cell.name!r}: {err}") from err
 
 
 def write_cell_profile(base_profile: str | Path, grid: Grid, cell: GridCell) -> Path:
