@@ -84,6 +84,11 @@ class ReportItem:
     missing: str | None = None  # what is missing and the command that produces it
 
 
+#: Decimals notebook 05's metrics keep: RESULTS.md rounds them to 3 once (at 4, 0.30952 was saved as 0.3095
+#: and printed 0.309).
+METRIC_DIGITS = 6
+
+
 class MissingRun(FileNotFoundError):
     """A record a report item needs is not there; the message says which and how to produce it."""
 
@@ -254,7 +259,7 @@ def _findings_metrics(profiles: Sequence[str], seed: int) -> dict:
         table = findings_across_runs(profiles, seed=seed)
     except (FileNotFoundError, ValueError) as why:
         return {"findings_missing": str(why)}
-    return {"findings_across_runs": table.round(4).to_dict(orient="records"), "findings_skipped": table.attrs["skipped"]}
+    return {"findings_across_runs": table.round(METRIC_DIGITS).to_dict(orient="records"), "findings_skipped": table.attrs["skipped"]}
 
 
 def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFrame], list[str]]:
@@ -314,7 +319,7 @@ def _hop_tables_read(profiles: tuple[str, ...], seed: int, stamps: tuple) -> tup
 def _hop_metrics(profiles: Sequence[str], seed: int) -> dict:
     """:func:`_hop_tables` as records for RESULTS.md (``hop_signal_missing``: the profiles without a split file)."""
     tables, missing = _hop_tables(profiles, seed)
-    out: dict[str, Any] = {key: table.round(4).to_dict(orient="records") for key, table in tables.items()}
+    out: dict[str, Any] = {key: table.round(METRIC_DIGITS).to_dict(orient="records") for key, table in tables.items()}
     return out | ({"hop_signal_missing": missing} if missing else {})
 
 
@@ -343,9 +348,9 @@ def training_metrics(profile: str, *, seed: int = 0, with_runs: Sequence[str] = 
         return out if compare_runs else None
     methods = list(dict.fromkeys(steps["method"]))
     return {**out, "methods": methods,
-            "learning_curves": {kind: learning_curve_table(validation, methods, kind=kind, seed=seed).round(4).to_dict(orient="records")
+            "learning_curves": {kind: learning_curve_table(validation, methods, kind=kind, seed=seed).round(METRIC_DIGITS).to_dict(orient="records")
                                 for kind in _kinds(validation)},
-            "grpo_signal": grpo_signal_table(steps, methods).round(4).to_dict(orient="records"),
+            "grpo_signal": grpo_signal_table(steps, methods).round(METRIC_DIGITS).to_dict(orient="records"),
             **_hop_metrics([profile, *with_runs], seed),
             "questions_per_step": {m: float(steps.loc[(steps["method"] == m) & (steps["step"] >= 0), "rollout/n_questions"].mean())
                                    for m in methods}}
