@@ -97,11 +97,21 @@ def _eval_records(profile: str) -> pd.DataFrame:
     path = run_dir(load_profile(profile).profile) / "02_eval_records.parquet"
     if not path.exists():
         raise MissingRun(f"no {project_relative(path)}: run `cosearch run --profile {profile} --notebooks 02`")
-    return _records(str(path), path.stat().st_mtime_ns).copy()
+    return _records(*_stamp(path)).copy()
+
+
+def _stamp(path: Path) -> tuple[str, int, int]:
+    """(path, mtime_ns, size) of a file, (path, -1, -1) where it is not there: the key of the caches below, so
+    a rewrite reads again."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return str(path), -1, -1
+    return str(path), st.st_mtime_ns, st.st_size
 
 
 @lru_cache(maxsize=2)
-def _records(path: str, mtime_ns: int) -> pd.DataFrame:
+def _records(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
     """Notebook 02's records, read once for the three items built from them (a rewrite reads again)."""
     return load_records(path)
 
@@ -273,15 +283,15 @@ def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFr
 
 
 def _hop_stamps(profiles: Sequence[str]) -> tuple:
-    """(path, mtime_ns, size) of every file :func:`_hop_tables` reads: each profile's, each method's ranker
-    calls and step records and the training split (-1 where a file is not there)."""
+    """:func:`_stamp` of every file :func:`_hop_tables` reads: for each profile, each method's ranker calls and
+    step records and the training split file."""
     stamps = []
     for name in profiles:
         cfg = load_profile(name)
         root = training_root(cfg.profile)
         qa = corpus_paths(cfg).qa.get(cfg.training.split)
         paths = [root / m / f for m in TRAINING_METHODS for f in (RANKER_CALLS_FILE, STEPS_FILE)] + ([qa] if qa else [])
-        stamps += [(str(p), *((p.stat().st_mtime_ns, p.stat().st_size) if p.exists() else (-1, -1))) for p in paths]
+        stamps += [_stamp(p) for p in paths]
     return tuple(stamps)
 
 

@@ -228,7 +228,7 @@ def test_notebook_05_builds_the_hop_tables_once_for_its_figure_and_its_metrics(o
     plt.close(item.figure)
     first = training_metrics("laptop_curve")
     assert len(builds) == 1
-    pd.testing.assert_frame_equal(item.table.round(6), pd.DataFrame(first["second_search"]), check_dtype=False)
+    pd.testing.assert_frame_equal(item.table.round(report.METRIC_DIGITS), pd.DataFrame(first["second_search"]), check_dtype=False)
     calls.assign(r_main=calls["r_main"] * 0.5).to_parquet(calls_path)  # a rewrite: built again, from the new calls
     rebuilt = training_metrics("laptop_curve")
     assert len(builds) == 2
