@@ -425,3 +425,25 @@ def test_a_warning_before_the_command_starts_is_kept_and_passed_on(tmp_path):
     assert done.returncode == 75, done.stderr
     assert "still here" in done.stdout and "child saw SIGUSR1" in done.stdout
     assert "scontrol requeue 41_2" in done.stdout and "not reached" not in done.stdout
+
+
+def test_a_cells_settings_share_no_mapping_with_its_overrides_nor_with_another_read():
+    """The merged profile data holds copies: a reader that edits what it got (from_dict, a notebook) leaves the
+    grid cell's overrides, and the next cell's settings, as they were."""
+    import copy
+
+    from cosearch_lib.config.profile import _merged
+
+    overrides = {"training": {"grouping": {"k_min": 2}}, "notebooks": {"03": {"methods": "cosearch"}}, "tags": ["a"]}
+    kept = copy.deepcopy(overrides)
+    base = {"training": {"steps": 3}, "tags": ["b"]}
+    merged = _merged(base, overrides)
+    merged["training"]["grouping"]["k_min"] = 9
+    merged["notebooks"]["03"]["methods"] = "oracle"
+    merged["tags"].append("c")
+    merged["training"]["steps"] = 7
+    assert overrides == kept and base == {"training": {"steps": 3}, "tags": ["b"]}
+    grid = load_grid(grid_cells.available_grids()[0])
+    cell = grid.cells[0]
+    before = copy.deepcopy(cell.overrides)
+    assert cell_config("ci", grid, cell) == cell_config("ci", grid, cell) and cell.overrides == before

@@ -9,6 +9,8 @@ are built first and handed to the sections that read them as those are construct
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 import hashlib
 import json
@@ -324,10 +326,12 @@ def available_profiles() -> list[str]:
 
 
 def _merged(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
-    """``child`` over ``base``, section by section (nested mappings merge; anything else replaces)."""
-    out = dict(base)
+    """``child`` over ``base``, section by section (nested mappings merge; anything else replaces), sharing no
+    mapping or list with either: what the result's reader does to it leaves a grid cell's overrides as they were."""
+    out = copy.deepcopy(base)
     for key, value in child.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else copy.deepcopy(value)
     return out
 
 
