@@ -110,6 +110,14 @@ def _stamp(path: Path) -> tuple[str, int, int]:
     return str(path), st.st_mtime_ns, st.st_size
 
 
+def _tree_stamp(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """:func:`_stamp` of a file, or of every file under a folder (a split given as a folder of shards): a folder's
+    own mtime does not change when a file in it is rewritten in place."""
+    if path.is_dir():
+        return tuple(_stamp(p) for p in sorted(path.rglob("*")) if p.is_file()) or (_stamp(path),)
+    return (_stamp(path),)
+
+
 @lru_cache(maxsize=2)
 def _records(path: str, mtime_ns: int, size: int) -> pd.DataFrame:
     """Notebook 02's records, read once for the three items built from them (a rewrite reads again)."""
@@ -284,14 +292,14 @@ def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFr
 
 def _hop_stamps(profiles: Sequence[str]) -> tuple:
     """:func:`_stamp` of every file :func:`_hop_tables` reads: for each profile, each method's ranker calls and
-    step records and the training split file."""
+    step records and the training split (a file, or every file of a folder)."""
     stamps = []
     for name in profiles:
         cfg = load_profile(name)
         root = training_root(cfg.profile)
         qa = corpus_paths(cfg).qa.get(cfg.training.split)
-        paths = [root / m / f for m in TRAINING_METHODS for f in (RANKER_CALLS_FILE, STEPS_FILE)] + ([qa] if qa else [])
-        stamps += [_stamp(p) for p in paths]
+        stamps += [_stamp(root / m / f) for m in TRAINING_METHODS for f in (RANKER_CALLS_FILE, STEPS_FILE)]
+        stamps += _tree_stamp(qa) if qa else ()
     return tuple(stamps)
 
 

@@ -233,3 +233,22 @@ def test_notebook_05_builds_the_hop_tables_once_for_its_figure_and_its_metrics(o
     rebuilt = training_metrics("laptop_curve")
     assert len(builds) == 2
     assert pd.DataFrame(rebuilt["hop_signal"])["mean_of_g"].tolist() != pd.DataFrame(first["hop_signal"])["mean_of_g"].tolist()
+
+
+def test_a_split_given_as_a_folder_is_stamped_by_its_files_so_a_shard_rewritten_in_place_reads_again(tmp_path):
+    """A folder's own mtime stays when a file in it is rewritten: the hop tables' cache key takes every file's."""
+    import os
+
+    from cosearch_lib.report import _tree_stamp
+
+    folder = tmp_path / "train"
+    (folder / "part").mkdir(parents=True)
+    shard = folder / "part" / "0.parquet"
+    shard.write_bytes(b"a")
+    os.utime(folder, ns=(1, 1))
+    before = _tree_stamp(folder)
+    shard.write_bytes(b"bb")  # in place: the folder is not touched
+    os.utime(folder, ns=(1, 1))
+    assert _tree_stamp(folder) != before and [s[0] for s in before] == [str(shard)]
+    assert _tree_stamp(shard) == _tree_stamp(folder)  # a file: its own stamp alone
+    assert _tree_stamp(tmp_path / "absent") == ((str(tmp_path / "absent"), -1, -1),)
