@@ -10,7 +10,6 @@ are built first and handed to the sections that read them as those are construct
 from __future__ import annotations
 
 import copy
-
 import dataclasses
 import hashlib
 import json
