@@ -245,3 +245,50 @@ def test_sft_takes_the_plain_loss_wherever_trls_triton_kernel_cannot_run(monkeyp
     assert _sft_trainer_class() is not SFTTrainer and issubclass(_sft_trainer_class(), SFTTrainer)
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     assert _sft_trainer_class() is SFTTrainer
+
+
+@pytest.mark.parametrize("instructions", ["avx512_bf16", None])
+def test_warmstart_autocast_runs_the_passes_in_bf16_only_where_the_cpu_has_bf16_and_keeps_lora_float32(
+        chat, tok, tmp_path, monkeypatch, instructions):
+    """warmstart.autocast: the Trainer's bf16 mixed precision on a CPU with bf16 instructions (the matmuls
+    come out bf16, the LoRA weights stay float32 and move); on one without them float32, with a warning."""
+    import torch
+
+    from cosearch_lib.config import LoraSettings
+    from cosearch_lib.models import autocast as autocast_module
+    from cosearch_lib.models.adapter_weights import lora_b_max_abs
+
+    from tests.doubles import tiny_model
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU trains the warm start in bf16 whatever warmstart.autocast says")
+    monkeypatch.setattr(autocast_module, "cpu_bf16_instructions", lambda: instructions)
+    data, _ = build_gold_data([two_hop(f"q{i}") for i in range(4)], FixedRetriever(CORPUS), chat, PROTOCOL,
+                              topn=5, n_agent=4, n_ranker=0)
+    model = tiny_model(tok)
+    seen: set[torch.dtype] = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
+    cfg = WarmStartConfig(batch_size=2, epochs=1, learning_rate=1e-2, logging_steps=1, warmup_ratio=0.0, autocast=True)
+    if instructions is None:
+        with pytest.warns(UserWarning, match="no avx512_bf16 or AMX"):
+            summary = train_sft(model, tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "a", progress=False)
+    else:
+        summary = train_sft(model, tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "a", progress=False)
+    assert summary["bf16"] is (instructions is not None)
+    assert seen == ({torch.bfloat16} if instructions else {torch.float32})
+    lora = [p for n, p in model.named_parameters() if "lora_" in n]
+    assert lora and all(p.dtype == torch.float32 for p in lora)
+    assert lora_b_max_abs(tmp_path / "a") > 0  # the adapter moved
+    assert json.loads((tmp_path / "a" / "warmstart.json").read_text())["bf16"] is summary["bf16"]
+
+
+def test_warmstart_autocast_is_keyed_only_when_set():
+    """Leaving warmstart.autocast out keeps the cache keys of the profiles that never set it."""
+    from cosearch_lib.config.profile import _fingerprinted
+
+    assert "autocast" not in _fingerprinted(WarmStartConfig())
+    assert _fingerprinted(WarmStartConfig(autocast=True))["autocast"] is True
+    with pytest.raises(Exception, match="warmstart.autocast"):
+        WarmStartConfig(autocast="yes")

@@ -248,10 +248,15 @@ class WarmStartConfig:
     # GRPO (LLM judge, cross-encoder, relevance GRPO) are built from; null: search.topn. A profile that changes N
     # for GRPO and the evaluation alone sets it to the N its starts were trained at, and shares them.
     topn: int | None = field(default=None, metadata=KEYED_WHEN_SET)
+    # bf16 autocast of the supervised passes on a CPU with avx512_bf16 or AMX (float32 on a CPU without them, with a
+    # warning; a GPU trains in bf16 already): the LoRA weights and AdamW's states stay float32. null: float32.
+    autocast: bool | None = field(default=None, metadata=KEYED_WHEN_SET)
 
     def __post_init__(self) -> None:
         check = Fields("warmstart", self)
         check.ints("n_agent", "n_ranker", minimum=0)
+        if self.autocast is not None:
+            check.bools("autocast")
         if self.topn is not None:
             check.ints("topn", minimum=1)
         check.bools("balance_hops", "enabled")

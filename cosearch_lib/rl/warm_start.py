@@ -50,6 +50,7 @@ from cosearch_lib.agent.rankers import oracle_order
 from cosearch_lib.config import ProtocolConfig, WarmStartConfig
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.metrics import has_answer, is_trivial_answer
+from cosearch_lib.models.autocast import autocast_plan
 from cosearch_lib.models.lora_policies import peft_lora_config
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
@@ -64,6 +65,7 @@ WARMSTART_GLOSSARY: dict[str, str] = {
     "first_loss / last_loss": "first and last logged SFT loss (cross-entropy on the trained tokens)",
     "train_loss": "TRL's mean training loss over the run",
     "wall_s": "seconds of SFTTrainer.train",
+    "bf16": "whether the passes ran in bf16 (a GPU that has it; a CPU under warmstart.autocast with bf16 instructions)",
 }
 
 POLICY_ROLES = ("agent", "ranker")
@@ -397,12 +399,16 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
     shutil.rmtree(tmp, ignore_errors=True)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    on_gpu = torch.cuda.is_available()
+    cpu_bf16 = autocast_plan(False, bool(cfg.autocast), "cpu").update if not on_gpu else False
     args = SFTConfig(
         output_dir=str(tmp / "trainer"), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio, logging_steps=cfg.logging_steps,
         save_strategy="no", report_to=[], seed=seed, gradient_checkpointing=cfg.gradient_checkpointing, data_seed=seed, max_length=cfg.max_length,
-        use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        # bf16 on a GPU that has it; on a CPU only with warmstart.autocast and bf16 instructions: the Trainer's
+        # mixed precision, torch.autocast around each forward (weights, LoRA weights, AdamW states in float32)
+        use_cpu=not on_gpu, bf16=(on_gpu and torch.cuda.is_bf16_supported()) or cpu_bf16,
         dataloader_num_workers=0, disable_tqdm=True, dataset_num_proc=None,
     )
     t0 = time.perf_counter()
@@ -417,7 +423,8 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
               for h in trainer.state.log_history if "loss" in h]
     summary = {"n_sequences": len(rows), "tokens": sum(len(r.input_ids) for r in rows),
                "trained_tokens": sum(r.n_trained for r in rows), "steps": trainer.state.global_step,
-               "train_loss": result.training_loss, "wall_s": wall, "losses": losses, "config": asdict(cfg),
+               "train_loss": result.training_loss, "wall_s": wall, "bf16": bool(args.bf16), "losses": losses,
+               "config": asdict(cfg),
                "lora": asdict(lora), "seed": seed}
     (tmp / "warmstart.json").write_text(json.dumps(summary, indent=2, default=str))
     if out_dir.exists():
