@@ -9,6 +9,7 @@ bf16 is emulated: slow for a real model, instant for this one)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -217,3 +218,24 @@ def test_without_bf16_instructions_the_run_stays_float32_and_says_so(tok, tmp_pa
     rec = t.train_step()
     assert rec["rollout/bf16"] == 0.0 and rec["loss/bf16"] == 0.0
     assert rec["loss/agent_logp_drift_mean"] < 1e-4
+
+
+@pytest.mark.parametrize("profile", ["laptop", "laptop_seed1", "laptop_n20", "laptop_curve_wide"])
+def test_demos_bf16_leaves_the_committed_laptop_runs_starts_where_their_records_say(profile):
+    """demo sets warmstart.autocast and training.autocast; laptop pins both to null, so its runs' starts keep the
+    cache keys their committed records name (docs/results/<profile>/): the same adapters, whatever demo does."""
+    import json
+    import re
+
+    from cosearch_lib.experiment.cached_starts import llm_judge_dir, warmstart_dir
+    from cosearch_lib.paths import project_root
+
+    folder = project_root() / "docs" / "results" / profile
+    agent = json.loads((folder / "warmstart.run.json").read_text())["adapters"]["agent"]
+    judges = {m for f in folder.glob("*.json") for m in re.findall(r"llm_judge/(v1-[0-9a-f-]+)", f.read_text())}
+    cfg = load_profile(profile)
+    assert cfg.warmstart.autocast is None and Path(agent).parent.name == warmstart_dir(cfg).name
+    assert judges == {llm_judge_dir(cfg).name}
+    demo = load_profile("demo")
+    assert demo.warmstart.autocast is True and demo.training.autocast == AutocastConfig(rollout=True, update=True)
+    assert warmstart_dir(demo) != warmstart_dir(dataclasses.replace(demo, warmstart=dataclasses.replace(demo.warmstart, autocast=None)))
