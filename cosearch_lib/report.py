@@ -33,7 +33,7 @@ from matplotlib.patches import Patch
 from cosearch_lib.atomic_io import atomic_path, save_figure, write_table
 from cosearch_lib.config import load_profile
 from cosearch_lib.config.methods import TRAINING_METHODS, RankedBy, method_spec
-from cosearch_lib.data.qa_formats import load_qa
+from cosearch_lib.data.qa_formats import load_qa, qa_files
 from cosearch_lib.eval.paper_reference import PAPER_METHOD, oracle_gap_beside_paper, paper_table, turns_beside_paper
 from cosearch_lib.eval.tables import load_records, oracle_gap_intervals, oracle_gap_table, summary_table, turn_distribution
 from cosearch_lib.paths import figures_dir, project_relative, run_dir
@@ -60,7 +60,7 @@ from cosearch_lib.records.training_runs import (
     validation_curves,
 )
 from cosearch_lib.retrieval.artifacts import corpus_paths
-from cosearch_lib.run_schema import RANKER_CALLS_FILE
+from cosearch_lib.run_schema import METRIC_DIGITS, RANKER_CALLS_FILE
 from cosearch_lib.viz.hop_groups import plot_hop_signal
 from cosearch_lib.viz.plots import (
     METHOD_COLORS,
@@ -84,11 +84,6 @@ class ReportItem:
     missing: str | None = None  # what is missing and the command that produces it
 
 
-#: Decimals notebook 05's metrics keep: RESULTS.md rounds them to 3 once (at 4, 0.30952 was saved as 0.3095
-#: and printed 0.309).
-METRIC_DIGITS = 6
-
-
 class MissingRun(FileNotFoundError):
     """A record a report item needs is not there; the message says which and how to produce it."""
 
@@ -110,12 +105,14 @@ def _stamp(path: Path) -> tuple[str, int, int]:
     return str(path), st.st_mtime_ns, st.st_size
 
 
-def _tree_stamp(path: Path) -> tuple[tuple[str, int, int], ...]:
-    """:func:`_stamp` of a file, or of every file under a folder (a split given as a folder of shards): a folder's
-    own mtime does not change when a file in it is rewritten in place."""
-    if path.is_dir():
-        return tuple(_stamp(p) for p in sorted(path.rglob("*")) if p.is_file()) or (_stamp(path),)
-    return (_stamp(path),)
+def _split_stamp(path: Path) -> tuple[tuple[str, int, int], ...]:
+    """:func:`_stamp` of each file ``load_qa`` reads for a split (``data.qa_formats.qa_files``): the file, or a
+    folder's QA files, since a folder's own mtime stays when a shard in it is rewritten in place; the folder's
+    own stamp when it holds none."""
+    try:
+        return tuple(_stamp(p) for p in qa_files(path))
+    except FileNotFoundError:
+        return (_stamp(path),)
 
 
 @lru_cache(maxsize=2)
@@ -299,7 +296,7 @@ def _hop_stamps(profiles: Sequence[str]) -> tuple:
         root = training_root(cfg.profile)
         qa = corpus_paths(cfg).qa.get(cfg.training.split)
         stamps += [_stamp(root / m / f) for m in TRAINING_METHODS for f in (RANKER_CALLS_FILE, STEPS_FILE)]
-        stamps += _tree_stamp(qa) if qa else ()
+        stamps += _split_stamp(qa) if qa else ()
     return tuple(stamps)
 
 

@@ -235,20 +235,30 @@ def test_notebook_05_builds_the_hop_tables_once_for_its_figure_and_its_metrics(o
     assert pd.DataFrame(rebuilt["hop_signal"])["mean_of_g"].tolist() != pd.DataFrame(first["hop_signal"])["mean_of_g"].tolist()
 
 
-def test_a_split_given_as_a_folder_is_stamped_by_its_files_so_a_shard_rewritten_in_place_reads_again(tmp_path):
-    """A folder's own mtime stays when a file in it is rewritten: the hop tables' cache key takes every file's."""
+def test_a_split_given_as_a_folder_is_stamped_by_the_files_load_qa_reads(tmp_path, monkeypatch):
+    """The hop tables' cache key (``_hop_stamps``) takes the stamp of every QA file of a folder split: a shard
+    rewritten in place (the folder's mtime unchanged) changes it; a hidden download-metadata file does not."""
     import os
+    from types import SimpleNamespace
 
-    from cosearch_lib.report import _tree_stamp
+    import cosearch_lib.report as report
 
     folder = tmp_path / "train"
     (folder / "part").mkdir(parents=True)
+    (folder / ".cache").mkdir()
     shard = folder / "part" / "0.parquet"
-    shard.write_bytes(b"a")
+    pd.DataFrame({"id": ["q0"], "question": ["a?"], "golden_answers": [["x"]], "data_source": ["syn_nq"]}).to_parquet(shard)
+    monkeypatch.setattr(report, "corpus_paths", lambda cfg: SimpleNamespace(qa={"train": folder}))
     os.utime(folder, ns=(1, 1))
-    before = _tree_stamp(folder)
-    shard.write_bytes(b"bb")  # in place: the folder is not touched
+    before = report._hop_stamps(["laptop_curve"])
+    assert str(shard) in {s[0] for s in before}
+    (folder / ".cache" / "lock").write_text("x")  # huggingface_hub's metadata: load_qa skips it, so does the key
     os.utime(folder, ns=(1, 1))
-    assert _tree_stamp(folder) != before and [s[0] for s in before] == [str(shard)]
-    assert _tree_stamp(shard) == _tree_stamp(folder)  # a file: its own stamp alone
-    assert _tree_stamp(tmp_path / "absent") == ((str(tmp_path / "absent"), -1, -1),)
+    assert report._hop_stamps(["laptop_curve"]) == before
+    pd.DataFrame({"id": ["q0", "q1"], "question": ["a?", "b?"], "golden_answers": [["x"], ["y"]],
+                  "data_source": ["syn_nq", "syn_nq"]}).to_parquet(shard)  # in place
+    os.utime(folder, ns=(1, 1))
+    assert report._hop_stamps(["laptop_curve"]) != before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert report._split_stamp(empty) == (report._stamp(empty),)

@@ -76,7 +76,7 @@ def load_qa(
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
     if not path.exists():
         raise FileNotFoundError(f"QA file not found: {path}")
-    files = _qa_files_in(path) if path.is_dir() else [path]
+    files = qa_files(path)
     out: list[QAExample] = []
     for f in files:
         remaining = None if limit is None else limit - len(out)
@@ -91,6 +91,13 @@ def qa_to_frame(examples: Sequence[QAExample]) -> pd.DataFrame:
 
     columns = ["id", "question", "golden_answers", "data_source", "split", "extra"]
     return pd.DataFrame([asdict(e) for e in examples], columns=columns)
+
+
+def qa_files(path: str | Path) -> list[Path]:
+    """The files :func:`load_qa` reads for ``path``: the file itself, or a folder's QA files in order (hidden
+    entries skipped); FileNotFoundError for a folder without any."""
+    path = Path(path)
+    return _qa_files_in(path) if path.is_dir() else [path]
 
 
 def _qa_files_in(folder: Path) -> list[Path]:
