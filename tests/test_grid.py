@@ -427,23 +427,41 @@ def test_a_warning_before_the_command_starts_is_kept_and_passed_on(tmp_path):
     assert "scontrol requeue 41_2" in done.stdout and "not reached" not in done.stdout
 
 
-def test_a_cells_settings_share_no_mapping_with_its_overrides_nor_with_another_read():
-    """The merged profile data holds copies: a reader that edits what it got (from_dict, a notebook) leaves the
-    grid cell's overrides, and the next cell's settings, as they were."""
+def test_a_cells_settings_share_no_mapping_with_its_overrides_nor_with_the_base(monkeypatch):
+    """The merged profile data holds copies: a reader that edits what it got leaves the grid cell's overrides, and
+    the base profile's data, as they were."""
     import copy
 
+    from cosearch_lib.config import profile as profile_module
     from cosearch_lib.config.profile import _merged
 
     overrides = {"training": {"grouping": {"k_min": 2}}, "notebooks": {"03": {"methods": "cosearch"}}, "tags": ["a"]}
     kept = copy.deepcopy(overrides)
-    base = {"training": {"steps": 3}, "tags": ["b"]}
+    base = {"training": {"steps": 3}, "search": {"topn": 10}, "tags": ["b"]}
     merged = _merged(base, overrides)
     merged["training"]["grouping"]["k_min"] = 9
     merged["notebooks"]["03"]["methods"] = "oracle"
     merged["tags"].append("c")
     merged["training"]["steps"] = 7
-    assert overrides == kept and base == {"training": {"steps": 3}, "tags": ["b"]}
-    grid = load_grid(grid_cells.available_grids()[0])
-    cell = grid.cells[0]
+    merged["search"]["topn"] = 50
+    assert overrides == kept and base == {"training": {"steps": 3}, "search": {"topn": 10}, "tags": ["b"]}
+
+    def scribble(data):  # every nested mapping the reader gets, edited
+        for value in data.values():
+            if isinstance(value, dict):
+                scribble(value)
+                value["scribbled"] = True
+
+    real = profile_module.from_dict
+
+    def reader(cls, data, *args, **kwargs):
+        built = real(cls, copy.deepcopy(data), *args, **kwargs)
+        scribble(data)
+        return built
+
+    monkeypatch.setattr(profile_module, "from_dict", reader)
+    grid = load_grid("table3")
+    cell = GridCell("bf16", overrides={"training": {"autocast": {"rollout": True, "update": False}}})  # ci sets no autocast
     before = copy.deepcopy(cell.overrides)
-    assert cell_config("ci", grid, cell) == cell_config("ci", grid, cell) and cell.overrides == before
+    assert cell_config("ci", grid, cell).training.autocast.update is False
+    assert cell.overrides == before
