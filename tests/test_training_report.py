@@ -79,11 +79,14 @@ def test_warmstart_tables_read_the_saved_summaries(tmp_path):
         (tmp_path / role).mkdir()
         summary = {"n_sequences": 8, "tokens": 800, "trained_tokens": 100, "steps": 2 * len(losses), "train_loss": 1.0,
                    "wall_s": 3.5, "losses": [{"step": 2 * (i + 1), "loss": v} for i, v in enumerate(losses)]}
+        if role == "agent":  # the ranker's summary predates warmstart.autocast: no bf16 field
+            summary["bf16"] = True
         (tmp_path / role / "warmstart.json").write_text(json.dumps(summary))
     folders = {"agent": tmp_path / "agent", "ranker": tmp_path / "ranker"}
     table = warmstart_table(folders)
     assert table.loc["agent", "first_loss"] == 2.0 and table.loc["agent", "last_loss"] == 1.2
     assert table.loc["ranker", "steps"] == 4
+    assert table.loc["agent", "bf16"] is True and pd.isna(table.loc["ranker", "bf16"])
     losses = warmstart_losses(folders)
     assert losses.groupby("role")["step"].apply(list).to_dict() == {"agent": [2, 4, 6], "ranker": [2, 4]}
     fig = plot_warmstart_losses(losses)

@@ -284,11 +284,26 @@ def test_warmstart_autocast_runs_the_passes_in_bf16_only_where_the_cpu_has_bf16_
     assert json.loads((tmp_path / "a" / "warmstart.json").read_text())["bf16"] is summary["bf16"]
 
 
-def test_warmstart_autocast_is_keyed_only_when_set():
-    """Leaving warmstart.autocast out keeps the cache keys of the profiles that never set it."""
-    from cosearch_lib.config.profile import _fingerprinted
+@pytest.mark.parametrize("instructions,gpu,keyed", [("avx512_bf16", False, True), ("amx", False, True),
+                                                     (None, False, False), ("avx512_bf16", True, False)])
+def test_warmstart_autocast_keys_the_precision_that_runs(monkeypatch, instructions, gpu, keyed):
+    """Leaving warmstart.autocast out (or false) keeps the cache keys of the profiles that never set it; setting it
+    changes the key only where bf16 runs: a CPU with bf16 instructions, no GPU (there the warm start is bf16 anyway)."""
+    import dataclasses
 
-    assert "autocast" not in _fingerprinted(WarmStartConfig())
+    import torch
+
+    from cosearch_lib.config import ConfigError, load_profile
+    from cosearch_lib.config.profile import _fingerprinted
+    from cosearch_lib.experiment.cached_starts import warmstart_dir
+    from cosearch_lib.models import autocast as autocast_module
+
+    assert "autocast" not in _fingerprinted(WarmStartConfig()) and WarmStartConfig(autocast=False).autocast is None
     assert _fingerprinted(WarmStartConfig(autocast=True))["autocast"] is True
-    with pytest.raises(Exception, match="warmstart.autocast"):
+    with pytest.raises(ConfigError, match="warmstart.autocast"):
         WarmStartConfig(autocast="yes")
+    monkeypatch.setattr(autocast_module, "cpu_bf16_instructions", lambda: instructions)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    ci = load_profile("ci")
+    asked = dataclasses.replace(ci, warmstart=dataclasses.replace(ci.warmstart, autocast=True))
+    assert (warmstart_dir(asked) != warmstart_dir(ci)) is keyed

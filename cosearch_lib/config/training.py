@@ -249,7 +249,8 @@ class WarmStartConfig:
     # for GRPO and the evaluation alone sets it to the N its starts were trained at, and shares them.
     topn: int | None = field(default=None, metadata=KEYED_WHEN_SET)
     # bf16 autocast of the supervised passes on a CPU with avx512_bf16 or AMX (float32 on a CPU without them, with a
-    # warning; a GPU trains in bf16 already): the LoRA weights and AdamW's states stay float32. null: float32.
+    # warning; a GPU trains in bf16 whatever this says): the LoRA weights and AdamW's states stay float32. null or
+    # false: float32 on a CPU. The cache key holds the precision that runs (experiment.cached_starts.warmstart_dir).
     autocast: bool | None = field(default=None, metadata=KEYED_WHEN_SET)
 
     def __post_init__(self) -> None:
@@ -257,6 +258,7 @@ class WarmStartConfig:
         check.ints("n_agent", "n_ranker", minimum=0)
         if self.autocast is not None:
             check.bools("autocast")
+            self.autocast = self.autocast or None  # false is null: one key for one computation
         if self.topn is not None:
             check.ints("topn", minimum=1)
         check.bools("balance_hops", "enabled")

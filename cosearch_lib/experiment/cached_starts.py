@@ -23,6 +23,7 @@ from cosearch_lib.config.methods import RankedBy, method_spec
 from cosearch_lib.data.qa_formats import load_qa
 from cosearch_lib.eval.harness import register_adapter, select_examples
 from cosearch_lib.experiment.building import build_backends, policy_engine, vllm_options
+from cosearch_lib.models.autocast import cpu_bf16_stage
 from cosearch_lib.models.cross_encoder import MARKER as CROSS_ENCODER_MARKER
 from cosearch_lib.models.cross_encoder import CrossEncoderScorer
 from cosearch_lib.models.generation.contract import GenerationBackend
@@ -47,8 +48,12 @@ from cosearch_lib.seeding import seed_everything
 def warmstart_dir(cfg: ProfileConfig) -> Path:
     """Where the profile's warm-start adapters are cached (a hash of everything that shapes them).
     The generation engine (``models.backend``, ``models.vllm``) is not part of it: the gold data and
-    the supervised training never generate, so ``ci_vllm`` shares ``ci``'s warm start."""
+    the supervised training never generate, so ``ci_vllm`` shares ``ci``'s warm start. ``warmstart.autocast``
+    counts only where bf16 runs (:func:`models.autocast.cpu_bf16_stage`): on a CPU without bf16 instructions, or on
+    a GPU, the key is float32's, or the GPU's, as if it were unset."""
     cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
+    if cfg.warmstart.autocast and not cpu_bf16_stage(True):
+        cfg = dataclasses.replace(cfg, warmstart=dataclasses.replace(cfg.warmstart, autocast=None))
     key = _without_engine(cfg).fingerprint("world", "data", "retrieval", "search", "protocol", "models", "warmstart", "lora", "seed")
     return cache_dir() / "warmstart" / f"v{WARMSTART_VERSION}-{key}"
 

@@ -11,9 +11,10 @@ autocast speed-up; docs/LOG.md):
 
 So :func:`autocast_plan` keeps float32 on a CPU without avx512_bf16 or AMX, and says so. On a GPU the
 policies are loaded in bfloat16 already (``models.registry.load_causal_lm``): the context is a no-op.
-Autocast keeps the weights (and the LoRA weights AdamW updates) in float32; matmuls run in bf16 and
-reductions such as softmax and log-softmax in float32 (torch's CPU autocast lists); the samplers and
-the GRPO loss upcast logits to float32 before they take log-probs.
+Autocast keeps the weights (and the LoRA weights AdamW updates) in float32; matmuls run in bf16. Torch's CPU
+autocast lists leave softmax and log-softmax in the input's dtype (bf16 after a bf16 matmul; cross-entropy runs in
+float32), so the samplers, the GRPO loss and transformers' causal-LM loss upcast the logits to float32 before they
+take log-probs.
 """
 
 from __future__ import annotations
@@ -50,21 +51,28 @@ class AutocastPlan:
 
 
 def autocast_plan(rollout: bool, update: bool, device: Any, *,
-                  every_rank: Callable[[bool], bool] = bool) -> AutocastPlan:
+                  every_rank: Callable[[bool], bool] = bool, setting: str = "training.autocast") -> AutocastPlan:
     """What ``training.autocast``'s ``rollout`` / ``update`` asks for becomes on ``device``: bf16 autocast on
     a CPU with bf16 instructions (:func:`cpu_bf16_instructions`); float32 on a CPU without them, with a
     warning; nothing on a GPU (its policies are bf16 already). ``every_rank`` turns this process's answer
     into the job's (data parallel: bf16 only if every rank's CPU has the instructions, so that the ranks
-    compute alike)."""
+    compute alike). ``setting`` names what asked, in the warning."""
     if not (rollout or update) or torch.device(device).type != "cpu":
         return AutocastPlan()
     found = cpu_bf16_instructions()
     if not every_rank(found is not None):
         where = "another rank's CPU has" if found else "this CPU has"
-        warnings.warn(f"training.autocast asks for bf16, but {where} no avx512_bf16 or AMX instructions: bf16 would "
-                      "run 6-18x slower there (docs/LOG.md), so training stays in float32", stacklevel=2)
+        warnings.warn(f"{setting} asks for bf16, but {where} no avx512_bf16 or AMX instructions: bf16 would "
+                      "run 6-18x slower there (docs/LOG.md), so it stays in float32", stacklevel=2)
         return AutocastPlan()
     return AutocastPlan(rollout=rollout, update=update)
+
+
+def cpu_bf16_stage(requested: bool | None) -> bool:
+    """Whether a stage that asks for CPU bf16 autocast (``requested``) gets it on this machine: only on a CPU with
+    bf16 instructions and no GPU to train on (a GPU trains in bf16 anyway). No warning: the stage itself warns
+    (:func:`autocast_plan`). What a cache key holds: the precision that runs."""
+    return bool(requested) and not torch.cuda.is_available() and cpu_bf16_instructions() is not None
 
 
 @contextmanager

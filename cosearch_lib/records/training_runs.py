@@ -310,11 +310,12 @@ def checkpoint_adapters(root: str | Path, method: str) -> dict[str, Path]:
 
 
 def warmstart_table(folders: dict[str, str | Path]) -> pd.DataFrame:
-    """One row per warm-started role: sequences, tokens, optimizer steps, first/last logged loss, wall time."""
+    """One row per warm-started role: sequences, tokens, optimizer steps, first/last logged loss, wall time, and
+    whether it trained in bf16 (empty for a summary written before ``warmstart.autocast``: float32 on a CPU)."""
     rows = []
     if not folders:  # no warm start (warmstart.enabled: false)
         return pd.DataFrame(columns=["sequences", "tokens", "trained_tokens", "steps", "first_loss", "last_loss",
-                                     "train_loss", "wall_s"], index=pd.Index([], name="role"))
+                                     "train_loss", "wall_s", "bf16"], index=pd.Index([], name="role"))
     for role, folder in folders.items():
         s = warmstart_summary(folder)
         losses = [x["loss"] for x in s["losses"]]
@@ -322,7 +323,7 @@ def warmstart_table(folders: dict[str, str | Path]) -> pd.DataFrame:
                      "trained_tokens": s["trained_tokens"], "steps": s["steps"],
                      "first_loss": losses[0] if losses else float("nan"),
                      "last_loss": losses[-1] if losses else float("nan"), "train_loss": s["train_loss"],
-                     "wall_s": s["wall_s"]})
+                     "wall_s": s["wall_s"], "bf16": s.get("bf16")})
     return pd.DataFrame(rows).set_index("role")
 
 

@@ -64,8 +64,10 @@ WARMSTART_GLOSSARY: dict[str, str] = {
     "steps": "optimizer steps",
     "first_loss / last_loss": "first and last logged SFT loss (cross-entropy on the trained tokens)",
     "train_loss": "TRL's mean training loss over the run",
-    "wall_s": "seconds of SFTTrainer.train",
-    "bf16": "whether the passes ran in bf16 (a GPU that has it; a CPU under warmstart.autocast with bf16 instructions)",
+    "wall_s": "seconds of building the SFTTrainer (the LoRA wrapping, the dataset) and its training",
+    "train_s": "seconds of the training loop alone (the Trainer's train_runtime)",
+    "bf16": "whether the passes ran in bf16 mixed precision (a GPU that has it; a CPU under warmstart.autocast with "
+            "bf16 instructions); empty in summaries written before the setting",
 }
 
 POLICY_ROLES = ("agent", "ranker")
@@ -400,14 +402,15 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     on_gpu = torch.cuda.is_available()
-    cpu_bf16 = autocast_plan(False, bool(cfg.autocast), "cpu").update if not on_gpu else False
+    cpu_bf16 = not on_gpu and autocast_plan(False, bool(cfg.autocast), "cpu", setting="warmstart.autocast").update
     args = SFTConfig(
         output_dir=str(tmp / "trainer"), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
         lr_scheduler_type="linear", warmup_steps=cfg.warmup_ratio, logging_steps=cfg.logging_steps,
         save_strategy="no", report_to=[], seed=seed, gradient_checkpointing=cfg.gradient_checkpointing, data_seed=seed, max_length=cfg.max_length,
-        # bf16 on a GPU that has it; on a CPU only with warmstart.autocast and bf16 instructions: the Trainer's
-        # mixed precision, torch.autocast around each forward (weights, LoRA weights, AdamW states in float32)
+        # bf16 on a GPU that has it; on a CPU only with warmstart.autocast and bf16 instructions: mixed precision,
+        # accelerate's torch.autocast around each forward of the prepared model (its own outermost context, so no
+        # bf16 weight outlives an optimizer step); the weights, the LoRA weights and AdamW's states stay float32
         use_cpu=not on_gpu, bf16=(on_gpu and torch.cuda.is_bf16_supported()) or cpu_bf16,
         dataloader_num_workers=0, disable_tqdm=True, dataset_num_proc=None,
     )
@@ -423,7 +426,8 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
               for h in trainer.state.log_history if "loss" in h]
     summary = {"n_sequences": len(rows), "tokens": sum(len(r.input_ids) for r in rows),
                "trained_tokens": sum(r.n_trained for r in rows), "steps": trainer.state.global_step,
-               "train_loss": result.training_loss, "wall_s": wall, "bf16": bool(args.bf16), "losses": losses,
+               "train_loss": result.training_loss, "wall_s": wall, "train_s": result.metrics.get("train_runtime"),
+               "bf16": trainer.accelerator.mixed_precision == "bf16", "losses": losses,
                "config": asdict(cfg),
                "lora": asdict(lora), "seed": seed}
     (tmp / "warmstart.json").write_text(json.dumps(summary, indent=2, default=str))
