@@ -2,12 +2,15 @@
 and what it changes (issue 48, item 5; ``make demo``'s largest stage).
 
 It builds the profile's gold sequences (the first ``--agent`` agent trajectories and ``--ranker``
-rankings, as the warm start builds them), then trains each role's LoRA adapter twice from the same
-model and seed with the profile's settings (one epoch over those sequences): float32, then the
-Trainer's bf16 mixed precision (torch.autocast around each forward; LoRA weights and AdamW in float32).
-It prints per role and precision the seconds per sequence and per 1,000 tokens, the ratio, and the
-SFT losses of both (first, last, mean over the logged steps; the largest per-step difference). Rows go
-to ``benchmarks/records/warmstart_bf16.csv`` with the CPU and the commit. Run it alone:
+rankings, as the warm start builds them), then trains each role's LoRA adapter from the same model and
+seed with the profile's settings (one epoch over those sequences), in float32 and in the Trainer's bf16
+mixed precision (accelerate's torch.autocast around each forward; LoRA weights and AdamW in float32),
+``--repeats`` times each in ABBA order (float32, bf16, bf16, float32, ...) so that a drift of the machine
+falls on both. It prints per role and precision the training loop's seconds per sequence and per 1,000
+tokens (the Trainer's ``train_runtime``: no model loading, LoRA wrapping or dataset building), their
+ratio, and the SFT losses of both (first, last, mean over the logged steps; the largest per-step
+difference between the two). Rows go to ``benchmarks/records/warmstart_bf16.csv`` with the CPU, the load
+average at the start, the commit and whether the tree had uncommitted changes. Run it alone:
 
     python benchmarks/warmstart_bf16.py --profile demo --agent 8 --ranker 8
 """
@@ -15,6 +18,8 @@ to ``benchmarks/records/warmstart_bf16.csv`` with the CPU and the commit. Run it
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import tempfile
 from dataclasses import replace
@@ -35,7 +40,8 @@ from cosearch_lib.records.provenance import environment_snapshot  # noqa: E402
 from cosearch_lib.retrieval.artifacts import corpus_paths  # noqa: E402
 from cosearch_lib.rl.warm_start import build_gold_data, train_sft  # noqa: E402
 
-RECORD = Path("benchmarks/records/warmstart_bf16.csv")
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "benchmarks" / "records" / "warmstart_bf16.csv"
 
 
 def main() -> None:
@@ -43,6 +49,7 @@ def main() -> None:
     ap.add_argument("--profile", default="demo")
     ap.add_argument("--agent", type=int, default=8, help="gold agent trajectories per precision")
     ap.add_argument("--ranker", type=int, default=8, help="gold rankings per precision")
+    ap.add_argument("--repeats", type=int, default=1, help="ABBA pairs of runs per role")
     ap.add_argument("--record", default=str(RECORD))
     args = ap.parse_args()
     cfg = load_profile(args.profile).for_starts()
@@ -55,37 +62,53 @@ def main() -> None:
                               balance_hops=ws.balance_hops, reasoning=ws.reasoning, ranker_chat=chats["ranker"],
                               ranker_candidates=ws.ranker_candidates)
     env = environment_snapshot()
+    load = os.getloadavg()[0]
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip())
+    order = [p for _ in range(args.repeats) for p in ("float32", "bf16", "bf16", "float32")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for role in ("agent", "ranker"):
             if not data[role]:
                 continue
-            for precision, autocast in (("float32", None), ("bf16", True)):
+            for run_i, precision in enumerate(order):
                 model, tokenizer = load_causal_lm(names[role])
                 # one epoch over these sequences, the profile's batch and accumulation, no warm-up to refuse
-                run = replace(ws, epochs=1.0, warmup_ratio=0.0, logging_steps=1, autocast=autocast)
-                summary = train_sft(model, tokenizer, data[role], run, cfg.lora, Path(tmp) / f"{role}_{precision}",
+                run = replace(ws, epochs=1.0, warmup_ratio=0.0, logging_steps=1, autocast=precision == "bf16")
+                summary = train_sft(model, tokenizer, data[role], run, cfg.lora, Path(tmp) / f"{role}_{run_i}",
                                     seed=cfg.seed, progress=False)
-                losses = [h["loss"] for h in summary["losses"]]
-                rows.append({"profile": cfg.profile, "role": role, "precision": precision, "bf16_ran": summary["bf16"],
-                             "sequences": summary["n_sequences"], "tokens": summary["tokens"], "wall_s": summary["wall_s"],
-                             "s_per_sequence": summary["wall_s"] / summary["n_sequences"],
-                             "s_per_1k_tokens": 1000 * summary["wall_s"] / summary["tokens"],
-                             "first_loss": losses[0], "last_loss": losses[-1], "mean_loss": sum(losses) / len(losses),
-                             "losses": losses, "cpu_bf16": cpu_bf16_instructions() or "none",
-                             "threads": env.get("torch_threads"), "git_sha": (env.get("git_sha") or "")[:7]})
+                rows.append({"profile": cfg.profile, "role": role, "precision": precision, "run": run_i,
+                             "bf16_ran": summary["bf16"], "sequences": summary["n_sequences"], "tokens": summary["tokens"],
+                             "train_s": summary["train_s"], "wall_s": summary["wall_s"],
+                             "losses": [h["loss"] for h in summary["losses"]]})
     table = pd.DataFrame(rows)
+    out = []
     for role, part in table.groupby("role", sort=False):
-        f32, b16 = part.set_index("precision").loc["float32"], part.set_index("precision").loc["bf16"]
-        gap = max(abs(a - b) for a, b in zip(f32["losses"], b16["losses"]))
-        print(f"{role}: {f32['sequences']} sequences, {f32['tokens']} tokens; float32 {f32['s_per_1k_tokens']:.2f} s "
-              f"per 1k tokens, bf16 {b16['s_per_1k_tokens']:.2f} (ran in bf16: {b16['bf16_ran']}): "
-              f"{f32['wall_s'] / b16['wall_s']:.2f}x; loss first/last/mean float32 {f32['first_loss']:.3f}/"
-              f"{f32['last_loss']:.3f}/{f32['mean_loss']:.3f}, bf16 {b16['first_loss']:.3f}/{b16['last_loss']:.3f}/"
-              f"{b16['mean_loss']:.3f}; largest per-step |loss difference| {gap:.3f}")
+        by = {p: part[part["precision"] == p] for p in ("float32", "bf16")}
+        losses = {p: pd.DataFrame(by[p]["losses"].tolist()).mean() for p in by}  # per logged step, over repeats
+        gap = float((losses["float32"] - losses["bf16"]).abs().max())
+        stats = {}
+        for p, rows_p in by.items():
+            train_s = rows_p["train_s"].mean()
+            n, tokens = int(rows_p["sequences"].iloc[0]), int(rows_p["tokens"].iloc[0])
+            stats[p] = {"s_per_sequence": train_s / n, "s_per_1k_tokens": 1000 * train_s / tokens,
+                        "first_loss": losses[p].iloc[0], "last_loss": losses[p].iloc[-1], "mean_loss": losses[p].mean()}
+            out.append({"profile": cfg.profile, "role": role, "precision": p, "bf16_ran": bool(rows_p["bf16_ran"].all()),
+                        "runs": len(rows_p), "sequences": n, "tokens": tokens, "train_s": train_s,
+                        "wall_s": rows_p["wall_s"].mean(), **stats[p], "max_step_loss_gap": gap,
+                        "cpu_bf16": cpu_bf16_instructions() or "none", "threads": env.get("torch_threads"),
+                        "loadavg_1min": round(load, 2), "git_sha": (env.get("git_sha") or "")[:7], "dirty": dirty})
+        f32, b16 = stats["float32"], stats["bf16"]
+        print(f"{role}: {n} sequences, {tokens} tokens, {len(by['bf16'])} runs each; training loop float32 "
+              f"{f32['s_per_sequence']:.2f} s per sequence ({f32['s_per_1k_tokens']:.2f} per 1k tokens), bf16 "
+              f"{b16['s_per_sequence']:.2f} ({b16['s_per_1k_tokens']:.2f}): {f32['s_per_sequence'] / b16['s_per_sequence']:.2f}x; "
+              f"loss first/last/mean float32 {f32['first_loss']:.3f}/{f32['last_loss']:.3f}/{f32['mean_loss']:.3f}, "
+              f"bf16 {b16['first_loss']:.3f}/{b16['last_loss']:.3f}/{b16['mean_loss']:.3f}; largest per-step "
+              f"|loss difference| {gap:.3f}")
+    print(f"load average at the start {load:.2f}; commit {env.get('git_sha', '')[:7]}{' with uncommitted changes' if dirty else ''}")
     record = Path(args.record)
     record.parent.mkdir(parents=True, exist_ok=True)
-    out = table.drop(columns=["losses"])
+    out = pd.DataFrame(out)
     if record.exists():
         out = pd.concat([pd.read_csv(record), out], ignore_index=True)
     write_table(out, record)
