@@ -35,6 +35,10 @@ CHECKPOINTS_DIR = "checkpoints"
 LIVE_ADAPTERS_DIR = "live_adapters"
 TRACKER_DIR = "tb"
 
+#: Decimals the notebooks' ``*.metrics.json`` keep (notebooks 02-05): RESULTS.md rounds them to 3 once (at 4,
+#: 0.30952 was saved as 0.3095 and printed 0.309).
+METRIC_DIGITS = 6
+
 #: How a Hit column reads in the glossaries: ``hit@<k>`` stands for one column per cutoff k of the
 #: profile's ``training.ranker_reward.hit_ks`` below K (``hit@1`` at K = 2; ``hit@1``, ``hit@3`` at
 #: K = 5), ``hit@K`` for the whole list of K passages shown (``metrics.hit_cutoffs``, ``hit_label``).
