@@ -105,7 +105,8 @@ def main() -> None:
               f"loss first/last/mean float32 {f32['first_loss']:.3f}/{f32['last_loss']:.3f}/{f32['mean_loss']:.3f}, "
               f"bf16 {b16['first_loss']:.3f}/{b16['last_loss']:.3f}/{b16['mean_loss']:.3f}; largest per-step "
               f"|loss difference| {gap:.3f}")
-    print(f"load average at the start {load:.2f}; commit {env.get('git_sha', '')[:7]}{' with uncommitted changes' if dirty else ''}")
+    print(f"load average at the start {load:.2f}; commit {(env.get('git_sha') or '')[:7]}"
+          f"{' with uncommitted changes' if dirty else ''}")
     record = Path(args.record)
     record.parent.mkdir(parents=True, exist_ok=True)
     out = pd.DataFrame(out)

@@ -289,7 +289,7 @@ def _hop_tables(profiles: Sequence[str], seed: int) -> tuple[dict[str, pd.DataFr
 
 def _hop_stamps(profiles: Sequence[str]) -> tuple:
     """:func:`_stamp` of every file :func:`_hop_tables` reads: for each profile, each method's ranker calls and
-    step records and the training split (a file, or every file of a folder)."""
+    step records and the training split (the file, or a folder's QA files: ``data.qa_formats.qa_files``)."""
     stamps = []
     for name in profiles:
         cfg = load_profile(name)

@@ -36,6 +36,7 @@ from cosearch_lib.eval.tables import (
 )
 from cosearch_lib.experiment import before_after_pairs
 from cosearch_lib.records.docs import render_results_page
+from cosearch_lib.run_schema import METRIC_DIGITS
 from cosearch_lib.viz.plots import plot_oracle_gap
 
 matplotlib.use("Agg")
@@ -319,7 +320,7 @@ def test_results_page_shows_comparisons_when_a_run_recorded_them(tmp_path):
     records = synthetic()
     table = comparison_table(records, [("agent_oracle", "agent_retrieval")])
     metrics = {"eval_config": {}, "n_records": len(records), "f1": {}, "oracle_gap": {}, "turns": {},
-               "comparisons": table.round(4).to_dict(orient="records")}
+               "comparisons": table.round(METRIC_DIGITS).to_dict(orient="records")}
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "02_oracle_gap_study.metrics.json").write_text(json.dumps(metrics))
     page = render_results_page(tmp_path)

@@ -12,6 +12,7 @@ import pytest
 from cosearch_lib.eval.intervals import verdicts
 from cosearch_lib.records.docs import _learning_curves, _validation_comparisons
 from cosearch_lib.records.training_runs import learning_curve_table, training_summary, validation_comparisons, validation_curves
+from cosearch_lib.run_schema import METRIC_DIGITS
 from cosearch_lib.viz.plots import plot_validation_curves
 
 
@@ -92,7 +93,7 @@ def test_learning_curve_rows_give_each_methods_end_minus_start_on_all_families_a
 
 def test_results_section_gives_the_learning_curves_under_their_own_heading():
     table = learning_curve_table(frame(), ["search_r1", "cosearch"])
-    text = "\n".join(_learning_curves({"learning_curves": {"agent": table.round(4).to_dict(orient="records"), "ranker": []}}))
+    text = "\n".join(_learning_curves({"learning_curves": {"agent": table.round(METRIC_DIGITS).to_dict(orient="records"), "ranker": []}}))
     assert "#### Learning curve (agent)" in text and "Learning curve (ranker)" not in text
     assert "| search_r1 | multi | 0 | 4 | 0.500 | 0.500 | 0.000 |" in text and "| cosearch | all | 0 | 4 | 0.250 | 1.000 | 0.750 |" in text
 
@@ -150,7 +151,7 @@ def test_a_learning_curve_is_drawn_as_a_line_with_its_interval_band():
 
 def test_results_section_lists_the_validation_comparisons():
     table = validation_comparisons(frame(), ["cosearch", "search_r1"], kind="agent")
-    lines = _validation_comparisons({"validation_comparisons": {"agent": table.round(4).to_dict(orient="records"),
+    lines = _validation_comparisons({"validation_comparisons": {"agent": table.round(METRIC_DIGITS).to_dict(orient="records"),
                                                                 "ranker": []}})
     text = "\n".join(lines)
     assert "Validation (agent)" in text and "| cosearch @ 4 | cosearch @ 0 |" in text and "Validation (ranker)" not in text
@@ -200,7 +201,7 @@ def test_grpo_signal_table_averages_the_first_and_last_steps_and_goes_under_the_
     assert every["ranker/grouping_n_groups_post"] == pytest.approx(12.5) and last["rollout/searches_per_traj"] == pytest.approx(1.55)
     assert math.isnan(rows["search_r1", "all"]["ranker/grouping_n_groups_post"])  # no ranker trained: no groups
     curve = learning_curve_table(frame(), ["search_r1", "cosearch"])
-    text = "\n".join(_learning_curves({"learning_curves": {"agent": curve.round(4).to_dict(orient="records")},
+    text = "\n".join(_learning_curves({"learning_curves": {"agent": curve.round(METRIC_DIGITS).to_dict(orient="records")},
                                        "grpo_signal": table.to_dict(orient="records")}))
     assert "| cosearch | last | 4-5 | 0.450 | 0.650 | 0.500 | 1.550 | 14.500 |" in text
     assert text.index("Learning curve (agent)") < text.index("What GRPO had to work with")

@@ -307,3 +307,19 @@ def test_warmstart_autocast_keys_the_precision_that_runs(monkeypatch, instructio
     ci = load_profile("ci")
     asked = dataclasses.replace(ci, warmstart=dataclasses.replace(ci.warmstart, autocast=True))
     assert (warmstart_dir(asked) != warmstart_dir(ci)) is keyed
+
+
+def test_a_warm_start_that_accelerate_would_run_in_another_precision_is_refused(chat, tok, tmp_path, monkeypatch):
+    """ACCELERATE_MIXED_PRECISION=bf16 in the environment turns the Trainer's float32 into bf16: the adapter would
+    then sit under float32's cache key, so the warm start refuses before training and writes nothing."""
+    from cosearch_lib.config import LoraSettings
+
+    from tests.doubles import tiny_model
+
+    data, _ = build_gold_data([two_hop(f"q{i}") for i in range(2)], FixedRetriever(CORPUS), chat, PROTOCOL,
+                              topn=5, n_agent=2, n_ranker=0)
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    cfg = WarmStartConfig(batch_size=1, epochs=1, learning_rate=1e-2, warmup_ratio=0.0)
+    with pytest.raises(RuntimeError, match="ACCELERATE_MIXED_PRECISION='bf16'"):
+        train_sft(tiny_model(tok), tok, data["agent"], cfg, LoraSettings(r=4, alpha=8), tmp_path / "a", progress=False)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "a.tmp").exists()

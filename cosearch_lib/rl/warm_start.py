@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import time
 from collections import Counter
@@ -417,6 +418,12 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
     t0 = time.perf_counter()
     trainer = _sft_trainer_class()(model=model, args=args, train_dataset=sft_dataset(rows), processing_class=tokenizer,
                          peft_config=peft_lora_config(lora))
+    ran = trainer.accelerator.mixed_precision
+    if ran != ("bf16" if args.bf16 else "no"):  # e.g. ACCELERATE_MIXED_PRECISION in the environment overrides bf16=False
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"the warm start was to train in {'bf16' if args.bf16 else 'float32'}, but accelerate chose "
+                           f"mixed precision {ran!r} (ACCELERATE_MIXED_PRECISION={os.environ.get('ACCELERATE_MIXED_PRECISION')!r}): "
+                           "its cache key would not say what it holds; unset the variable, or set warmstart.autocast")
     quiet_trainer(trainer, f"warm start ({len(rows)} sequences)" if progress else None)
     result = trainer.train()
     wall = time.perf_counter() - t0
