@@ -30,15 +30,13 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosearch_lib import experiment  # noqa: E402
-from cosearch_lib.agent.chat_tokens import ChatTokens  # noqa: E402
 from cosearch_lib.atomic_io import write_table  # noqa: E402
 from cosearch_lib.config import load_profile  # noqa: E402
-from cosearch_lib.data.qa_formats import load_qa  # noqa: E402
+from cosearch_lib.experiment.cached_starts import gold_data, policy_model_names  # noqa: E402
 from cosearch_lib.models.autocast import cpu_bf16_instructions  # noqa: E402
-from cosearch_lib.models.registry import load_causal_lm, load_tokenizer  # noqa: E402
+from cosearch_lib.models.registry import load_causal_lm  # noqa: E402
 from cosearch_lib.records.provenance import environment_snapshot  # noqa: E402
-from cosearch_lib.retrieval.artifacts import corpus_paths  # noqa: E402
-from cosearch_lib.rl.warm_start import build_gold_data, train_sft  # noqa: E402
+from cosearch_lib.rl.warm_start import train_sft  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "benchmarks" / "records" / "warmstart_bf16.csv"
@@ -55,12 +53,8 @@ def main() -> None:
     cfg = load_profile(args.profile).for_starts()
     ws = cfg.warmstart
     retriever = experiment.build_retriever(cfg, progress=False)
-    names = {"agent": cfg.models.agent, "ranker": cfg.models.ranker}
-    chats = {role: ChatTokens(load_tokenizer(name)) for role, name in names.items()}
-    data, _ = build_gold_data(load_qa(corpus_paths(cfg).qa[ws.split]), retriever, chats["agent"], cfg.protocol,
-                              topn=cfg.search.topn, n_agent=args.agent, n_ranker=args.ranker, seed=cfg.seed,
-                              balance_hops=ws.balance_hops, reasoning=ws.reasoning, ranker_chat=chats["ranker"],
-                              ranker_candidates=ws.ranker_candidates)
+    names = policy_model_names(cfg)
+    data, _ = gold_data(cfg, retriever, n_agent=args.agent, n_ranker=args.ranker)
     env = environment_snapshot()
     load = os.getloadavg()[0]
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,

@@ -327,10 +327,13 @@ def available_profiles() -> list[str]:
 def _merged(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     """``child`` over ``base``, section by section (nested mappings merge; anything else replaces), sharing no
     mapping or list with either: what the result's reader does to it leaves a grid cell's overrides as they were."""
-    out = copy.deepcopy(base)
+    return _overlay(copy.deepcopy(base), copy.deepcopy(child))
+
+
+def _overlay(out: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """``child`` written into ``out`` in place, nested mappings merged (both already private copies)."""
     for key, value in child.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
-            else copy.deepcopy(value)
+        out[key] = _overlay(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 

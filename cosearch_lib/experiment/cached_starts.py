@@ -52,7 +52,7 @@ def warmstart_dir(cfg: ProfileConfig) -> Path:
     counts only where bf16 runs (:func:`models.autocast.cpu_bf16_stage`): on a CPU without bf16 instructions, or on
     a GPU, the key is float32's, or the GPU's, as if it were unset."""
     cfg = cfg.for_starts()  # N of the starts (warmstart.topn)
-    if cfg.warmstart.autocast and not cpu_bf16_stage(True):
+    if not cpu_bf16_stage(cfg.warmstart.autocast):  # float32 runs here: float32's key
         cfg = dataclasses.replace(cfg, warmstart=dataclasses.replace(cfg.warmstart, autocast=None))
     key = _without_engine(cfg).fingerprint("world", "data", "retrieval", "search", "protocol", "models", "warmstart", "lora", "seed")
     return cache_dir() / "warmstart" / f"v{WARMSTART_VERSION}-{key}"
@@ -112,22 +112,33 @@ def warm_start(cfg: ProfileConfig, retriever: SearchBackend | None, *, roles: Se
         if retriever is None:
             raise ValueError(f"the warm start of {cfg.profile!r} must train {todo} and needs a retriever")
         ws = cfg.warmstart
-        qa_path = corpus_paths(cfg).qa.get(ws.split)
-        if qa_path is None:
-            raise ValueError(f"profile {cfg.profile!r} has no {ws.split!r} split for the warm start")
-        names = {"agent": cfg.models.agent, "ranker": cfg.models.ranker}
-        chats = {role: ChatTokens(load_tokenizer(names[role])) for role in POLICY_ROLES}
-        data, stats = build_gold_data(load_qa(qa_path), retriever, chats["agent"], cfg.protocol,
-                                      topn=cfg.search.topn, n_agent=ws.n_agent if "agent" in todo else 0,
-                                      n_ranker=ws.n_ranker if "ranker" in todo else 0, seed=cfg.seed,
-                                      balance_hops=ws.balance_hops, reasoning=ws.reasoning, ranker_chat=chats["ranker"],
-                                      ranker_candidates=ws.ranker_candidates)
+        data, stats = gold_data(cfg, retriever, n_agent=ws.n_agent if "agent" in todo else 0,
+                                n_ranker=ws.n_ranker if "ranker" in todo else 0)
         root.mkdir(parents=True, exist_ok=True)
         (root / "gold_data.json").write_text(json.dumps(stats.to_dict(), indent=2))
         for role in todo:
-            model, tokenizer = load_causal_lm(names[role])
+            model, tokenizer = load_causal_lm(policy_model_names(cfg)[role])
             train_sft(model, tokenizer, data[role], ws, cfg.lora, root / role, seed=cfg.seed, progress=progress)
     return {role: root / role for role in roles}
+
+
+def policy_model_names(cfg: ProfileConfig) -> dict[str, str]:
+    """{role: model name} of the two policies (``models.agent``, ``models.ranker``)."""
+    return {"agent": cfg.models.agent, "ranker": cfg.models.ranker}
+
+
+def gold_data(cfg: ProfileConfig, retriever: SearchBackend, *, n_agent: int, n_ranker: int) -> tuple[dict, Any]:
+    """The profile's gold warm-start sequences (``rl.warm_start.build_gold_data`` on its ``warmstart.split``,
+    with its warm-start settings and N), the first ``n_agent`` agent trajectories and ``n_ranker`` rankings;
+    (sequences by role, the build's counts). ``cfg`` as the starts see it (:meth:`ProfileConfig.for_starts`)."""
+    ws = cfg.warmstart
+    qa_path = corpus_paths(cfg).qa.get(ws.split)
+    if qa_path is None:
+        raise ValueError(f"profile {cfg.profile!r} has no {ws.split!r} split for the warm start")
+    chats = {role: ChatTokens(load_tokenizer(name)) for role, name in policy_model_names(cfg).items()}
+    return build_gold_data(load_qa(qa_path), retriever, chats["agent"], cfg.protocol, topn=cfg.search.topn,
+                           n_agent=n_agent, n_ranker=n_ranker, seed=cfg.seed, balance_hops=ws.balance_hops,
+                           reasoning=ws.reasoning, ranker_chat=chats["ranker"], ranker_candidates=ws.ranker_candidates)
 
 
 #: Bump when the relevance training's recipe changes, so cached Fixed Rankers are not reused.

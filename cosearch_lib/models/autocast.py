@@ -51,28 +51,38 @@ class AutocastPlan:
 
 
 def autocast_plan(rollout: bool, update: bool, device: Any, *,
-                  every_rank: Callable[[bool], bool] = bool, setting: str = "training.autocast") -> AutocastPlan:
+                  every_rank: Callable[[bool], bool] = bool) -> AutocastPlan:
     """What ``training.autocast``'s ``rollout`` / ``update`` asks for becomes on ``device``: bf16 autocast on
     a CPU with bf16 instructions (:func:`cpu_bf16_instructions`); float32 on a CPU without them, with a
     warning; nothing on a GPU (its policies are bf16 already). ``every_rank`` turns this process's answer
     into the job's (data parallel: bf16 only if every rank's CPU has the instructions, so that the ranks
-    compute alike). ``setting`` names what asked, in the warning."""
+    compute alike)."""
     if not (rollout or update) or torch.device(device).type != "cpu":
         return AutocastPlan()
     found = cpu_bf16_instructions()
     if not every_rank(found is not None):
-        where = "another rank's CPU has" if found else "this CPU has"
-        warnings.warn(f"{setting} asks for bf16, but {where} no avx512_bf16 or AMX instructions: bf16 would "
-                      "run 6-18x slower there (docs/LOG.md), so it stays in float32", stacklevel=2)
+        _warn_float32("training.autocast", "another rank's CPU has" if found else "this CPU has")
         return AutocastPlan()
     return AutocastPlan(rollout=rollout, update=update)
 
 
-def cpu_bf16_stage(requested: bool | None) -> bool:
-    """Whether a stage that asks for CPU bf16 autocast (``requested``) gets it on this machine: only on a CPU with
-    bf16 instructions and no GPU to train on (a GPU trains in bf16 anyway). No warning: the stage itself warns
-    (:func:`autocast_plan`). What a cache key holds: the precision that runs."""
-    return bool(requested) and not torch.cuda.is_available() and cpu_bf16_instructions() is not None
+def _warn_float32(setting: str, where: str = "this CPU has") -> None:
+    warnings.warn(f"{setting} asks for bf16, but {where} no avx512_bf16 or AMX instructions: bf16 would "
+                  "run 6-18x slower there (docs/LOG.md), so it stays in float32", stacklevel=3)
+
+
+def cpu_bf16_stage(requested: bool | None, *, warn_as: str | None = None) -> bool:
+    """Whether a one-process stage that asks for CPU bf16 autocast (``requested``) gets it on this machine: only
+    on a CPU with bf16 instructions and no GPU to train on (a GPU trains in bf16 anyway). The one decision for
+    the stage and its cache key (the key holds the precision that runs); ``warn_as`` (the setting's name) warns
+    when a CPU without the instructions keeps float32."""
+    if not requested or torch.cuda.is_available():
+        return False
+    if cpu_bf16_instructions() is None:
+        if warn_as:
+            _warn_float32(warn_as)
+        return False
+    return True
 
 
 @contextmanager

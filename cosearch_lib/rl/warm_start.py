@@ -51,7 +51,7 @@ from cosearch_lib.agent.rankers import oracle_order
 from cosearch_lib.config import ProtocolConfig, WarmStartConfig
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.metrics import has_answer, is_trivial_answer
-from cosearch_lib.models.autocast import autocast_plan
+from cosearch_lib.models.autocast import cpu_bf16_stage
 from cosearch_lib.models.lora_policies import peft_lora_config
 from cosearch_lib.progress import tqdm
 from cosearch_lib.retrieval.retriever import SearchBackend
@@ -403,7 +403,7 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     on_gpu = torch.cuda.is_available()
-    cpu_bf16 = not on_gpu and autocast_plan(False, bool(cfg.autocast), "cpu", setting="warmstart.autocast").update
+    cpu_bf16 = cpu_bf16_stage(cfg.autocast, warn_as="warmstart.autocast")  # as the cache key (warmstart_dir) decides
     args = SFTConfig(
         output_dir=str(tmp / "trainer"), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
@@ -434,7 +434,7 @@ def train_sft(model: Any, tokenizer: Any, rows: Sequence[GoldExample], cfg: Warm
     summary = {"n_sequences": len(rows), "tokens": sum(len(r.input_ids) for r in rows),
                "trained_tokens": sum(r.n_trained for r in rows), "steps": trainer.state.global_step,
                "train_loss": result.training_loss, "wall_s": wall, "train_s": result.metrics.get("train_runtime"),
-               "bf16": trainer.accelerator.mixed_precision == "bf16", "losses": losses,
+               "bf16": ran == "bf16", "losses": losses,
                "config": asdict(cfg),
                "lora": asdict(lora), "seed": seed}
     (tmp / "warmstart.json").write_text(json.dumps(summary, indent=2, default=str))
