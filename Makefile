@@ -58,7 +58,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)  ## run the test suite (all but the vllm, scale, paper and reference tests: make test-vllm, test-scale, test-paper, test-reference)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-test-scale: $(STAMP)  ## notebook 03 on the real ci model through `cosearch run`: GRPO in the kernel, validation, figures (CI runs it)
+test-scale: $(STAMP)  ## notebook 03 on the real ci model through `cosearch run`: GRPO in the kernel, validation, figures; the real LLM judge's two learning tests (CI runs them)
 	$(BIN)/python -m pytest -q -m scale
 
 test-reference: $(STAMP)  ## by hand: the real ci model against a reference run beside it (2 gloo ranks vs 1 process; notebook 03 stopped by SIGUSR1 and resumed vs uninterrupted)

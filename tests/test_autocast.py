@@ -238,5 +238,63 @@ def test_demos_bf16_leaves_the_committed_laptop_runs_starts_where_their_records_
     assert judges == {llm_judge_dir(cfg).name}
     # GRPO: float32 where the profile's records were float32 (laptop_curve_wide turned bf16 on itself, and says so)
     assert (cfg.training.autocast is None) is (profile != "laptop_curve_wide")
+    assert cfg.evaluation.autocast is None  # the test evaluations of the committed records: float32
     demo = load_profile("demo")
     assert demo.warmstart.autocast is True and demo.training.autocast == AutocastConfig(rollout=True, update=True)
+    assert demo.evaluation.autocast is True
+
+
+# --------------------------------------------------------------------------- evaluation.autocast
+
+
+def _with_eval_autocast(value):
+    cfg = load_profile("ci")
+    return dataclasses.replace(cfg, evaluation=dataclasses.replace(cfg.evaluation, autocast=value))
+
+
+def test_evaluation_autocast_is_decided_once_for_the_harness_and_its_parts_key(monkeypatch):
+    """evaluation.autocast becomes HarnessConfig.bf16 where the CPU has bf16 instructions (float32 and a warning
+    where it has not); the parts of a bf16 evaluation get their own key, a float32 one keeps the key it had."""
+    import warnings
+
+    from cosearch_lib.experiment import harness_config
+    from cosearch_lib.experiment.evaluation_shards import evaluation_key
+
+    with pytest.raises(ConfigError, match="evaluation.autocast"):
+        from_dict(type(load_profile("ci").evaluation), {"autocast": "yes"}, "evaluation")
+    assert _with_eval_autocast(False).evaluation.autocast is None  # false is null: one key for one computation
+    _bf16_cpu(monkeypatch)
+    assert harness_config(_with_eval_autocast(True)).bf16 is True
+    assert harness_config(_with_eval_autocast(None)).bf16 is False
+    monkeypatch.setattr(autocast_mod, "cpu_bf16_instructions", lambda: None)
+    with pytest.warns(UserWarning, match="evaluation.autocast asks for bf16, but this CPU has no"):
+        assert harness_config(_with_eval_autocast(True)).bf16 is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an override decides it: nothing to warn about
+        assert harness_config(_with_eval_autocast(True), bf16=False).bf16 is False
+    float32 = harness_config(load_profile("ci"))
+    assert evaluation_key("x", float32) != evaluation_key("x", dataclasses.replace(float32, bf16=True))
+
+
+def test_run_evaluation_generates_under_autocast_only_when_its_config_says_bf16(tok, chat):
+    from tests.test_evaluation import Q1, Q2, by_question, make_ctx, small_cfg
+
+    reply = "<answer>Kessmere</answer>"
+    ctx, backend = make_ctx(tok, chat, by_question({"q1": reply, "q2": reply}))
+    seen = []
+    generate = backend.generate
+
+    def spied(*a, **kw):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return generate(*a, **kw)
+
+    backend.generate = spied
+    from cosearch_lib.eval.harness import run_evaluation
+
+    f32 = run_evaluation(["direct", "agent_retrieval"], [Q1, Q2], ctx, small_cfg(), progress=False)
+    assert seen and set(seen) == {False}
+    seen.clear()
+    b16 = run_evaluation(["direct", "agent_retrieval"], [Q1, Q2], ctx, small_cfg(bf16=True), progress=False)
+    assert seen and set(seen) == {True}  # every method's generations, the agent loop's turns too
+    assert not torch.is_autocast_enabled("cpu")  # nothing left on after the evaluation
+    assert list(b16["method"]) == list(f32["method"]) and list(b16["question_id"]) == list(f32["question_id"])

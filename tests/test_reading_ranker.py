@@ -164,7 +164,7 @@ def test_the_judge_scores_a_batch_as_it_scores_each_candidate_alone(judge):
     assert torch.allclose(batch, alone, atol=1e-4)  # left padding with its own position ids changes nothing
 
 
-@pytest.mark.slow
+@pytest.mark.scale  # ~1 min of the 135M judge on one core: make test-scale (CI), not make test
 def test_ranker_only_training_of_the_real_judge_raises_held_out_hit_at_1_within_a_few_steps(judge, tmp_path):
     """It fails when the listwise loss cannot move the " Yes" - " No" margin that decides the first pick."""
     rng = random.Random(0)
@@ -185,7 +185,7 @@ def test_ranker_only_training_of_the_real_judge_raises_held_out_hit_at_1_within_
                               atol=1e-5)
 
 
-@pytest.mark.slow  # ~1.5 min of the 135M judge on one core: one pytest-xdist worker of make test
+@pytest.mark.scale  # ~1 min of the 135M judge on one core: make test-scale (CI), not make test
 def test_ranker_only_grpo_of_the_real_judge_raises_held_out_hit_at_1_within_a_few_steps():
     """Issue 35, item 3: the update CoSearch gives its LLM judge (K picks sampled from the
     Plackett-Luce distribution of its scores, group-relative advantages of r_rel,

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from cosearch_lib.config.checks import SHARES, ConfigError, Fields, check_choice, invalid
+from cosearch_lib.config.checks import KEYED_WHEN_SET, SHARES, ConfigError, Fields, check_choice, invalid
 from cosearch_lib.config.generation import LoraSettings, ModelsConfig, ProtocolConfig, RolloutConfig
 from cosearch_lib.config.retrieval import RetrievalConfig, SearchBudget, ServerConfig
 from cosearch_lib.config.rules import RULE_SETS, check_same_rules
@@ -62,10 +62,17 @@ class EvaluationConfig:
     answer_max_new_tokens: int = 64  # tokens of the direct / RAG replies (CoT and agent turns: rollout.agent_max_new_tokens)
     f1: str = "plain"  # answer F1 of the tables: "plain" (SQuAD token F1 as the paper's code computes it) or "yes_no" (HotpotQA's yes/no rule)
     baseline_reply: str = "prefilled"  # Direct / CoT / RAG: "prefilled" (the reply is started with its tag, eval.harness) or "free" (the model writes every tag)
+    # bf16 autocast of the test evaluations' forward passes (notebooks 02 and 03, `cosearch evaluate`) on a CPU with
+    # avx512_bf16 or AMX; float32 on a CPU without them (with a warning) and on a GPU. Null (the default): float32, so
+    # that the tables read every policy alike on every CPU. Validation stays float32 whatever this says.
+    autocast: bool | None = field(default=None, metadata=KEYED_WHEN_SET)
 
     def __post_init__(self) -> None:
         check_choice("evaluation.f1", self.f1, EVAL_F1_METRICS)
         check_choice("evaluation.baseline_reply", self.baseline_reply, BASELINE_REPLIES)
+        if self.autocast is not None:
+            Fields("evaluation", self).bools("autocast")
+            self.autocast = self.autocast or None  # false is null: one key for one computation
 
 
 @dataclass

@@ -51,6 +51,7 @@ from cosearch_lib.config import BASELINE_REPLIES, ProtocolConfig, RolloutConfig,
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_cutoffs, shown_hits
+from cosearch_lib.models.autocast import cpu_bf16
 from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.models.registry import quiet_loading
 from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder, load_scoring_ranker
@@ -130,6 +131,7 @@ class HarnessConfig:
     rules: RuleSet = field(default_factory=RuleSet)  # the profile's rule set: agent format, ranker validity, pseudo-relevance
     f1: str = "plain"  # the records' answer F1 (metrics.answer_f1): "plain" = the paper's metric, "yes_no" = HotpotQA's rule
     baseline_reply: str = "prefilled"  # direct / CoT / RAG: "prefilled" (the reply starts with its tag) or "free" (see _run_prompted)
+    bf16: bool = False  # run_evaluation's forward passes under CPU bf16 autocast (models.autocast.cpu_bf16); the profile's evaluation.autocast where this CPU has bf16 instructions (experiment.harness_config)
 
     def __post_init__(self) -> None:
         self.methods = tuple(self.methods)
@@ -264,13 +266,14 @@ def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample],
     (:func:`evaluate_agents`): one rollout whose turns decode every method's rows in one batch."""
     methods = [check_method(m) for m in (cfg.methods if methods is None else methods)]
     agents = [m for m in methods if _agent_ranker_factory(m) is not None]
-    together = evaluate_agents(agents, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label)
     frames = []
-    bar = tqdm(methods, desc="evaluate" + (f" ({label})" if label else ""), unit="method", disable=not progress)
-    for method in bar:
-        bar.set_postfix_str(method)
-        frames.append(together[method] if method in together else
-                      evaluate(method, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label))
+    with cpu_bf16(cfg.bf16):
+        together = evaluate_agents(agents, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label)
+        bar = tqdm(methods, desc="evaluate" + (f" ({label})" if label else ""), unit="method", disable=not progress)
+        for method in bar:
+            bar.set_postfix_str(method)
+            frames.append(together[method] if method in together else
+                          evaluate(method, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label))
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else empty_records(cfg)
 

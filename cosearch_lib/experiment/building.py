@@ -14,6 +14,7 @@ from cosearch_lib.agent.chat_tokens import ChatTokens
 from cosearch_lib.config import ProfileConfig, load_profile
 from cosearch_lib.eval.harness import HarnessConfig, HarnessContext
 from cosearch_lib.experiment.preflight import engine_length, retriever_url
+from cosearch_lib.models.autocast import cpu_bf16_stage
 from cosearch_lib.models.generation.backend_factory import make_backend
 from cosearch_lib.models.generation.contract import GenerationBackend
 from cosearch_lib.models.generation.transformers_backend import TransformersBackend
@@ -54,13 +55,16 @@ def search_backend(profile: str | ProfileConfig, *, progress: bool = True) -> Se
 def harness_config(cfg: ProfileConfig, **overrides: Any) -> HarnessConfig:
     """The :class:`HarnessConfig` a profile describes: split, questions, samples and temperature from its
     ``evaluation`` section, token and search budgets from ``rollout``, N and K from ``retrieval``,
-    the profile's seed, the Hit cutoffs of its ranker reward. Keyword overrides (any HarnessConfig field) win, e.g. ``methods=[...]``."""
+    the profile's seed, the Hit cutoffs of its ranker reward, bf16 where ``evaluation.autocast`` asks for it and this
+    CPU has bf16 instructions (``models.autocast.cpu_bf16_stage``). Keyword overrides (any HarnessConfig field) win, e.g. ``methods=[...]``."""
     ev, ro = cfg.evaluation, cfg.rollout
     fields = dict(split=ev.split, n_per_dataset=ev.n_per_dataset, n_samples=ev.n_samples, seed=cfg.seed,
                   temperature=ev.temperature, search=cfg.search, agent_max_new_tokens=ro.agent_max_new_tokens,
                   ranker_max_new_tokens=ro.ranker_max_new_tokens, answer_max_new_tokens=ev.answer_max_new_tokens,
                   max_context_tokens=ro.max_context_tokens, rules=ro.rules, f1=ev.f1,
                   baseline_reply=ev.baseline_reply, hit_ks=cfg.training.ranker_reward.hit_ks)
+    if "bf16" not in overrides:  # decided (and warned about) only where the profile's setting is what counts
+        fields["bf16"] = cpu_bf16_stage(ev.autocast, warn_as="evaluation.autocast")
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(HarnessConfig)})
     if unknown:
         raise TypeError(f"unknown HarnessConfig field(s) {unknown}")

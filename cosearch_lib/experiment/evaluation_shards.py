@@ -74,6 +74,8 @@ def evaluation_key(label: str, cfg: HarnessConfig, context: dict | None = None) 
     settings.update({old: settings.pop(new) for old, new in RENAMED_HARNESS_FIELDS.items()})
     if tuple(settings["hit_ks"]) == PAPER_HIT_KS:  # the cutoffs every evaluation had before the setting existed
         del settings["hit_ks"]
+    if not settings["bf16"]:  # float32, as every evaluation before the setting existed
+        del settings["bf16"]
     old_names = {new: old for old, new in RENAMED_EVAL_METHODS.items()}
     settings["methods"] = [old_names.get(m, m) for m in settings["methods"]]
     text = json.dumps({"label": label, "settings": settings, "context": context or {}}, sort_keys=True, default=str)

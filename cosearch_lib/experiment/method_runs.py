@@ -100,7 +100,7 @@ def build_trainer(cfg: ProfileConfig, retriever: SearchBackend, *, warm: dict[st
                            cfg.rollout, cfg.protocol,
                            val_questions=val, backend=backend, scorer=scorer,
                            validation=harness_config(cfg, split=tcfg.val_split, n_per_dataset=tcfg.val_per_dataset,
-                                                     n_samples=1, temperature=0.0))
+                                                     n_samples=1, temperature=0.0, bf16=False))  # validation: float32
     trainer = JointTrainer(tcfg, inputs, out_dir=out_dir, seed=cfg.seed, progress=progress, dp=dp)
     newest = latest_checkpoint(out_dir) if resume else None  # checked (hashed) once
     if newest is not None:

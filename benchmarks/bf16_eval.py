@@ -1,0 +1,97 @@
+"""The test evaluation in float32 and under bf16 autocast (``evaluation.autocast``), side by side: what it
+buys and what it changes (issue 48, item 5; ``make demo``'s evaluations in notebooks 02 and 03 and its
+grid cells).
+
+It evaluates ``--methods`` (notebook 02's harness methods) with the profile's warm-started policies on the
+first ``--n-per-dataset`` test questions of each family, greedy, in ABBA order (float32, bf16, bf16,
+float32, ...) so that a drift of the machine falls on both, each from the same harness context (models
+loaded once). It prints per precision the evaluation's seconds (``run_evaluation``'s wall time), the
+ratio, and what bf16 changes: the share of questions whose prediction is the same, the mean F1 of each,
+and the searches per question. Rows go to ``benchmarks/records/bf16_eval.csv`` with the CPU, the load
+average at the start, the commit and whether the tree had uncommitted changes. Run it alone:
+
+    python benchmarks/bf16_eval.py --profile demo --methods agent_retrieval,agent_fixed_ranker
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cosearch_lib import experiment  # noqa: E402
+from cosearch_lib.atomic_io import write_table  # noqa: E402
+from cosearch_lib.config import load_profile  # noqa: E402
+from cosearch_lib.data.qa_formats import load_qa  # noqa: E402
+from cosearch_lib.eval.harness import run_evaluation, select_examples  # noqa: E402
+from cosearch_lib.models.autocast import cpu_bf16_instructions  # noqa: E402
+from cosearch_lib.records.provenance import environment_snapshot  # noqa: E402
+from cosearch_lib.retrieval.artifacts import corpus_paths  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "benchmarks" / "records" / "bf16_eval.csv"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="demo")
+    ap.add_argument("--methods", default="agent_retrieval,agent_fixed_ranker", help="comma-separated harness methods")
+    ap.add_argument("--n-per-dataset", type=int, default=0, help="test questions per family (0: the profile's)")
+    ap.add_argument("--repeats", type=int, default=1, help="ABBA pairs of evaluations")
+    ap.add_argument("--record", default=str(RECORD))
+    args = ap.parse_args()
+    if cpu_bf16_instructions() is None:
+        raise SystemExit("this CPU has no avx512_bf16 or AMX instructions: bf16 autocast would be emulated (6-18x slower)")
+    cfg = load_profile(args.profile)
+    retriever = experiment.build_retriever(cfg, progress=False)
+    ecfg = experiment.oracle_gap_config(cfg, args.methods, args.n_per_dataset)
+    ecfg = experiment.with_policies(cfg, retriever, ecfg, "warmstart", progress=False)
+    examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)
+    ctx = experiment.harness_context(cfg, retriever)
+    env = environment_snapshot()
+    load = os.getloadavg()[0]
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                capture_output=True, text=True).stdout.strip())
+    order = [p for _ in range(args.repeats) for p in ("float32", "bf16", "bf16", "float32")]
+    runs, records = [], {}
+    for run_i, precision in enumerate(order):
+        start = time.perf_counter()
+        got = run_evaluation(None, examples, ctx, replace(ecfg, bf16=precision == "bf16"), progress=False)
+        runs.append({"precision": precision, "run": run_i, "wall_s": time.perf_counter() - start})
+        records.setdefault(precision, got)  # greedy: every run of a precision gives the same records
+    times = pd.DataFrame(runs).groupby("precision")["wall_s"].mean()
+    f32, b16 = records["float32"], records["bf16"]
+    same = (f32["prediction"].fillna("").values == b16["prediction"].fillna("").values).mean()
+    rows = []
+    for precision, rec in records.items():
+        rows.append({"profile": cfg.profile, "methods": args.methods, "precision": precision, "rows": len(rec),
+                     "runs": int((pd.DataFrame(runs)["precision"] == precision).sum()), "wall_s": float(times[precision]),
+                     "speedup": float(times["float32"] / times[precision]), "f1": float(rec["f1"].mean()),
+                     "searches": float(rec["n_searches"].mean()), "same_prediction": float(same),
+                     "cpu_bf16": cpu_bf16_instructions(), "threads": env.get("torch_threads"),
+                     "loadavg_1min": round(load, 2), "git_sha": (env.get("git_sha") or "")[:7], "dirty": dirty})
+    print(f"{cfg.profile}, {args.methods}: {len(f32)} rows each, {len(order) // 2} runs each; evaluation float32 "
+          f"{times['float32']:.1f} s, bf16 {times['bf16']:.1f} s: {times['float32'] / times['bf16']:.2f}x; "
+          f"the same prediction in {same:.3f} of the rows; mean F1 float32 {f32['f1'].mean():.3f}, bf16 "
+          f"{b16['f1'].mean():.3f}; searches per row {f32['n_searches'].mean():.2f} and {b16['n_searches'].mean():.2f}")
+    print(f"load average at the start {load:.2f}; commit {(env.get('git_sha') or '')[:7]}"
+          f"{' with uncommitted changes' if dirty else ''}")
+    record = Path(args.record)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    out = pd.DataFrame(rows)
+    if record.exists():
+        out = pd.concat([pd.read_csv(record), out], ignore_index=True)
+    write_table(out, record)
+    print(f"rows appended to {record}")
+
+
+if __name__ == "__main__":
+    main()
