@@ -5,7 +5,8 @@ grid cells).
 It evaluates ``--methods`` (notebook 02's harness methods) with the profile's warm-started policies on the
 first ``--n-per-dataset`` test questions of each family, greedy, in ABBA order (float32, bf16, bf16,
 float32, ...) so that a drift of the machine falls on both, each from the same harness context (models
-loaded once). It prints per precision the evaluation's seconds (``run_evaluation``'s wall time), the
+loaded once, one untimed question in each precision first). The retriever encodes its queries in float32
+either way (``retrieval.encoder``). It prints per precision the evaluation's seconds (``run_evaluation``'s wall time), the
 ratio, and what bf16 changes: the share of questions whose prediction is the same, the mean F1 of each,
 and the searches per question. Rows go to ``benchmarks/records/bf16_eval.csv`` with the CPU, the load
 average at the start, the commit and whether the tree had uncommitted changes. Run it alone:
@@ -61,6 +62,8 @@ def main() -> None:
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                 capture_output=True, text=True).stdout.strip())
     order = [p for _ in range(args.repeats) for p in ("float32", "bf16", "bf16", "float32")]
+    for bf16 in (False, True):  # untimed: adapter registration and each precision's first kernels
+        run_evaluation(None, examples[:1], ctx, replace(ecfg, bf16=bf16), progress=False)
     runs, records = [], {}
     for run_i, precision in enumerate(order):
         start = time.perf_counter()

@@ -241,7 +241,6 @@ def test_demos_bf16_leaves_the_committed_laptop_runs_starts_where_their_records_
     assert cfg.evaluation.autocast is None  # the test evaluations of the committed records: float32
     demo = load_profile("demo")
     assert demo.warmstart.autocast is True and demo.training.autocast == AutocastConfig(rollout=True, update=True)
-    assert demo.evaluation.autocast is True
 
 
 # --------------------------------------------------------------------------- evaluation.autocast
@@ -263,6 +262,7 @@ def test_evaluation_autocast_is_decided_once_for_the_harness_and_its_parts_key(m
     with pytest.raises(ConfigError, match="evaluation.autocast"):
         from_dict(type(load_profile("ci").evaluation), {"autocast": "yes"}, "evaluation")
     assert _with_eval_autocast(False).evaluation.autocast is None  # false is null: one key for one computation
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU's decision, on a GPU node too
     _bf16_cpu(monkeypatch)
     assert harness_config(_with_eval_autocast(True)).bf16 is True
     assert harness_config(_with_eval_autocast(None)).bf16 is False
@@ -298,3 +298,21 @@ def test_run_evaluation_generates_under_autocast_only_when_its_config_says_bf16(
     assert seen and set(seen) == {True}  # every method's generations, the agent loop's turns too
     assert not torch.is_autocast_enabled("cpu")  # nothing left on after the evaluation
     assert list(b16["method"]) == list(f32["method"]) and list(b16["question_id"]) == list(f32["question_id"])
+
+
+def test_the_retrievers_queries_are_encoded_in_float32_under_a_bf16_evaluation():
+    """The retriever is fixed: a bf16 rollout or evaluation must not encode its queries in bf16 against a float32
+    index (near-ties in the top N would move)."""
+    from cosearch_lib.config import EncoderConfig
+    from cosearch_lib.retrieval.encoder import TextEncoder
+
+    encoder = TextEncoder(EncoderConfig(batch_size=2))
+    seen = []
+    hook = encoder.model.register_forward_hook(lambda mod, args, out: seen.append(torch.is_autocast_enabled("cpu")))
+    queries = ["who founded the river guild", "where was Tellis born"]
+    plain = encoder.encode_queries(queries)
+    with cpu_bf16(True):
+        under = encoder.encode_queries(queries)
+    hook.remove()
+    assert seen == [False, False]
+    assert (plain == under).all()

@@ -92,7 +92,7 @@ class AutocastConfig:
     whose numerics the step records check. Only on a CPU with avx512_bf16 or AMX (float32 elsewhere, said
     in a warning); weights, LoRA weights and AdamW states stay float32. Validation always runs in float32, so
     the curves read every policy alike, whatever it trained in; so do the test evaluations, unless the profile's
-    ``evaluation.autocast`` asks for bf16 there too (``demo``)."""
+    ``evaluation.autocast`` asks for bf16 there too."""
 
     rollout: bool = True  # the training rollouts' forward passes: agent turns, generative ranker calls, the LLM judge's scores
     update: bool = True  # the GRPO update's forward and backward passes (its recomputed old log-probs too)

@@ -217,6 +217,8 @@ def _evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample], ct
     if parts is None:
         return run_evaluation(methods, examples, ctx, ecfg, progress=progress, label=label, trajectories=trajectories)
     ecfg = replace(ecfg, methods=tuple(methods)) if methods is not None else ecfg
+    if dp.distributed:  # bf16 only if every rank's CPU runs it: one parts key, ranks that compute alike
+        ecfg = replace(ecfg, bf16=all(dp.gather(ecfg.bf16)))
 
     def chunk_records(chunk: list[QAExample]) -> pd.DataFrame:
         kept: dict[str, list[Trajectory]] | None = {} if trajectories is not None else None

@@ -1,5 +1,5 @@
 """bfloat16 autocast on a CPU: whether this CPU multiplies bf16 in hardware, and the one context that
-turns autocast on for a stage of training (``training.autocast``, issue 48 item 5).
+turns autocast on for a stage (``training.autocast``, ``warmstart.autocast``, ``evaluation.autocast``; issue 48 item 5).
 
 Why only where the hardware has it (``benchmarks/bf16_autocast.py``, SmolLM2-135M, float32 -> bf16
 autocast speed-up; docs/LOG.md):

@@ -63,5 +63,6 @@ def evaluation_settings(cfg: ProfileConfig, harness: HarnessConfig) -> pd.DataFr
             ("split, questions per family", f"{harness.split}, {harness.n_per_dataset or 'all'}"),
             ("decoding", "greedy" if harness.temperature == 0 else f"temperature {harness.temperature}"),
             ("answer F1", harness.f1), ("baseline replies", harness.baseline_reply),
-            ("tokens per agent turn / ranking", f"{harness.agent_max_new_tokens} / {harness.ranker_max_new_tokens}")]
+            ("tokens per agent turn / ranking", f"{harness.agent_max_new_tokens} / {harness.ranker_max_new_tokens}"),
+            ("precision", "bf16 autocast (evaluation.autocast)" if harness.bf16 else "float32")]
     return _table(rows)
