@@ -306,7 +306,7 @@ def test_the_retrievers_queries_are_encoded_in_float32_under_a_bf16_evaluation()
     from cosearch_lib.config import EncoderConfig
     from cosearch_lib.retrieval.encoder import TextEncoder
 
-    encoder = TextEncoder(EncoderConfig(batch_size=2))
+    encoder = TextEncoder(EncoderConfig(batch_size=2), device="cpu")  # CPU autocast is the one in question
     seen = []
     hook = encoder.model.register_forward_hook(lambda mod, args, out: seen.append(torch.is_autocast_enabled("cpu")))
     queries = ["who founded the river guild", "where was Tellis born"]
