@@ -17,8 +17,6 @@ average at the start, the commit and whether the tree had uncommitted changes. R
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -28,13 +26,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_record import append_rows, run_conditions  # noqa: E402
 from cosearch_lib import experiment  # noqa: E402
-from cosearch_lib.atomic_io import write_table  # noqa: E402
 from cosearch_lib.config import load_profile  # noqa: E402
 from cosearch_lib.data.qa_formats import load_qa  # noqa: E402
 from cosearch_lib.eval.harness import run_evaluation, select_examples  # noqa: E402
 from cosearch_lib.models.autocast import cpu_bf16_instructions  # noqa: E402
-from cosearch_lib.records.provenance import environment_snapshot  # noqa: E402
 from cosearch_lib.retrieval.artifacts import corpus_paths  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,10 +54,7 @@ def main() -> None:
     ecfg = experiment.with_policies(cfg, retriever, ecfg, "warmstart", progress=False)
     examples = select_examples(load_qa(corpus_paths(cfg).qa[ecfg.split]), ecfg.n_per_dataset)
     ctx = experiment.harness_context(cfg, retriever)
-    env = environment_snapshot()
-    load = os.getloadavg()[0]
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip())
+    env, load, dirty = run_conditions()
     order = [p for _ in range(args.repeats) for p in ("float32", "bf16", "bf16", "float32")]
     for bf16 in (False, True):  # untimed: adapter registration and each precision's first kernels
         run_evaluation(None, examples[:1], ctx, replace(ecfg, bf16=bf16), progress=False)
@@ -87,13 +81,7 @@ def main() -> None:
           f"{b16['f1'].mean():.3f}; searches per row {f32['n_searches'].mean():.2f} and {b16['n_searches'].mean():.2f}")
     print(f"load average at the start {load:.2f}; commit {(env.get('git_sha') or '')[:7]}"
           f"{' with uncommitted changes' if dirty else ''}")
-    record = Path(args.record)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    out = pd.DataFrame(rows)
-    if record.exists():
-        out = pd.concat([pd.read_csv(record), out], ignore_index=True)
-    write_table(out, record)
-    print(f"rows appended to {record}")
+    print(f"rows appended to {append_rows(pd.DataFrame(rows), args.record)}")
 
 
 if __name__ == "__main__":

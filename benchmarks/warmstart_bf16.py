@@ -18,8 +18,6 @@ average at the start, the commit and whether the tree had uncommitted changes. R
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import replace
@@ -29,13 +27,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_record import append_rows, run_conditions  # noqa: E402
 from cosearch_lib import experiment  # noqa: E402
-from cosearch_lib.atomic_io import write_table  # noqa: E402
 from cosearch_lib.config import load_profile  # noqa: E402
 from cosearch_lib.experiment.cached_starts import gold_data, policy_model_names  # noqa: E402
 from cosearch_lib.models.autocast import cpu_bf16_instructions  # noqa: E402
 from cosearch_lib.models.registry import load_causal_lm  # noqa: E402
-from cosearch_lib.records.provenance import environment_snapshot  # noqa: E402
 from cosearch_lib.rl.warm_start import train_sft  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,10 +52,7 @@ def main() -> None:
     retriever = experiment.build_retriever(cfg, progress=False)
     names = policy_model_names(cfg)
     data, _ = gold_data(cfg, retriever, n_agent=args.agent, n_ranker=args.ranker)
-    env = environment_snapshot()
-    load = os.getloadavg()[0]
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip())
+    env, load, dirty = run_conditions()
     order = [p for _ in range(args.repeats) for p in ("float32", "bf16", "bf16", "float32")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,13 +95,7 @@ def main() -> None:
               f"|loss difference| {gap:.3f}")
     print(f"load average at the start {load:.2f}; commit {(env.get('git_sha') or '')[:7]}"
           f"{' with uncommitted changes' if dirty else ''}")
-    record = Path(args.record)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    out = pd.DataFrame(out)
-    if record.exists():
-        out = pd.concat([pd.read_csv(record), out], ignore_index=True)
-    write_table(out, record)
-    print(f"rows appended to {record}")
+    print(f"rows appended to {append_rows(pd.DataFrame(out), args.record)}")
 
 
 if __name__ == "__main__":
