@@ -66,17 +66,21 @@ def main() -> None:
         records.setdefault(precision, got)  # greedy: every run of a precision gives the same records
     times = pd.DataFrame(runs).groupby("precision")["wall_s"].mean()
     f32, b16 = records["float32"], records["bf16"]
+    ms_token = {p: 1000 * times[p] / max(int(rec["n_generated_tokens"].sum()), 1) for p, rec in records.items()}
     same = (f32["prediction"].fillna("").values == b16["prediction"].fillna("").values).mean()
     rows = []
     for precision, rec in records.items():
         rows.append({"profile": cfg.profile, "methods": args.methods, "precision": precision, "rows": len(rec),
                      "runs": int((pd.DataFrame(runs)["precision"] == precision).sum()), "wall_s": float(times[precision]),
-                     "speedup": float(times["float32"] / times[precision]), "f1": float(rec["f1"].mean()),
+                     "speedup": float(times["float32"] / times[precision]),
+                     "generated_tokens": int(rec["n_generated_tokens"].sum()), "ms_per_token": float(ms_token[precision]),
+                     "speedup_per_token": float(ms_token["float32"] / ms_token[precision]), "f1": float(rec["f1"].mean()),
                      "searches": float(rec["n_searches"].mean()), "same_prediction": float(same),
                      "cpu_bf16": cpu_bf16_instructions(), "threads": env.get("torch_threads"),
                      "loadavg_1min": round(load, 2), "git_sha": (env.get("git_sha") or "")[:7], "dirty": dirty})
     print(f"{cfg.profile}, {args.methods}: {len(f32)} rows each, {len(order) // 2} runs each; evaluation float32 "
-          f"{times['float32']:.1f} s, bf16 {times['bf16']:.1f} s: {times['float32'] / times['bf16']:.2f}x; "
+          f"{times['float32']:.1f} s, bf16 {times['bf16']:.1f} s: {times['float32'] / times['bf16']:.2f}x; per generated token "
+          f"{ms_token['float32']:.1f} and {ms_token['bf16']:.1f} ms: {ms_token['float32'] / ms_token['bf16']:.2f}x; "
           f"the same prediction in {same:.3f} of the rows; mean F1 float32 {f32['f1'].mean():.3f}, bf16 "
           f"{b16['f1'].mean():.3f}; searches per row {f32['n_searches'].mean():.2f} and {b16['n_searches'].mean():.2f}")
     print(f"load average at the start {load:.2f}; commit {(env.get('git_sha') or '')[:7]}"
