@@ -66,14 +66,15 @@ def main() -> None:
         records.setdefault(precision, got)  # greedy: every run of a precision gives the same records
     times = pd.DataFrame(runs).groupby("precision")["wall_s"].mean()
     f32, b16 = records["float32"], records["bf16"]
-    ms_token = {p: 1000 * times[p] / max(int(rec["n_generated_tokens"].sum()), 1) for p, rec in records.items()}
+    tokens = {p: int(rec["n_generated_tokens"].sum()) for p, rec in records.items()}
+    ms_token = {p: 1000 * times[p] / max(tokens[p], 1) for p in records}
     same = (f32["prediction"].fillna("").values == b16["prediction"].fillna("").values).mean()
     rows = []
     for precision, rec in records.items():
         rows.append({"profile": cfg.profile, "methods": args.methods, "precision": precision, "rows": len(rec),
                      "runs": int((pd.DataFrame(runs)["precision"] == precision).sum()), "wall_s": float(times[precision]),
                      "speedup": float(times["float32"] / times[precision]),
-                     "generated_tokens": int(rec["n_generated_tokens"].sum()), "ms_per_token": float(ms_token[precision]),
+                     "generated_tokens": tokens[precision], "ms_per_token": float(ms_token[precision]),
                      "speedup_per_token": float(ms_token["float32"] / ms_token[precision]), "f1": float(rec["f1"].mean()),
                      "searches": float(rec["n_searches"].mean()), "same_prediction": float(same),
                      "cpu_bf16": cpu_bf16_instructions(), "threads": env.get("torch_threads"),
