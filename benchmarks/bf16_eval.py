@@ -1,15 +1,16 @@
-"""The test evaluation in float32 and under bf16 autocast (``evaluation.autocast``), side by side: what it
-buys and what it changes (issue 48, item 5; ``make demo``'s evaluations in notebooks 02 and 03 and its
+"""The test evaluation in float32 and with bf16 copies of the weights (``evaluation.bf16_weights``), side by side:
+what it buys and what it changes (issue 48, item 5; ``make demo``'s evaluations in notebooks 02 and 03 and its
 grid cells).
 
 It evaluates ``--methods`` (notebook 02's harness methods) with the profile's warm-started policies on the
 first ``--n-per-dataset`` test questions of each family, greedy, in ABBA order (float32, bf16, bf16,
 float32, ...) so that a drift of the machine falls on both, each from the same harness context (models
 loaded once, one untimed question in each precision first). The retriever encodes its queries in float32
-either way (``retrieval.encoder``). It prints per precision the evaluation's seconds (``run_evaluation``'s wall time), the
-ratio, and what bf16 changes: the share of questions whose prediction is the same, the mean F1 of each,
-and the searches per question. Rows go to ``benchmarks/records/bf16_eval.csv`` with the CPU, the load
-average at the start, the commit and whether the tree had uncommitted changes. Run it alone:
+either way (``retrieval.encoder``). It prints per precision the evaluation's seconds (``run_evaluation``'s wall
+time, the bf16 copies' making included), the ratio, and what bf16 changes: the share of questions whose prediction
+is the same, the mean F1 of each, and the searches per question. Rows go to ``benchmarks/records/bf16_eval.csv``
+with the CPU, the load average at the start, the commit and whether the tree had uncommitted changes (the rows
+of ``bf16_mechanism`` "autocast" measured the setting's first mechanism, CPU bf16 autocast). Run it alone:
 
     python benchmarks/bf16_eval.py --profile demo --methods agent_retrieval,agent_fixed_ranker
 """
@@ -47,7 +48,7 @@ def main() -> None:
     ap.add_argument("--record", default=str(RECORD))
     args = ap.parse_args()
     if cpu_bf16_instructions() is None:
-        raise SystemExit("this CPU has no avx512_bf16 or AMX instructions: bf16 autocast would be emulated (6-18x slower)")
+        raise SystemExit("this CPU has no avx512_bf16 or AMX instructions: bf16 matmuls would be emulated (6-18x slower)")
     cfg = load_profile(args.profile)
     retriever = experiment.build_retriever(cfg, progress=False)
     ecfg = experiment.oracle_gap_config(cfg, args.methods, args.n_per_dataset)
@@ -71,7 +72,7 @@ def main() -> None:
     same = (f32["prediction"].fillna("").values == b16["prediction"].fillna("").values).mean()
     rows = []
     for precision, rec in records.items():
-        rows.append({"profile": cfg.profile, "methods": args.methods, "precision": precision, "rows": len(rec),
+        rows.append({"profile": cfg.profile, "methods": args.methods, "precision": precision, "bf16_mechanism": "weights", "rows": len(rec),
                      "runs": int((pd.DataFrame(runs)["precision"] == precision).sum()), "wall_s": float(times[precision]),
                      "speedup": float(times["float32"] / times[precision]),
                      "generated_tokens": tokens[precision], "ms_per_token": float(ms_token[precision]),

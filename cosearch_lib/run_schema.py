@@ -181,7 +181,8 @@ _FLAT_STEP_GLOSSARY: dict[str, str] = {
     "update_s": "seconds of the update stage (every adapter's GRPO update)",
     "validate_s": "seconds of the validation after the step (at the steps of val_f1)",
     "step_s": "seconds of the step's stages from rollout to sync (validation excluded)",
-    "rollout/bf16": "1 when the step's training rollouts ran under CPU bf16 autocast (training.autocast), 0 in float32; "
+    "rollout/bf16": "1 when the step's training rollouts ran under CPU bf16 autocast (training.autocast; their turns "
+                    "decoded on bf16 copies of the weights where training.autocast.bf16_weights is set), 0 in float32; "
                     "only in runs that set training.autocast",
     "loss/bf16": "1 when the step's GRPO update ran under CPU bf16 autocast (training.autocast), 0 in float32; only in "
                  "runs that set training.autocast",

@@ -139,6 +139,47 @@ def test_a_bf16_step_computes_each_stage_as_asked_records_it_and_trains(tok, tmp
     assert not torch.is_autocast_enabled("cpu")  # nothing left on after the step
 
 
+def test_bf16_weights_decode_the_rollout_inside_the_backends_bf16_scope_and_nothing_else(tok, tmp_path, monkeypatch):
+    """training.autocast.bf16_weights: the rollout's generations run inside the backend's bf16 scope (one scope per
+    rollout: the update moves the weights after it), under autocast as before; validation decodes outside it."""
+    from contextlib import contextmanager
+
+    _bf16_cpu(monkeypatch)
+    with pytest.raises(ConfigError, match="needs rollout: true"):
+        AutocastConfig(rollout=False, bf16_weights=True)
+    assert AutocastConfig(bf16_weights=False).bf16_weights is None  # false is null: one key for one computation
+    t = trainer(tok, tiny_model(tok), tmp_path, steps=2, autocast=AutocastConfig(bf16_weights=True))
+    state = {"open": 0, "scopes": 0}
+
+    @contextmanager
+    def bf16_scope():
+        state["open"] += 1
+        state["scopes"] += 1
+        try:
+            yield
+        finally:
+            state["open"] -= 1
+
+    monkeypatch.setattr(t.backend, "bf16_scope", bf16_scope, raising=False)
+    seen = _spy_autocast(t, monkeypatch)
+    inside = []
+    generate = t.backend.generate
+    monkeypatch.setattr(t.backend, "generate", lambda *a, **kw: inside.append(state["open"]) or generate(*a, **kw))
+    before = snapshot(t.policies.model, "agent")
+    t.train_step()
+    assert inside and set(inside) == {1} and state["scopes"] == 1 and set(seen["rollout"]) == {True}
+    assert changed(before, t.policies.model)  # the update trained the float32 weights, outside the scope
+    assert all(p.dtype == torch.float32 for p in t.policies.model.parameters())
+    inside.clear()
+    t.val_questions = t.questions[:2]
+    t.validate()
+    assert inside and set(inside) == {0}  # validation: float32, no bf16 copies
+    t.train_step()
+    assert state["scopes"] == 2 and state["open"] == 0  # a fresh scope (fresh copies) for each step's rollout
+    plain = trainer(tok, tiny_model(tok), tmp_path / "autocast", steps=1, autocast=AutocastConfig())
+    assert plain.autocast.rollout and not plain.autocast.weights
+
+
 def test_a_float32_run_records_no_dtype_and_validates_in_float32(tok, tmp_path, monkeypatch):
     _bf16_cpu(monkeypatch)
     from cosearch_lib.eval import harness
@@ -238,66 +279,152 @@ def test_demos_bf16_leaves_the_committed_laptop_runs_starts_where_their_records_
     assert judges == {llm_judge_dir(cfg).name}
     # GRPO: float32 where the profile's records were float32 (laptop_curve_wide turned bf16 on itself, and says so)
     assert (cfg.training.autocast is None) is (profile != "laptop_curve_wide")
-    assert cfg.evaluation.autocast is None  # the test evaluations of the committed records: float32
+    assert cfg.evaluation.bf16_weights is None  # the test evaluations of the committed records: float32
     demo = load_profile("demo")
-    assert demo.warmstart.autocast is True and demo.training.autocast == AutocastConfig(rollout=True, update=True)
+    assert demo.warmstart.autocast is True and demo.evaluation.bf16_weights is True
+    assert demo.training.autocast == AutocastConfig(rollout=True, update=True, bf16_weights=True)
 
 
-# --------------------------------------------------------------------------- evaluation.autocast
+# --------------------------------------------------------------------------- evaluation.bf16_weights
 
 
-def _with_eval_autocast(value):
+def _with_eval_bf16(value):
     cfg = load_profile("ci")
-    return dataclasses.replace(cfg, evaluation=dataclasses.replace(cfg.evaluation, autocast=value))
+    return dataclasses.replace(cfg, evaluation=dataclasses.replace(cfg.evaluation, bf16_weights=value))
 
 
-def test_evaluation_autocast_is_decided_once_for_the_harness_and_its_parts_key(monkeypatch):
-    """evaluation.autocast becomes HarnessConfig.bf16 where the CPU has bf16 instructions (float32 and a warning
+def test_evaluation_bf16_weights_is_decided_once_for_the_harness_and_its_parts_key(monkeypatch):
+    """evaluation.bf16_weights becomes HarnessConfig.bf16 where the CPU has bf16 instructions (float32 and a warning
     where it has not); the parts of a bf16 evaluation get their own key, a float32 one keeps the key it had."""
     import warnings
 
     from cosearch_lib.experiment import harness_config
     from cosearch_lib.experiment.evaluation_shards import evaluation_key
 
-    with pytest.raises(ConfigError, match="evaluation.autocast"):
-        from_dict(type(load_profile("ci").evaluation), {"autocast": "yes"}, "evaluation")
-    assert _with_eval_autocast(False).evaluation.autocast is None  # false is null: one key for one computation
+    with pytest.raises(ConfigError, match="evaluation.bf16_weights"):
+        from_dict(type(load_profile("ci").evaluation), {"bf16_weights": "yes"}, "evaluation")
+    with pytest.raises(ConfigError, match="autocast"):  # the setting's first name, an autocast, is gone
+        from_dict(type(load_profile("ci").evaluation), {"autocast": True}, "evaluation")
+    assert _with_eval_bf16(False).evaluation.bf16_weights is None  # false is null: one key for one computation
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU's decision, on a GPU node too
     _bf16_cpu(monkeypatch)
-    assert harness_config(_with_eval_autocast(True)).bf16 is True
-    assert harness_config(_with_eval_autocast(None)).bf16 is False
+    assert harness_config(_with_eval_bf16(True)).bf16 is True
+    assert harness_config(_with_eval_bf16(None)).bf16 is False
     monkeypatch.setattr(autocast_mod, "cpu_bf16_instructions", lambda: None)
-    with pytest.warns(UserWarning, match="evaluation.autocast asks for bf16, but this CPU has no"):
-        assert harness_config(_with_eval_autocast(True)).bf16 is False
+    with pytest.warns(UserWarning, match="evaluation.bf16_weights asks for bf16, but this CPU has no"):
+        assert harness_config(_with_eval_bf16(True)).bf16 is False
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an override decides it: nothing to warn about
-        assert harness_config(_with_eval_autocast(True), bf16=False).bf16 is False
+        assert harness_config(_with_eval_bf16(True), bf16=False).bf16 is False
     float32 = harness_config(load_profile("ci"))
     assert evaluation_key("x", float32) != evaluation_key("x", dataclasses.replace(float32, bf16=True))
 
 
-def test_run_evaluation_generates_under_autocast_only_when_its_config_says_bf16(tok, chat):
+def test_run_evaluation_decodes_inside_the_backends_bf16_scope_only_when_its_config_says_bf16(tok, chat):
+    from contextlib import contextmanager
+
     from tests.test_evaluation import Q1, Q2, by_question, make_ctx, small_cfg
 
     reply = "<answer>Kessmere</answer>"
     ctx, backend = make_ctx(tok, chat, by_question({"q1": reply, "q2": reply}))
+    state = {"open": 0, "entered": 0}
     seen = []
+
+    @contextmanager
+    def bf16_scope():
+        state["open"] += 1
+        state["entered"] += 1
+        try:
+            yield
+        finally:
+            state["open"] -= 1
+
     generate = backend.generate
 
     def spied(*a, **kw):
-        seen.append(torch.is_autocast_enabled("cpu"))
+        seen.append(state["open"])
         return generate(*a, **kw)
 
-    backend.generate = spied
+    backend.bf16_scope, backend.generate = bf16_scope, spied
+    ctx.ranker_backend = backend  # the same backend as agent and ranker: one scope, not two
     from cosearch_lib.eval.harness import run_evaluation
 
     f32 = run_evaluation(["direct", "agent_retrieval"], [Q1, Q2], ctx, small_cfg(), progress=False)
-    assert seen and set(seen) == {False}
+    assert seen and set(seen) == {0} and state["entered"] == 0
     seen.clear()
     b16 = run_evaluation(["direct", "agent_retrieval"], [Q1, Q2], ctx, small_cfg(bf16=True), progress=False)
-    assert seen and set(seen) == {True}  # every method's generations, the agent loop's turns too
-    assert not torch.is_autocast_enabled("cpu")  # nothing left on after the evaluation
+    assert seen and set(seen) == {1} and state["entered"] == 1  # every method's generations, the agent's turns too
+    assert state["open"] == 0  # closed after the evaluation
     assert list(b16["method"]) == list(f32["method"]) and list(b16["question_id"]) == list(f32["question_id"])
+
+
+def _peft_with_update(tok):
+    from peft import LoraConfig, get_peft_model
+
+    from tests.doubles import peaked_model
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"], lora_dropout=0.0)
+    model = get_peft_model(peaked_model(tok, seed=3), lora, adapter_name="agent")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:  # a non-zero update, so merging has something to fold in
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    return model
+
+
+def test_a_bf16_copy_holds_the_merged_adapter_in_bf16_and_leaves_the_model_bit_for_bit(tok):
+    from cosearch_lib.models.generation.adapters import adapter_context, bf16_decoding_copy
+
+    model = _peft_with_update(tok)
+    before = {n: p.detach().clone() for n, p in model.state_dict().items()}
+    ids = torch.tensor([tok.encode("Who founded the city of Varn? The river guild")])
+    with torch.no_grad():
+        with adapter_context(model, "agent"):
+            want = model(input_ids=ids).logits.float()
+        with adapter_context(model, None):
+            base = model(input_ids=ids).logits.float()
+        copy = bf16_decoding_copy(model, "agent")
+        got = copy(input_ids=ids).logits.float()
+        plain = bf16_decoding_copy(model, None)(input_ids=ids).logits.float()
+    assert not any("lora" in n for n, _ in copy.named_modules())  # a plain model: the update is in its weights
+    assert {p.dtype for p in copy.parameters()} == {torch.bfloat16}
+    assert {b.dtype for b in copy.buffers()} == {torch.float32}  # the rotary frequencies keep their precision
+    scale = (want - base).abs().max()
+    assert scale > 1.0  # the adapter moves the logits ...
+    assert (got - want).abs().max() < 0.1 * scale  # ... and the bf16 copy follows it, up to bf16 rounding
+    assert (plain - base).abs().max() < 0.1 * scale  # the base copy leaves the update out
+    assert (got - want).abs().max() > 0  # bf16 numbers, not float32's
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[n], t) for n, t in before.items())
+    with pytest.raises(ValueError, match="unknown adapter 'ranker'"):
+        bf16_decoding_copy(model, "ranker")
+
+
+def test_a_bf16_scope_decodes_with_the_copies_and_float32_comes_back_after(tok):
+    from cosearch_lib.config import SamplingConfig
+    from cosearch_lib.models.generation.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(_peft_with_update(tok), tok)
+    prompts = [tok.encode("Who founded the city of Varn?"), tok.encode("Which river crosses the old town of Olden?")]
+    sampling = SamplingConfig(temperature=0, max_new_tokens=8)
+    exact = {a: backend.generate(prompts, sampling, adapter=a) for a in ("agent", None)}
+    assert [g.token_ids for g in exact["agent"]] != [g.token_ids for g in exact[None]]  # the adapter acts
+    with backend.bf16_scope():
+        with backend.bf16_scope():  # re-entrant: the same copies
+            low = {a: backend.generate(prompts, sampling, adapter=a) for a in ("agent", None)}
+        assert set(backend._bf16) == {"agent", None}  # one copy per adapter, made at its first call
+        again = backend.generate(prompts, sampling, adapter="agent")
+    for a in exact:  # a peaked model: the same first argmaxes (later ones may flip on rounding), bf16's numbers
+        assert [g.token_ids[:4] for g in low[a]] == [g.token_ids[:4] for g in exact[a]]
+        drift = max(abs(x - y) for g, h in zip(low[a], exact[a]) for x, y in zip(g.logprobs[:4], h.logprobs[:4]))
+        assert 0 < drift < 0.5
+    assert [g.logprobs for g in again] == [g.logprobs for g in low["agent"]]
+    assert backend._bf16 is None  # the copies are dropped at the end of the scope
+    after = backend.generate(prompts, sampling, adapter="agent")
+    assert [g.logprobs for g in after] == [g.logprobs for g in exact["agent"]]  # float32 again, bit for bit
+    with backend.prefix_scope(), pytest.raises(RuntimeError, match="outside prefix_scope"):
+        with backend.bf16_scope():
+            pass
 
 
 def test_the_retrievers_queries_are_encoded_in_float32_under_a_bf16_evaluation():

@@ -62,17 +62,19 @@ class EvaluationConfig:
     answer_max_new_tokens: int = 64  # tokens of the direct / RAG replies (CoT and agent turns: rollout.agent_max_new_tokens)
     f1: str = "plain"  # answer F1 of the tables: "plain" (SQuAD token F1 as the paper's code computes it) or "yes_no" (HotpotQA's yes/no rule)
     baseline_reply: str = "prefilled"  # Direct / CoT / RAG: "prefilled" (the reply is started with its tag, eval.harness) or "free" (the model writes every tag)
-    # bf16 autocast of the test evaluations' forward passes (notebooks 02 and 03, `cosearch evaluate`) on a CPU with
-    # avx512_bf16 or AMX; float32 on a CPU without them (with a warning) and on a GPU. Null (the default): float32, so
-    # that the tables read every policy alike on every CPU. Validation stays float32 whatever this says.
-    autocast: bool | None = field(default=None, metadata=KEYED_WHEN_SET)
+    # The test evaluations (notebooks 02 and 03, `cosearch evaluate`, grid cells) decode with bfloat16 copies of the
+    # policies' weights, each adapter merged into its copy (TransformersBackend.bf16_scope), on a CPU with avx512_bf16
+    # or AMX; float32 on a CPU without them (with a warning) and on a GPU (bf16 there already). Null (the default):
+    # float32, so that the tables read every policy alike on every CPU. Validation stays float32 whatever this says.
+    # Not autocast: on an AMX CPU it made the demo's evaluation 0.71x as fast (docs/LOG.md).
+    bf16_weights: bool | None = field(default=None, metadata=KEYED_WHEN_SET)
 
     def __post_init__(self) -> None:
         check_choice("evaluation.f1", self.f1, EVAL_F1_METRICS)
         check_choice("evaluation.baseline_reply", self.baseline_reply, BASELINE_REPLIES)
-        if self.autocast is not None:
-            Fields("evaluation", self).bools("autocast")
-            self.autocast = self.autocast or None  # false is null: one key for one computation
+        if self.bf16_weights is not None:
+            Fields("evaluation", self).bools("bf16_weights")
+            self.bf16_weights = self.bf16_weights or None  # false is null: one key for one computation
 
 
 @dataclass

@@ -92,7 +92,7 @@ class AutocastConfig:
     whose numerics the step records check. Only on a CPU with avx512_bf16 or AMX (float32 elsewhere, said
     in a warning); weights, LoRA weights and AdamW states stay float32. Validation always runs in float32, so
     the curves read every policy alike, whatever it trained in; so do the test evaluations, unless the profile's
-    ``evaluation.autocast`` asks for bf16 there too."""
+    ``evaluation.bf16_weights`` asks for bf16 copies of the weights there."""
 
     rollout: bool = True  # the training rollouts' forward passes: agent turns, generative ranker calls, the LLM judge's scores
     update: bool = True  # the GRPO update's forward and backward passes (its recomputed old log-probs too)
@@ -100,10 +100,19 @@ class AutocastConfig:
     # a step above it turns autocast off, both stages, for the rest of the run (the records say from which step).
     # 0.05 is what the paper's own path lives with: a bf16 vLLM engine against the trainer (~0.04, run_schema).
     max_drift: float = 0.05
+    # With rollout: the agent's and the generative ranker's turns decode with bf16 copies of the weights, each adapter
+    # merged into its copy once per rollout (TransformersBackend.bf16_scope), instead of autocast's cast of every weight
+    # at every call; what is not decoded (the LLM judge's scores) stays under autocast. Null: autocast alone.
+    bf16_weights: bool | None = field(default=None, metadata=KEYED_WHEN_SET)
 
     def __post_init__(self) -> None:
         check = Fields("training.autocast", self)
         check.bools("rollout", "update")
+        if self.bf16_weights is not None:
+            check.bools("bf16_weights")
+            self.bf16_weights = self.bf16_weights or None  # false is null: one key for one computation
+            if self.bf16_weights and not self.rollout:
+                raise ConfigError("training.autocast.bf16_weights decodes the rollouts in bf16: it needs rollout: true")
         check.numbers("max_drift", low=0, low_open=True, why="nats per token")
 
 

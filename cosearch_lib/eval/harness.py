@@ -34,6 +34,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,7 @@ from cosearch_lib.config import BASELINE_REPLIES, ProtocolConfig, RolloutConfig,
 from cosearch_lib.data.qa_formats import QAExample, gold_chain
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.metrics import ANSWER_F1_METRICS, answer_f1, exact_match, has_answer, hit_cutoffs, shown_hits
-from cosearch_lib.models.autocast import cpu_bf16
-from cosearch_lib.models.generation.contract import GenerationBackend
+from cosearch_lib.models.generation.contract import GenerationBackend, bf16_scope
 from cosearch_lib.models.registry import quiet_loading
 from cosearch_lib.models.scoring_rankers import is_scoring_ranker_folder, load_scoring_ranker
 from cosearch_lib.progress import tqdm
@@ -131,7 +131,7 @@ class HarnessConfig:
     rules: RuleSet = field(default_factory=RuleSet)  # the profile's rule set: agent format, ranker validity, pseudo-relevance
     f1: str = "plain"  # the records' answer F1 (metrics.answer_f1): "plain" = the paper's metric, "yes_no" = HotpotQA's rule
     baseline_reply: str = "prefilled"  # direct / CoT / RAG: "prefilled" (the reply starts with its tag) or "free" (see _run_prompted)
-    bf16: bool = False  # run_evaluation's forward passes under CPU bf16 autocast (models.autocast.cpu_bf16); the profile's evaluation.autocast where this CPU has bf16 instructions (experiment.harness_config)
+    bf16: bool = False  # run_evaluation decodes with bf16 copies of the weights (TransformersBackend.bf16_scope); the profile's evaluation.bf16_weights where this CPU has bf16 instructions (experiment.harness_config)
 
     def __post_init__(self) -> None:
         self.methods = tuple(self.methods)
@@ -267,7 +267,9 @@ def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample],
     methods = [check_method(m) for m in (cfg.methods if methods is None else methods)]
     agents = [m for m in methods if _agent_ranker_factory(m) is not None]
     frames = []
-    with cpu_bf16(cfg.bf16):
+    with ExitStack() as scopes:  # bf16: each backend decodes with bf16 copies of its weights until the end
+        for backend in dict.fromkeys(b for b in (ctx.agent_backend, ctx.ranker_backend) if b is not None):
+            scopes.enter_context(bf16_scope(backend, cfg.bf16))
         together = evaluate_agents(agents, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label)
         bar = tqdm(methods, desc="evaluate" + (f" ({label})" if label else ""), unit="method", disable=not progress)
         for method in bar:

@@ -55,8 +55,8 @@ def search_backend(profile: str | ProfileConfig, *, progress: bool = True) -> Se
 def harness_config(cfg: ProfileConfig, **overrides: Any) -> HarnessConfig:
     """The :class:`HarnessConfig` a profile describes: split, questions, samples and temperature from its
     ``evaluation`` section, token and search budgets from ``rollout``, N and K from ``retrieval``,
-    the profile's seed, the Hit cutoffs of its ranker reward, bf16 where ``evaluation.autocast`` asks for it and this
-    CPU has bf16 instructions (``models.autocast.cpu_bf16_stage``). Keyword overrides (any HarnessConfig field) win, e.g. ``methods=[...]``."""
+    the profile's seed, the Hit cutoffs of its ranker reward, bf16 weights where ``evaluation.bf16_weights`` asks for them and
+    this CPU has bf16 instructions (``models.autocast.cpu_bf16_stage``). Keyword overrides (any HarnessConfig field) win, e.g. ``methods=[...]``."""
     ev, ro = cfg.evaluation, cfg.rollout
     fields = dict(split=ev.split, n_per_dataset=ev.n_per_dataset, n_samples=ev.n_samples, seed=cfg.seed,
                   temperature=ev.temperature, search=cfg.search, agent_max_new_tokens=ro.agent_max_new_tokens,
@@ -64,7 +64,7 @@ def harness_config(cfg: ProfileConfig, **overrides: Any) -> HarnessConfig:
                   max_context_tokens=ro.max_context_tokens, rules=ro.rules, f1=ev.f1,
                   baseline_reply=ev.baseline_reply, hit_ks=cfg.training.ranker_reward.hit_ks)
     if "bf16" not in overrides:  # decided (and warned about) only where the profile's setting is what counts
-        fields["bf16"] = cpu_bf16_stage(ev.autocast, warn_as="evaluation.autocast")
+        fields["bf16"] = cpu_bf16_stage(ev.bf16_weights, warn_as="evaluation.bf16_weights")
     unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(HarnessConfig)})
     if unknown:
         raise TypeError(f"unknown HarnessConfig field(s) {unknown}")

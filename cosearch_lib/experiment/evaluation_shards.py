@@ -76,6 +76,8 @@ def evaluation_key(label: str, cfg: HarnessConfig, context: dict | None = None) 
         del settings["hit_ks"]
     if not settings["bf16"]:  # float32, as every evaluation before the setting existed
         del settings["bf16"]
+    else:  # bf16 weights: not the parts an autocast evaluation (the setting's first mechanism) wrote
+        settings["bf16"] = "weights"
     old_names = {new: old for old, new in RENAMED_EVAL_METHODS.items()}
     settings["methods"] = [old_names.get(m, m) for m in settings["methods"]]
     text = json.dumps({"label": label, "settings": settings, "context": context or {}}, sort_keys=True, default=str)

@@ -1,5 +1,7 @@
 """bfloat16 autocast on a CPU: whether this CPU multiplies bf16 in hardware, and the one context that
-turns autocast on for a stage (``training.autocast``, ``warmstart.autocast``, ``evaluation.autocast``; issue 48 item 5).
+turns autocast on for a stage (``training.autocast``, ``warmstart.autocast``; issue 48 item 5). The test evaluations decode with bf16
+copies of the weights instead (``evaluation.bf16_weights``, ``TransformersBackend.bf16_scope``): autocast made
+them slower (docs/LOG.md); :func:`cpu_bf16_stage` decides that setting too.
 
 Why only where the hardware has it (``benchmarks/bf16_autocast.py``, SmolLM2-135M, float32 -> bf16
 autocast speed-up; docs/LOG.md):
@@ -43,6 +45,7 @@ class AutocastPlan:
 
     rollout: bool = False  # the training rollouts' forward passes (agent turns, ranker calls, the judge's scores)
     update: bool = False  # the GRPO update's forward and backward passes
+    weights: bool = False  # with rollout: its decoding on bf16 copies of the weights (training.autocast.bf16_weights)
 
     @property
     def any(self) -> bool:
@@ -51,7 +54,7 @@ class AutocastPlan:
 
 
 def autocast_plan(rollout: bool, update: bool, device: Any, *,
-                  every_rank: Callable[[bool], bool] = bool) -> AutocastPlan:
+                  every_rank: Callable[[bool], bool] = bool, weights: bool = False) -> AutocastPlan:
     """What ``training.autocast``'s ``rollout`` / ``update`` asks for becomes on ``device``: bf16 autocast on
     a CPU with bf16 instructions (:func:`cpu_bf16_instructions`); float32 on a CPU without them, with a
     warning; nothing on a GPU (its policies are bf16 already). ``every_rank`` turns this process's answer
@@ -63,7 +66,7 @@ def autocast_plan(rollout: bool, update: bool, device: Any, *,
     if not every_rank(found is not None):
         _warn_float32("training.autocast", "another rank's CPU has" if found else "this CPU has")
         return AutocastPlan()
-    return AutocastPlan(rollout=rollout, update=update)
+    return AutocastPlan(rollout=rollout, update=update, weights=bool(weights and rollout))
 
 
 def _warn_float32(setting: str, where: str = "this CPU has") -> None:

@@ -64,5 +64,5 @@ def evaluation_settings(cfg: ProfileConfig, harness: HarnessConfig) -> pd.DataFr
             ("decoding", "greedy" if harness.temperature == 0 else f"temperature {harness.temperature}"),
             ("answer F1", harness.f1), ("baseline replies", harness.baseline_reply),
             ("tokens per agent turn / ranking", f"{harness.agent_max_new_tokens} / {harness.ranker_max_new_tokens}"),
-            ("precision", "bf16 autocast (evaluation.autocast)" if harness.bf16 else "float32")]
+            ("precision", "bf16 weights (evaluation.bf16_weights)" if harness.bf16 else "float32")]
     return _table(rows)

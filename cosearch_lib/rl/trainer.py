@@ -64,6 +64,7 @@ from cosearch_lib.eval.harness import HarnessConfig, HarnessContext, evaluate, s
 from cosearch_lib.eval.method_settings import policy_eval_settings
 from cosearch_lib.eval.tables import summary_table
 from cosearch_lib.models.autocast import AutocastPlan, autocast_plan, cpu_bf16
+from cosearch_lib.models.generation.contract import bf16_scope
 from cosearch_lib.models.lora_policies import PolicySet
 from cosearch_lib.models.served_adapters import ServedAdapters
 from cosearch_lib.retrieval.retriever import SearchBackend
@@ -161,7 +162,7 @@ class JointTrainer(TrainingRun):
         # A disk-reading engine (vLLM) samples in its own dtype: the rollout's autocast is the trainer's model's only.
         ac, device = cfg.autocast, next(self.policies.model.parameters()).device
         self.autocast = autocast_plan(ac.rollout and not self.served.enabled, ac.update, device,
-                                      every_rank=lambda ok: all(dp.gather(ok))) if ac else AutocastPlan()
+                                      every_rank=lambda ok: all(dp.gather(ok)), weights=bool(ac.bf16_weights)) if ac else AutocastPlan()
         self.update_settings = self._update_settings(bf16_step=self.autocast.any)
         # Live logging (cfg.log_to): the given tracker, else one made at the first step and closed by run().
         self.tracker = tracker
@@ -210,7 +211,8 @@ class JointTrainer(TrainingRun):
             rollout_bf16 = bool(saved.get("rollout_bf16", False))  # what they were sampled in, on whichever machine
         else:
             rollout_bf16 = self.autocast.rollout and bf16
-            with cpu_bf16(rollout_bf16):
+            # bf16 weights: the turns decode on bf16 copies made for this rollout (the weights move only in the update)
+            with cpu_bf16(rollout_bf16), bf16_scope(self.backend, rollout_bf16 and self.autocast.weights):
                 batch, rewards, groups = self.scored_rollouts(step, clock)
             self.save_stage(step, {"trajectories": list(batch.trajectories), "rewards": rewards, "groups": groups,
                                    "seconds": dict(clock.seconds), "rollout_bf16": rollout_bf16})

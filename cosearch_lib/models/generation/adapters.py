@@ -6,6 +6,7 @@ switch adapters without importing a generation engine.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -95,3 +96,29 @@ def eval_mode(model: Any) -> Iterator[None]:
         yield
     finally:
         model.train(was_training)
+
+
+def bf16_decoding_copy(model: Any, adapter: str | None) -> Any:
+    """A plain (non-peft) copy of ``model`` in bfloat16 with ``adapter``'s LoRA update merged into its
+    weights (None: the base model, adapters left out), for decoding only: nothing trains it, and it does not
+    follow later changes of ``model``'s weights. ``model`` itself is untouched (the copy is merged, not the
+    original, so its float32 weights stay bit for bit what they were).
+
+    Why a copy rather than bf16 autocast: small-batch decoding on a CPU is bound by the per-call overhead of
+    each linear layer, and autocast adds a cast of every weight on every call; weights stored in bf16 skip it
+    (docs/LOG.md, twenty-second and twenty-third sessions of issue 48). Parameters become bf16; buffers (the
+    rotary embedding's inverse frequencies) stay in their dtype, so positions keep float32 precision."""
+    if _is_peft(model) and adapter is not None and adapter not in model.peft_config:
+        raise ValueError(f"unknown adapter {adapter!r}; the model has {sorted(model.peft_config)}")
+    if not _is_peft(model) and adapter is not None:
+        raise ValueError(f"adapter {adapter!r} requested but the model is not a peft model")
+    with torch.no_grad():
+        clone = copy.deepcopy(model)
+        if _is_peft(clone):
+            clone = clone.merge_and_unload(adapter_names=[adapter]) if adapter is not None else clone.unload()
+        for p in clone.parameters():
+            p.requires_grad_(False)
+            if p.is_floating_point():
+                p.data = p.data.to(torch.bfloat16)
+    clone.eval()
+    return clone

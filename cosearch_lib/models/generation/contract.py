@@ -61,6 +61,14 @@ def prefix_scope(backend: Any, keep_rows_for: Sequence[str | None] = ()) -> Abst
     return scope(keep_rows_for) if callable(scope) else nullcontext()
 
 
+def bf16_scope(backend: Any, enabled: bool = True) -> AbstractContextManager[Any]:
+    """``backend.bf16_scope()`` (decode with bfloat16 copies of the weights until the block ends) when
+    ``enabled`` and the backend has one, else a no-op block: an engine that holds its own weights (vLLM: bf16
+    on a GPU already) or one that computes nothing (the tests' scripted backends) decodes as it does."""
+    scope = getattr(backend, "bf16_scope", None) if enabled else None
+    return scope() if callable(scope) else nullcontext()
+
+
 def row_seeds(seed: int | None, row_keys: Sequence[object] | None, n: int) -> list[int]:
     """One seed per row: ``derive_seed(seed, key)``; keys default to the row's position in the call.
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
 from transformers import DynamicCache, StaticCache
 
 from cosearch_lib.config import SamplingConfig
-from cosearch_lib.models.generation.adapters import adapter_context, eval_mode, merged_adapter
+from cosearch_lib.models.generation.adapters import adapter_context, bf16_decoding_copy, eval_mode, merged_adapter
 from cosearch_lib.models.generation.contract import Generation, check_prompts, row_seeds
 from cosearch_lib.models.generation.counter_rng import counter_uniforms, seed_halves
 from cosearch_lib.models.generation.grouped_attention import use_grouped_attention
@@ -109,6 +109,8 @@ class TransformersBackend:
         self.pad_id = int(pad) if pad is not None else min(self.eos_ids)
         self.decode = text_decoder(tokenizer)
         self._scope: PrefixStore | None = None  # the open prefix scope, if any
+        self._bf16: dict[str | None, Any] | None = None  # inside bf16_scope: each adapter's bf16 copy, made at its first call
+        self._net: Any = None  # the module a generate call runs: self.model, or the adapter's bf16 copy
         self._stop_tokens: dict[tuple[str, ...], frozenset[int]] = {}
         self.last_stats: dict[str, int] = {}  # prefix-cache counters of the last generate call
 
@@ -134,6 +136,25 @@ class TransformersBackend:
             yield self._scope
         finally:
             self._scope = None
+
+    @contextmanager
+    def bf16_scope(self) -> Iterator[None]:
+        """Decode in bfloat16 until the block ends: each adapter's first call makes a bf16 copy of the model with
+        that adapter merged (:func:`~cosearch_lib.models.generation.adapters.bf16_decoding_copy`), later calls
+        reuse it, and the copies are dropped at the end. For evaluations (``evaluation.bf16_weights``) and a GRPO
+        step's rollout (``training.autocast.bf16_weights``): the weights must not change inside the block, as
+        inside :meth:`prefix_scope`. Opened outside any prefix
+        scope, so that no float32 keys and values meet bf16 ones; re-entrant."""
+        if self._bf16 is not None:
+            yield
+            return
+        if self._scope is not None:
+            raise RuntimeError("bf16_scope must be opened outside prefix_scope: its cached prefixes are float32")
+        self._bf16 = {}
+        try:
+            yield
+        finally:
+            self._bf16 = None
 
     def stop_tokens(self, stops: Sequence[str]) -> frozenset[int]:
         """Ids whose text can complete one of ``stops``: it contains a stop's last character, or it
@@ -162,15 +183,24 @@ class TransformersBackend:
             chunks = tqdm(chunks, desc="generate", unit="batch")
         stop_tokens = self.stop_tokens(sampling.stop) if sampling.stop else frozenset()
         out: list[Generation | None] = [None] * len(prompts)
-        scope = merged_adapter if self.merge_lora else adapter_context
-        with scope(self.model, adapter), eval_mode(self.model), torch.inference_mode(), self._dynamic_under_autocast():
-            if self.share_prefixes:
-                self._share_prefixes(prompts, adapter, store)
-            for chunk in chunks:
-                gens = self._generate_batch([list(prompts[i]) for i in chunk], sampling, [seeds[i] for i in chunk],
-                                            adapter, store, stop_tokens)
-                for i, g in zip(chunk, gens):
-                    out[i] = g
+        if self._bf16 is not None:  # inside bf16_scope: the adapter's bf16 copy, merged already
+            if adapter not in self._bf16:
+                self._bf16[adapter] = bf16_decoding_copy(self.model, adapter)
+            self._net, scope = self._bf16[adapter], nullcontext()
+        else:
+            self._net = self.model
+            scope = (merged_adapter if self.merge_lora else adapter_context)(self.model, adapter)
+        try:
+            with scope, eval_mode(self._net), torch.inference_mode(), self._dynamic_under_autocast():
+                if self.share_prefixes:
+                    self._share_prefixes(prompts, adapter, store)
+                for chunk in chunks:
+                    gens = self._generate_batch([list(prompts[i]) for i in chunk], sampling, [seeds[i] for i in chunk],
+                                                adapter, store, stop_tokens)
+                    for i, g in zip(chunk, gens):
+                        out[i] = g
+        finally:
+            self._net = None
         self.last_stats = {k: v - before.get(k, 0) if k in ("hits", "hit_tokens", "misses") else v
                            for k, v in store.stats().items()}
         return out  # type: ignore[return-value]
@@ -221,7 +251,7 @@ class TransformersBackend:
             return
         past = (DynamicCache(ddp_cache_data=[(k[None], v[None]) for k, v in zip(base.keys, base.values)])
                 if base is not None else None)
-        out = self.model(input_ids=torch.tensor([ids[c:]], device=self.device), past_key_values=past,
+        out = self._net(input_ids=torch.tensor([ids[c:]], device=self.device), past_key_values=past,
                          position_ids=torch.arange(c, len(ids), device=self.device)[None], use_cache=True,
                          logits_to_keep=1)
         keys, values = _cache_tensors(out.past_key_values)
@@ -276,13 +306,13 @@ class TransformersBackend:
     def _static_cache(self, batch: int, width: int, prefix_keys: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
         """A preallocated cache of ``width`` slots per row, its first slots holding ``prefix_keys``;
         None for models with sliding-window layers (they keep the dynamic cache)."""
-        config = self.model.config.get_text_config(decoder=True)
+        config = self._net.config.get_text_config(decoder=True)
         cache = StaticCache(config=config, max_cache_len=width)
         if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
             return None
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        dtype = next(self.model.parameters()).dtype
+        dtype = next(self._net.parameters()).dtype
         empty = torch.empty((batch, heads, 0, head_dim), dtype=dtype, device=self.device)
         for i, layer in enumerate(cache.layers):
             layer.lazy_initialization(empty, empty)
@@ -300,8 +330,8 @@ class TransformersBackend:
         If compiling fails (no C compiler or Triton on the node, an operation the compiler does not
         support), the step runs eagerly, from then on, with a warning: compilation errors are raised
         before the compiled graph runs, so the cache has not been touched."""
-        if not self.compile_decode:
-            return self.model(**inputs)
+        if not self.compile_decode or self._net is not self.model:  # a bf16 copy decodes eagerly
+            return self._net(**inputs)
         if self._compiled_model is None:
             self._compiled_model = torch.compile(self.model, **self.compile_options)
         try:
@@ -316,7 +346,7 @@ class TransformersBackend:
 
     def _generate_batch(self, prompts: list[list[int]], sampling: SamplingConfig, seeds: list[int],
                         adapter: str | None, store: PrefixStore, stop_tokens: frozenset[int]) -> list[Generation]:
-        model, dev = self.model, self.device
+        model, dev = self._net, self.device
         finisher = Finisher(self.decode, self.eos_ids, sampling, stop_tokens=stop_tokens)
         input_ids, attn, position_ids, cache = self._batch_inputs(prompts, adapter, store, sampling.max_new_tokens)
         halves = seed_halves(seeds, dev)  # (B, 2) the rows' seeds, for the counter-based uniforms
