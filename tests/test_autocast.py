@@ -168,8 +168,7 @@ def test_bf16_weights_decode_the_rollout_inside_the_backends_bf16_scope_and_noth
     before = snapshot(t.policies.model, "agent")
     t.train_step()
     assert inside and set(inside) == {1} and state["scopes"] == 1 and set(seen["rollout"]) == {True}
-    assert changed(before, t.policies.model)  # the update trained the float32 weights, outside the scope
-    assert all(p.dtype == torch.float32 for p in t.policies.model.parameters())
+    assert changed(before, t.policies.model)  # the update trained the weights, outside the scope
     inside.clear()
     t.val_questions = t.questions[:2]
     t.validate()
@@ -346,6 +345,7 @@ def test_run_evaluation_decodes_inside_the_backends_bf16_scope_only_when_its_con
         return generate(*a, **kw)
 
     backend.bf16_scope, backend.generate = bf16_scope, spied
+    backend.__class__ = type("Unhashable", (type(backend),), {"__hash__": None})  # as a dataclass engine (VLLMBackend) is
     ctx.ranker_backend = backend  # the same backend as agent and ranker: one scope, not two
     from cosearch_lib.eval.harness import run_evaluation
 
@@ -427,8 +427,31 @@ def test_a_bf16_scope_decodes_with_the_copies_and_float32_comes_back_after(tok):
             pass
 
 
-def test_the_retrievers_queries_are_encoded_in_float32_under_a_bf16_evaluation():
-    """The retriever is fixed: a bf16 rollout or evaluation must not encode its queries in bf16 against a float32
+def test_inside_a_bf16_scope_a_trajectorys_next_turn_reuses_its_kept_bf16_rows(tok):
+    """The rollout's order of scopes (bf16 outside, the prefix scope that keeps the agent's rows inside): a next turn
+    starts from its trajectory's bf16 keys and values, and decodes what a bf16 copy decodes without any cache."""
+    from cosearch_lib.config import SamplingConfig
+    from cosearch_lib.models.generation.transformers_backend import TransformersBackend
+
+    model = _peft_with_update(tok)
+    cached, plain = TransformersBackend(model, tok), TransformersBackend(model, tok, share_prefixes=False)
+    prompts = [tok.encode("Who founded the city of Varn?"), tok.encode("Which river crosses the old town of Olden?")]
+    sampling = SamplingConfig(temperature=0, max_new_tokens=6)
+    with cached.bf16_scope(), cached.prefix_scope(keep_rows_for=("agent",)):
+        first = cached.generate(prompts, sampling, adapter="agent")
+        follow = [p + g.token_ids + tok.encode(" Observation: the guild of river masons.") for p, g in zip(prompts, first)]
+        second = cached.generate(follow, sampling, adapter="agent")
+        hits, hit_tokens = cached.last_stats["hits"], cached.last_stats["hit_tokens"]
+    with plain.bf16_scope():
+        want = [plain.generate(prompts, sampling, adapter="agent"), plain.generate(follow, sampling, adapter="agent")]
+    assert hits >= len(prompts) and hit_tokens >= sum(len(p) for p in prompts)  # each row's previous turn, reused
+    for got, ref in zip((first, second), want):
+        assert [g.token_ids[:3] for g in got] == [g.token_ids[:3] for g in ref]
+        assert max(abs(a - b) for g, h in zip(got, ref) for a, b in zip(g.logprobs[:3], h.logprobs[:3])) < 0.2
+
+
+def test_the_retrievers_queries_are_encoded_in_float32_under_bf16_autocast():
+    """The retriever is fixed: a rollout under bf16 autocast must not encode its queries in bf16 against a float32
     index (near-ties in the top N would move)."""
     from cosearch_lib.config import EncoderConfig
     from cosearch_lib.retrieval.encoder import TextEncoder

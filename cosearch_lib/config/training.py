@@ -100,9 +100,10 @@ class AutocastConfig:
     # a step above it turns autocast off, both stages, for the rest of the run (the records say from which step).
     # 0.05 is what the paper's own path lives with: a bf16 vLLM engine against the trainer (~0.04, run_schema).
     max_drift: float = 0.05
-    # With rollout: the agent's and the generative ranker's turns decode with bf16 copies of the weights, each adapter
-    # merged into its copy once per rollout (TransformersBackend.bf16_scope), instead of autocast's cast of every weight
-    # at every call; what is not decoded (the LLM judge's scores) stays under autocast. Null: autocast alone.
+    # With rollout: every generation of the rollout (the agent's turns, the generative ranker's calls, the LLM-as-judge
+    # ablation's labels) decodes with bf16 copies of the weights, each adapter merged into its copy once per rollout
+    # (TransformersBackend.bf16_scope), instead of autocast's cast of every weight at every call; what is scored by a
+    # forward pass, not decoded (the llm_judge ranker's scores), stays under autocast. Null: autocast alone.
     bf16_weights: bool | None = field(default=None, metadata=KEYED_WHEN_SET)
 
     def __post_init__(self) -> None:

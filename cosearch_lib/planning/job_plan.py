@@ -286,7 +286,9 @@ def plan_job(cfg: ProfileConfig, *, nodes: int = 1, gpus_per_node: int = 1, gpu:
     checkpoint_s = checkpoint_gib * GIB / 1e9 / 0.5 + 2.0
     grad_bytes = sum(a.lora_parameters(lora.r, lora.target_modules) for a in adapters) * 4
     bandwidth = (INTRA_NODE_GBS if nodes == 1 else INTER_NODE_GBS) * 1e9
-    # bf16 autocast of a CPU rank's rollouts and updates (training.autocast; validation and evaluation in float32):
+    # bf16 autocast of a CPU rank's rollouts and updates (training.autocast; validation and evaluation in float32).
+    # Not modelled: decoding on bf16 weights (training.autocast.bf16_weights, evaluation.bf16_weights), planned
+    # at autocast's factors (the CPU record has no bf16-weights rates):
     # at the CPU record's bf16 factors, which assume the ranks' CPUs have bf16 instructions like the measured one
     autocast = t.autocast if not on_gpu else None
     roll_bf16 = bool(autocast and autocast.rollout and cfg.models.backend == "transformers" and rates.bf16)

@@ -52,7 +52,7 @@ class TextEncoder:
         bs = self.cfg.batch_size
         starts = range(0, len(texts), bs)
         bar = tqdm(starts, desc=f"encode {kind}s", unit="batch", disable=not progress)
-        # float32 whatever the caller runs under (a bf16 rollout or evaluation, models.autocast.cpu_bf16): the
+        # float32 whatever the caller runs under (a rollout under bf16 autocast, models.autocast.cpu_bf16): the
         # retriever is fixed, its queries encoded as its index was
         with self._torch.inference_mode(), self._torch.autocast("cpu", enabled=False):
             for start in bar:

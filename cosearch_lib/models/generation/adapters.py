@@ -1,4 +1,5 @@
-"""LoRA adapter switching: run a peft model with one adapter active, merged, or none.
+"""LoRA adapter switching: run a peft model with one adapter active, merged, or none; and a bf16 copy of the
+model with one adapter merged, for decoding (``bf16_decoding_copy``).
 
 Kept apart from the backends so that the policy update (``cosearch_lib.rl.policy_update``) can
 switch adapters without importing a generation engine.
@@ -107,7 +108,9 @@ def bf16_decoding_copy(model: Any, adapter: str | None) -> Any:
     Why a copy rather than bf16 autocast: small-batch decoding on a CPU is bound by the per-call overhead of
     each linear layer, and autocast adds a cast of every weight on every call; weights stored in bf16 skip it
     (docs/LOG.md, twenty-second and twenty-third sessions of issue 48). Parameters become bf16; buffers (the
-    rotary embedding's inverse frequencies) stay in their dtype, so positions keep float32 precision."""
+    rotary embedding's inverse frequencies) stay in their dtype, so positions keep float32 precision. The copy is
+    made from a deep copy of the whole float32 model (every adapter in it): a transient second float32 model,
+    nothing at SmolLM2-135M's size on a CPU; where a CPU profile runs a larger model, count it."""
     if _is_peft(model) and adapter is not None and adapter not in model.peft_config:
         raise ValueError(f"unknown adapter {adapter!r}; the model has {sorted(model.peft_config)}")
     if not _is_peft(model) and adapter is not None:
