@@ -268,8 +268,9 @@ def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample],
     agents = [m for m in methods if _agent_ranker_factory(m) is not None]
     frames = []
     with ExitStack() as scopes:  # bf16: each backend decodes with bf16 copies of its weights until the end
-        backends = [ctx.agent_backend, *([ctx.ranker_backend] if ctx.ranker_backend not in (None, ctx.agent_backend) else [])]
-        for backend in backends:  # by identity: one scope per backend (an engine's dataclass is not hashable)
+        ranker = ctx.ranker_backend
+        backends = [ctx.agent_backend, *([ranker] if ranker is not None and ranker is not ctx.agent_backend else [])]
+        for backend in backends:  # by identity: one scope per backend (a dataclass engine is unhashable, its == compares fields)
             scopes.enter_context(bf16_scope(backend, cfg.bf16))
         together = evaluate_agents(agents, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label)
         bar = tqdm(methods, desc="evaluate" + (f" ({label})" if label else ""), unit="method", disable=not progress)
