@@ -34,7 +34,6 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -267,11 +266,7 @@ def run_evaluation(methods: Sequence[str] | None, examples: Sequence[QAExample],
     methods = [check_method(m) for m in (cfg.methods if methods is None else methods)]
     agents = [m for m in methods if _agent_ranker_factory(m) is not None]
     frames = []
-    with ExitStack() as scopes:  # bf16: each backend decodes with bf16 copies of its weights until the end
-        ranker = ctx.ranker_backend
-        backends = [ctx.agent_backend, *([ranker] if ranker is not None and ranker is not ctx.agent_backend else [])]
-        for backend in backends:  # by identity: one scope per backend (a dataclass engine is unhashable, its == compares fields)
-            scopes.enter_context(bf16_scope(backend, cfg.bf16))
+    with bf16_scope(ctx.agent_backend, ctx.ranker_backend, enabled=cfg.bf16):  # bf16: decoding on bf16 weight copies
         together = evaluate_agents(agents, examples, ctx, cfg, progress=progress, trajectories=trajectories, label=label)
         bar = tqdm(methods, desc="evaluate" + (f" ({label})" if label else ""), unit="method", disable=not progress)
         for method in bar:

@@ -212,7 +212,7 @@ class JointTrainer(TrainingRun):
         else:
             rollout_bf16 = self.autocast.rollout and bf16
             # bf16 weights: the turns decode on bf16 copies made for this rollout (the weights move only in the update)
-            with cpu_bf16(rollout_bf16), bf16_scope(self.backend, rollout_bf16 and self.autocast.weights):
+            with cpu_bf16(rollout_bf16), bf16_scope(self.backend, enabled=rollout_bf16 and self.autocast.weights):
                 batch, rewards, groups = self.scored_rollouts(step, clock)
             self.save_stage(step, {"trajectories": list(batch.trajectories), "rewards": rewards, "groups": groups,
                                    "seconds": dict(clock.seconds), "rollout_bf16": rollout_bf16})

@@ -17,8 +17,8 @@ on a stop string, ``token_ids`` end with the token that completed the first stop
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -61,12 +61,22 @@ def prefix_scope(backend: Any, keep_rows_for: Sequence[str | None] = ()) -> Abst
     return scope(keep_rows_for) if callable(scope) else nullcontext()
 
 
-def bf16_scope(backend: Any, enabled: bool = True) -> AbstractContextManager[Any]:
-    """``backend.bf16_scope()`` (decode with bfloat16 copies of the weights until the block ends) when
-    ``enabled`` and the backend has one, else a no-op block: an engine that holds its own weights (vLLM: bf16
-    on a GPU already) or one that computes nothing (the tests' scripted backends) decodes as it does."""
-    scope = getattr(backend, "bf16_scope", None) if enabled else None
-    return scope() if callable(scope) else nullcontext()
+@contextmanager
+def bf16_scope(*backends: Any, enabled: bool = True) -> Iterator[None]:
+    """Each backend's ``bf16_scope()`` (decode with bfloat16 copies of the weights until the block ends) when
+    ``enabled``, once per backend (told apart by identity: a dataclass engine is unhashable, its == compares
+    fields; None is skipped). A backend without one decodes as it does: an engine that holds its own weights
+    (vLLM: bf16 on a GPU already) or one that computes nothing (the tests' scripted backends)."""
+    with ExitStack() as scopes:
+        seen: list[Any] = []
+        for backend in backends:
+            if backend is None or any(backend is s for s in seen):
+                continue
+            seen.append(backend)
+            scope = getattr(backend, "bf16_scope", None) if enabled else None
+            if callable(scope):
+                scopes.enter_context(scope())
+        yield
 
 
 def row_seeds(seed: int | None, row_keys: Sequence[object] | None, n: int) -> list[int]:
