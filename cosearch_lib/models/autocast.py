@@ -1,7 +1,8 @@
 """bfloat16 autocast on a CPU: whether this CPU multiplies bf16 in hardware, and the one context that
-turns autocast on for a stage (``training.autocast``, ``warmstart.autocast``; issue 48 item 5). The test evaluations decode with bf16
-copies of the weights instead (``evaluation.bf16_weights``, ``TransformersBackend.bf16_scope``): autocast made
-them slower (docs/LOG.md); :func:`cpu_bf16_stage` decides that setting too.
+turns autocast on for a stage (``training.autocast``, ``warmstart.autocast``; issue 48 item 5). Decoding can run
+on bf16 copies of the weights instead (``TransformersBackend.bf16_scope``): the test evaluations with
+``evaluation.bf16_weights`` (autocast made them slower, docs/LOG.md; :func:`cpu_bf16_stage` decides it too), a
+step's rollout with ``training.autocast.bf16_weights`` (:class:`AutocastPlan`'s ``weights``).
 
 Why only where the hardware has it (``benchmarks/bf16_autocast.py``, SmolLM2-135M, float32 -> bf16
 autocast speed-up; docs/LOG.md):
