@@ -139,17 +139,12 @@ def test_a_bf16_step_computes_each_stage_as_asked_records_it_and_trains(tok, tmp
     assert not torch.is_autocast_enabled("cpu")  # nothing left on after the step
 
 
-def test_bf16_weights_decode_the_rollout_inside_the_backends_bf16_scope_and_nothing_else(tok, tmp_path, monkeypatch):
-    """training.autocast.bf16_weights: the rollout's generations run inside the backend's bf16 scope (one scope per
-    rollout: the update moves the weights after it), under autocast as before; validation decodes outside it."""
+def _counted_bf16_scope(backend):
+    """Give ``backend`` a ``bf16_scope`` that counts its openings (``scopes``) and a ``generate`` that records how
+    many are open at each call (``inside``); returns that state."""
     from contextlib import contextmanager
 
-    _bf16_cpu(monkeypatch)
-    with pytest.raises(ConfigError, match="needs rollout: true"):
-        AutocastConfig(rollout=False, bf16_weights=True)
-    assert AutocastConfig(bf16_weights=False).bf16_weights is None  # false is null: one key for one computation
-    t = trainer(tok, tiny_model(tok), tmp_path, steps=2, autocast=AutocastConfig(bf16_weights=True))
-    state = {"open": 0, "scopes": 0}
+    state = {"open": 0, "scopes": 0, "inside": []}
 
     @contextmanager
     def bf16_scope():
@@ -160,11 +155,23 @@ def test_bf16_weights_decode_the_rollout_inside_the_backends_bf16_scope_and_noth
         finally:
             state["open"] -= 1
 
-    monkeypatch.setattr(t.backend, "bf16_scope", bf16_scope, raising=False)
+    generate = backend.generate
+    backend.bf16_scope = bf16_scope
+    backend.generate = lambda *a, **kw: state["inside"].append(state["open"]) or generate(*a, **kw)
+    return state
+
+
+def test_bf16_weights_decode_the_rollout_inside_the_backends_bf16_scope_and_nothing_else(tok, tmp_path, monkeypatch):
+    """training.autocast.bf16_weights: the rollout's generations run inside the backend's bf16 scope (one scope per
+    rollout: the update moves the weights after it), under autocast as before; validation decodes outside it."""
+    _bf16_cpu(monkeypatch)
+    with pytest.raises(ConfigError, match="needs rollout: true"):
+        AutocastConfig(rollout=False, bf16_weights=True)
+    assert AutocastConfig(bf16_weights=False).bf16_weights is None  # false is null: one key for one computation
+    t = trainer(tok, tiny_model(tok), tmp_path, steps=2, autocast=AutocastConfig(bf16_weights=True))
     seen = _spy_autocast(t, monkeypatch)
-    inside = []
-    generate = t.backend.generate
-    monkeypatch.setattr(t.backend, "generate", lambda *a, **kw: inside.append(state["open"]) or generate(*a, **kw))
+    state = _counted_bf16_scope(t.backend)
+    inside = state["inside"]
     before = snapshot(t.policies.model, "agent")
     t.train_step()
     assert inside and set(inside) == {1} and state["scopes"] == 1 and set(seen["rollout"]) == {True}
@@ -320,40 +327,21 @@ def test_evaluation_bf16_weights_is_decided_once_for_the_harness_and_its_parts_k
 
 
 def test_run_evaluation_decodes_inside_the_backends_bf16_scope_only_when_its_config_says_bf16(tok, chat):
-    from contextlib import contextmanager
-
     from tests.test_evaluation import Q1, Q2, by_question, make_ctx, small_cfg
 
     reply = "<answer>Kessmere</answer>"
     ctx, backend = make_ctx(tok, chat, by_question({"q1": reply, "q2": reply}))
-    state = {"open": 0, "entered": 0}
-    seen = []
-
-    @contextmanager
-    def bf16_scope():
-        state["open"] += 1
-        state["entered"] += 1
-        try:
-            yield
-        finally:
-            state["open"] -= 1
-
-    generate = backend.generate
-
-    def spied(*a, **kw):
-        seen.append(state["open"])
-        return generate(*a, **kw)
-
-    backend.bf16_scope, backend.generate = bf16_scope, spied
+    state = _counted_bf16_scope(backend)
+    seen = state["inside"]
     backend.__class__ = type("Unhashable", (type(backend),), {"__hash__": None})  # as a dataclass engine (VLLMBackend) is
     ctx.ranker_backend = backend  # the same backend as agent and ranker: one scope, not two
     from cosearch_lib.eval.harness import run_evaluation
 
     f32 = run_evaluation(["direct", "agent_retrieval"], [Q1, Q2], ctx, small_cfg(), progress=False)
-    assert seen and set(seen) == {0} and state["entered"] == 0
+    assert seen and set(seen) == {0} and state["scopes"] == 0
     seen.clear()
     b16 = run_evaluation(["direct", "agent_retrieval"], [Q1, Q2], ctx, small_cfg(bf16=True), progress=False)
-    assert seen and set(seen) == {1} and state["entered"] == 1  # every method's generations, the agent's turns too
+    assert seen and set(seen) == {1} and state["scopes"] == 1  # every method's generations, the agent's turns too
     assert state["open"] == 0  # closed after the evaluation
     assert list(b16["method"]) == list(f32["method"]) and list(b16["question_id"]) == list(f32["question_id"])
 

@@ -21,6 +21,16 @@ def _is_peft(model: Any) -> bool:
     return isinstance(model, PeftModel)
 
 
+def _check_adapter(model: Any, adapter: str | None) -> None:
+    """ValueError unless ``adapter`` is None or an adapter of the peft model ``model``."""
+    if adapter is None:
+        return
+    if not _is_peft(model):
+        raise ValueError(f"adapter {adapter!r} requested but the model is not a peft model")
+    if adapter not in model.peft_config:
+        raise ValueError(f"unknown adapter {adapter!r}; the model has {sorted(model.peft_config)}")
+
+
 @contextmanager
 def adapter_context(model: Any, adapter: str | None) -> Iterator[None]:
     """Run with LoRA ``adapter`` active (None: adapters disabled), then restore the model's state.
@@ -29,17 +39,14 @@ def adapter_context(model: Any, adapter: str | None) -> Iterator[None]:
     others frozen); a trainer that freezes one policy's adapter must not see that change, so the
     flags and the previously active adapter are restored on exit.
     """
+    _check_adapter(model, adapter)
     if not _is_peft(model):
-        if adapter is not None:
-            raise ValueError(f"adapter {adapter!r} requested but the model is not a peft model")
         yield
         return
     if adapter is None:
         with model.disable_adapter():
             yield
         return
-    if adapter not in model.peft_config:
-        raise ValueError(f"unknown adapter {adapter!r}; the model has {sorted(model.peft_config)}")
     previous = model.active_adapter
     grads = {name: p.requires_grad for name, p in model.named_parameters()}
     model.set_adapter(adapter)
@@ -72,8 +79,7 @@ def merged_adapter(model: Any, adapter: str | None) -> Iterator[bool]:
         with adapter_context(model, adapter):
             yield False
         return
-    if adapter not in model.peft_config:
-        raise ValueError(f"unknown adapter {adapter!r}; the model has {sorted(model.peft_config)}")
+    _check_adapter(model, adapter)
     originals = [m.base_layer.weight for m in layers]
     with torch.no_grad():
         merged = [torch.nn.Parameter(w + m.get_delta_weight(adapter).to(w.dtype), requires_grad=False)
@@ -111,10 +117,7 @@ def bf16_decoding_copy(model: Any, adapter: str | None) -> Any:
     rotary embedding's inverse frequencies) stay in their dtype, so positions keep float32 precision. The copy is
     made from a deep copy of the whole float32 model (every adapter in it): a transient second float32 model,
     nothing at SmolLM2-135M's size on a CPU; where a CPU profile runs a larger model, count it."""
-    if _is_peft(model) and adapter is not None and adapter not in model.peft_config:
-        raise ValueError(f"unknown adapter {adapter!r}; the model has {sorted(model.peft_config)}")
-    if not _is_peft(model) and adapter is not None:
-        raise ValueError(f"adapter {adapter!r} requested but the model is not a peft model")
+    _check_adapter(model, adapter)
     with torch.no_grad():
         clone = copy.deepcopy(model)
         if _is_peft(clone):
