@@ -153,7 +153,7 @@ _FLAT_STEP_GLOSSARY: dict[str, str] = {
     "grouping_<stat>": "semantic-grouping statistics of the step (rl.semantic_grouping.GROUPING_GLOSSARY)",
     "<role>_loss": "GRPO loss of the role's update (surrogate + KL), token-weighted over micro-batches",
     "<role>_pg_loss": "the clipped-surrogate part of the loss",
-    "<role>_kl": "token-mean k3 KL to the reference (base model, adapters off)",
+    "<role>_kl": "token-mean k3 KL to the reference (training.grpo.kl_reference: the base model, adapters off, or the adapter's start)",
     "<role>_clip_frac": "share of tokens whose gradient the clip zeroed",
     "<role>_ratio_mean": "mean importance ratio exp(logp - old logp) over tokens",
     "<role>_ratio_max": "largest importance ratio",

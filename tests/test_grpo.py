@@ -29,9 +29,27 @@ def test_config_defaults_and_validation():
         ({"kl_coef": float("nan")}, "kl_coef"),
         ({"std_eps": -1e-6}, "std_eps"),
         ({"aggregation": "mean"}, "aggregation"),
+        ({"kl_reference": "warm_start"}, "kl_reference"),
     ]:
         with pytest.raises(ValueError, match=word):
             GRPOConfig(**kwargs)
+
+
+def test_the_kl_reference_setting_keys_runs_only_when_set_to_the_start():
+    import dataclasses
+
+    from cosearch_lib.config import load_profile
+
+    assert GRPOConfig().kl_reference is None and GRPOConfig(kl_reference="base").kl_reference is None  # one key
+    assert GRPOConfig(kl_reference="start").start_reference
+    assert not GRPOConfig(kl_coef=0.0, kl_reference="start").start_reference  # no KL term: no copies to keep
+    cfg = load_profile("ci")
+
+    def keyed(reference):
+        grpo = dataclasses.replace(cfg.training.grpo, kl_reference=reference)
+        return dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, grpo=grpo)).fingerprint("training")
+
+    assert keyed(None) == keyed("base") == cfg.fingerprint("training") != keyed("start")
 
 
 # --------------------------------------------------------------------------- group_advantages

@@ -256,6 +256,65 @@ def test_update_changes_only_the_trained_adapter(tok):
     assert "ranker" not in policies.optimizers
 
 
+def _warm_policies(tok, *, lr=0.0, seed=1):
+    """One "agent" adapter with non-zero weights (as a warm start leaves it), in a PolicySet."""
+    model = lora_model(tiny_model(tok), {"agent": None}, LORA)
+    torch.manual_seed(seed)
+    for p in adapter_parameters(model, "agent").values():
+        torch.nn.init.normal_(p, std=0.05)
+    return PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": lr})
+
+
+def test_the_kl_reference_start_is_a_frozen_copy_of_the_adapter_as_grpo_began_it(tok, tmp_path):
+    """kl_reference: start (issue 48): the KL term reads the trained adapter's start, not the base model.
+    At the start the policy is its reference, so the KL is 0 and adds no gradient (the base model's
+    reference pulls a warm start back); after steps the adapter moves and its copy does not."""
+    seqs, advs = _sequences(tok), [1.0, -0.5, 0.0, 2.0, -1.5]
+
+    def first_gradient(cfg, freeze):
+        policies = _warm_policies(tok)
+        if freeze:
+            policies.freeze_start_references()
+        recorder = policies.optimizers["agent"] = GradientRecorder(policies.params["agent"])
+        stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, 1.0)],
+                            UpdateSettings(cfg, micro_batch=2, max_grad_norm=0.0), pad_id=0)
+        return stats, recorder.steps[0]
+
+    no_kl, g_no_kl = first_gradient(GRPOConfig(kl_coef=0.0), False)
+    start, g_start = first_gradient(GRPOConfig(kl_coef=0.5, kl_reference="start"), True)
+    base, g_base = first_gradient(GRPOConfig(kl_coef=0.5, kl_reference="base"), True)  # a copy exists, unused
+    assert start["agent_kl"] == 0.0 and base["agent_kl"] > 1e-4
+    _assert_same_gradients(g_start, g_no_kl)
+    assert any(not torch.allclose(g_base[n], g_no_kl[n], rtol=1e-3, atol=1e-6) for n in g_base)
+    # the copy: frozen, outside the optimizer, the checkpoint and the saved adapters
+    policies = _warm_policies(tok, lr=5e-2)
+    started = snapshot(policies.model, "agent")
+    policies.freeze_start_references()
+    policies.freeze_start_references()  # again: nothing changes
+    copy = policies.reference_adapter("agent")
+    assert copy == "agent_reference" and sorted(policies.model.peft_config) == ["agent", "agent_reference"]
+    frozen = adapter_parameters(policies.model, copy)
+    assert frozen and not any(p.requires_grad for p in frozen.values())
+    assert all(p.requires_grad for p in policies.params["agent"].values()) and policies.model.active_adapter == "agent"
+    assert {id(p) for g in policies.optimizers["agent"].param_groups for p in g["params"]}.isdisjoint(map(id, frozen.values()))
+    assert list(policies.state_dict()["adapters"]) == ["agent"] and list(policies.save_adapters(tmp_path)) == ["agent"]
+    cfg = UpdateSettings(GRPOConfig(kl_coef=0.5, kl_reference="start"), micro_batch=2, max_grad_norm=0.0)
+    for _ in range(2):
+        stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, 1.0)], cfg, pad_id=0)
+    assert stats["agent_kl"] > 0 and changed(started, policies.model)
+    assert all(torch.equal(started[n], frozen[n.replace(".agent.", f".{copy}.")]) for n in started)
+    with pytest.raises(ValueError, match="have moved from their start"):  # too late: an optimizer stepped
+        _fresh = PolicySet(policies.model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
+        _fresh.optimizers["agent"] = policies.optimizers["agent"]
+        _fresh.freeze_start_references()
+    loaded = _warm_policies(tok)
+    loaded.load_state_dict(policies.state_dict())
+    with pytest.raises(ValueError, match="a checkpoint was loaded"):
+        loaded.freeze_start_references()
+    with pytest.raises(ValueError, match="has no frozen start copy"):
+        grpo_update(_warm_policies(tok), "agent", [UpdateJob("agent", seqs, advs, 1.0)], cfg, pad_id=0)
+
+
 class GradientRecorder:
     """Stands in for an adapter's optimizer: keeps the gradient each step would apply, changes no weight."""
 
@@ -513,6 +572,26 @@ def test_resume_after_kill_gives_the_records_of_an_uninterrupted_run(tok, tmp_pa
     with pytest.raises(ValueError, match="trained with seed 0, not 1"):
         trainer(tok, tiny_model(tok), tmp_path / "killed", seed=1).load_checkpoint()
     assert trainer(tok, tiny_model(tok), tmp_path / "new").load_checkpoint() == 0  # nothing to resume: step 0
+
+
+def test_a_resume_rebuilds_the_kl_reference_from_the_start_not_from_the_checkpoint(tok, tmp_path):
+    kl = GRPOConfig(kl_coef=0.2, kl_reference="start")
+    full = trainer(tok, tiny_model(tok), tmp_path / "full", steps=3, grpo=kl)
+    full.run()
+    killed = trainer(tok, tiny_model(tok), tmp_path / "killed", steps=3, grpo=kl)
+    start = {a: snapshot(killed.policies.model, a) for a in ("agent", "ranker")}
+    killed.run(steps=2)
+    resumed = trainer(tok, tiny_model(tok), tmp_path / "killed", steps=3, grpo=kl)
+    assert resumed.load_checkpoint() == 2
+    resumed.run()
+    assert _comparable(resumed.records) == _comparable(full.records)
+    assert any(r["loss/agent_kl"] > 0 for r in full.records)  # the policy left its reference
+    for adapter in ("agent", "ranker"):
+        copy = resumed.policies.reference_adapter(adapter)
+        reference = snapshot(resumed.policies.model, copy)
+        assert changed(start[adapter], resumed.policies.model)  # the adapter moved ...
+        assert all(torch.equal(start[adapter][n], reference[n.replace(f".{adapter}.", f".{copy}.")])
+                   for n in start[adapter])  # ... its reference is where it started
 
 
 def test_a_stop_after_the_rollout_resumes_into_the_update_to_the_uninterrupted_records(tok, tmp_path):

@@ -46,6 +46,7 @@ from cosearch_lib.config.generation import (
 )
 from cosearch_lib.config.grpo import (
     AGGREGATIONS,
+    KL_REFERENCES,
     MICRO_BATCHED_AGGREGATIONS,
     OLD_LOGPROBS,
     PAPER_HIT_KS,
@@ -90,7 +91,7 @@ from cosearch_lib.config.world import DataConfig, WorldConfig
 
 __all__ = [
     "PAPER_HIT_KS",
-    "AGENT_STOPS", "AGGREGATIONS", "MICRO_BATCHED_AGGREGATIONS", "BASELINE_REPLIES", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN", "OLD_LOGPROBS",
+    "AGENT_STOPS", "AGGREGATIONS", "MICRO_BATCHED_AGGREGATIONS", "BASELINE_REPLIES", "BACKEND_KINDS", "EVAL_F1_METRICS", "OBSERVATION_CLOSE", "OBSERVATION_OPEN", "KL_REFERENCES", "OLD_LOGPROBS",
     "METHODS", "PAPER_RULES", "RANKER_KINDS", "RankerKind", "ranker_kind", "SCORING_RANKER_KINDS", "RULE_OPTIONS", "RULE_SETS", "TRACKER_KINDS", "TRAINING_METHODS",
     "TRAIN_BACKENDS", "AgentRewardConfig", "AutocastConfig", "ConfigError", "CrossEncoderConfig", "DataConfig", "EncoderConfig",
     "EvaluationConfig", "Fields", "MethodSpec", "RankedBy", "GRPOConfig", "GridsConfig", "GroupingConfig", "LLMJudgeConfig", "LoraSettings", "ModelsConfig",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cosearch_lib.config.checks import SHARED, Fields, invalid
+from cosearch_lib.config.checks import KEYED_WHEN_SET, SHARED, Fields, invalid
 from cosearch_lib.config.rules import PAPER_RULES, RuleSet, rule_set
 
 _VARIANTS = ("paper", "released")
@@ -176,6 +176,11 @@ MICRO_BATCHED_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 #: the trainer's forward pass before the update's first optimizer step (verl's default).
 OLD_LOGPROBS = ("auto", "backend", "recompute")
 
+#: What the KL term stays near: the base model with the LoRA adapters off, or the adapters as GRPO
+#: started them (a warm start; a frozen copy made before the first step, rebuilt from the start on a
+#: resume). Without a warm start the two are the same policy (a fresh LoRA adapter is the base model).
+KL_REFERENCES = ("base", "start")
+
 
 @dataclass
 class GRPOConfig:
@@ -187,6 +192,9 @@ class GRPOConfig:
     aggregation: str = "token-mean"  # one of AGGREGATIONS; "token-mean" = paper and released code
     old_logprobs: str = "auto"  # one of OLD_LOGPROBS: the ratio's denominator; "auto" = "recompute" unless the trainer's own model generated
     tis_cap: float | None = None  # truncated importance sampling: each token weighted by min(pi_trainer_old / pi_rollout, tis_cap); None = off
+    # The KL term's reference, one of KL_REFERENCES: "start" keeps a frozen copy of each trained adapter as GRPO
+    # began it (verl's reference is the actor's initial weights); null = "base", the adapters switched off.
+    kl_reference: str | None = field(default=None, metadata=KEYED_WHEN_SET)
 
     def __post_init__(self) -> None:
         check = Fields("training.grpo", self)
@@ -196,6 +204,15 @@ class GRPOConfig:
         check.choice("aggregation", AGGREGATIONS)
         check.choice("old_logprobs", OLD_LOGPROBS)
         check.numbers("tis_cap", low=1, allow_none=True, why="a cap on pi_trainer / pi_rollout; 1 = weights never above 1")
+        check.choice("kl_reference", (None, *KL_REFERENCES))
+        if self.kl_reference == "base":
+            self.kl_reference = None  # "base" is null: one key for one computation
+
+    @property
+    def start_reference(self) -> bool:
+        """Whether the update needs frozen copies of the adapters as GRPO started them: a KL term
+        (``kl_coef`` > 0) whose ``kl_reference`` is "start"."""
+        return self.kl_coef > 0 and self.kl_reference == "start"
 
     def recomputes_old_logprobs(self, generated_by_trainer: bool) -> bool:
         """Whether the update takes the trainer's own pre-update log-probs as the old ones.

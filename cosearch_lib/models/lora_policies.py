@@ -4,7 +4,8 @@ Agent and ranker are two LoRA adapters on one frozen base model (``"agent"`` and
 each with its own optimizer (the paper trains two separate models; two adapters on one base is
 the LoRA equivalent, and the base stays shared in memory). The ablation "shared backbone" uses one
 adapter (``"shared"``) for both roles. The reference policy of the KL term is the base model with
-the adapters disabled.
+the adapters disabled, or (``training.grpo.kl_reference: start``) a frozen copy of each trained
+adapter as GRPO started it (:meth:`PolicySet.freeze_start_references`).
 
 Loading the policy model for either training path is ``models.policy_loading``; serving the
 adapters to an engine that reads them from disk, ``models.served_adapters``; what training did to
@@ -13,6 +14,7 @@ an adapter, ``models.adapter_weights``.
 
 from __future__ import annotations
 
+import copy
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -53,6 +55,11 @@ def lora_model(base: Any, adapters: dict[str, str | Path | None], lora: LoraSett
     return model
 
 
+#: The name of a trained adapter's frozen start copy: ``<adapter>`` + this (peft names its tensors
+#: ``...lora_A.<name>.weight``, so the copy's never match the adapter's own).
+REFERENCE_SUFFIX = "_reference"
+
+
 def adapter_parameters(model: Any, adapter: str) -> dict[str, Any]:
     """The LoRA tensors of one adapter, by parameter name (peft names them ``...lora_A.<adapter>.weight``)."""
     params = {n: p for n, p in model.named_parameters() if "lora_" in n and f".{adapter}." in n}
@@ -75,6 +82,8 @@ class PolicySet:
                  betas: tuple[float, float] = (0.9, 0.999)) -> None:
 
         self.model, self.roles, self.trainable = model, dict(roles), sorted(set(trainable))
+        self.references: dict[str, str] = {}  # trained adapter -> its frozen start copy (freeze_start_references)
+        self._loaded = False  # a checkpoint's weights replaced the start
         unknown = [a for a in self.trainable if a not in model.peft_config]
         if unknown:
             raise ValueError(f"trainable adapters {unknown} are not in the model ({sorted(model.peft_config)})")
@@ -95,14 +104,53 @@ class PolicySet:
     def is_trained(self, role: str) -> bool:
         return self.roles.get(role) in self.params
 
+    def policy_adapters(self) -> list[str]:
+        """The model's adapters that play a role or could (trained and frozen), without the start copies."""
+        copies = set(self.references.values())
+        return [a for a in self.model.peft_config if a not in copies]
+
+    def reference_adapter(self, adapter: str) -> str | None:
+        """The adapter the KL term of ``adapter``'s update reads: its frozen start copy, or None (the
+        base model, adapters off) when :meth:`freeze_start_references` did not run."""
+        return self.references.get(adapter)
+
+    def freeze_start_references(self) -> None:
+        """Keep a frozen copy of each trained adapter as it is now, the start GRPO begins from (a warm
+        start; a fresh adapter is the base model), as the KL term's reference
+        (``training.grpo.kl_reference: start``). It must run before the first optimizer step and
+        before a checkpoint is loaded, so that a resumed run rebuilds its reference from the start,
+        not from the checkpoint; checkpoints and saved adapters leave the copies out. Running it again
+        changes nothing."""
+        todo = [a for a in self.trainable if a not in self.references]
+        if not todo:
+            return
+        if self._loaded or any(self.optimizers[a].state for a in todo):
+            raise ValueError(f"adapters {todo} have moved from their start (a checkpoint was loaded or an optimizer "
+                             "stepped): freeze their start references before training or resuming")
+        grads = {n: p.requires_grad for n, p in self.model.named_parameters()}  # peft may flip them: kept
+        active = self.model.active_adapter
+        for adapter in todo:
+            name = adapter + REFERENCE_SUFFIX
+            if name in self.model.peft_config:
+                raise ValueError(f"the model already has an adapter named {name!r}")
+            weights = get_peft_model_state_dict(self.model, adapter_name=adapter)
+            self.model.add_adapter(name, copy.deepcopy(self.model.peft_config[adapter]))
+            set_peft_model_state_dict(self.model, weights, adapter_name=name)
+            self.references[adapter] = name
+        self.model.set_adapter(active)
+        for n, p in self.model.named_parameters():
+            p.requires_grad_(grads.get(n, False))  # the copies: frozen
+
     def state_dict(self) -> dict:
-        """Adapter weights (trained and frozen) and optimizer states: what a checkpoint holds."""
+        """Adapter weights (trained and frozen, not the start copies: they are rebuilt from the start)
+        and optimizer states: what a checkpoint holds."""
 
         adapters = {a: {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model, adapter_name=a).items()}
-                    for a in self.model.peft_config}
+                    for a in self.policy_adapters()}
         return {"adapters": adapters, "optimizers": {a: o.state_dict() for a, o in self.optimizers.items()}}
 
     def load_state_dict(self, state: dict) -> None:
+        self._loaded = True
         for adapter, weights in state["adapters"].items():
             result = set_peft_model_state_dict(self.model, weights, adapter_name=adapter)
             missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
@@ -112,9 +160,9 @@ class PolicySet:
             self.optimizers[adapter].load_state_dict(opt_state)
 
     def save_adapters(self, out_dir: str | Path, adapters: Iterable[str] | None = None) -> dict[str, Path]:
-        """Each adapter (default: all of the model's; else the named ones) in peft's format under
-        ``out_dir/<adapter>/`` (loadable by the evaluation harness and by vLLM)."""
-        names = list(self.model.peft_config) if adapters is None else list(dict.fromkeys(adapters))
+        """Each adapter (default: all of the model's but the start copies; else the named ones) in
+        peft's format under ``out_dir/<adapter>/`` (loadable by the evaluation harness and by vLLM)."""
+        names = self.policy_adapters() if adapters is None else list(dict.fromkeys(adapters))
         unknown = [a for a in names if a not in self.model.peft_config]
         if unknown:
             raise ValueError(f"cannot save adapters {unknown}: the model has {sorted(self.model.peft_config)}")

@@ -5,8 +5,9 @@ log-probs, advantages) and runs each micro-batch in three named pieces: the forw
 adapter (``rl.policy_sequences.policy_token_logprobs``, which runs the LM head only at scored
 positions), the ratio with its corrections (which old log-probs it divides by, truncated
 importance weights, the drift and clip tallies), and the backward pass of
-``rl.grpo_loss.policy_loss`` (with the reference log-probs, adapters disabled, when the KL weight is
-non-zero), weighted so that micro-batching does not change the gradient.
+``rl.grpo_loss.policy_loss`` (with the reference log-probs when the KL weight is non-zero: the base
+model with the adapters disabled, or the adapter's frozen start copy with ``kl_reference: start``),
+weighted so that micro-batching does not change the gradient.
 
 Three options make an update leaner without changing its gradient: micro-batches built from
 sequences of similar length (:func:`micro_batches`: less padding forwarded), the prompt prefix a
@@ -155,18 +156,19 @@ class _Prefixes:
 
     @classmethod
     def run(cls, model: Any, adapter: str, seqs: Sequence[PolicySequence], *, with_reference: bool,
-            device: Any) -> _Prefixes:
+            device: Any, reference: str | None = None) -> _Prefixes:
+        """``reference``: the KL term's adapter (None: the base model)."""
         n_shared = shared_prefix_length(seqs)
         if not n_shared:
             return cls()
         ids = seqs[0].ids[:n_shared]
         with adapter_context(model, adapter):
             policy = SharedPrefix.run(model, ids, device)
-        reference = None
+        reference_prefix = None
         if with_reference:
-            with torch.no_grad(), adapter_context(model, None):
-                reference = SharedPrefix.run(model, ids, device)
-        return cls(policy, reference)
+            with torch.no_grad(), adapter_context(model, reference):
+                reference_prefix = SharedPrefix.run(model, ids, device)
+        return cls(policy, reference_prefix)
 
     def backward(self, model: Any, adapter: str) -> None:
         """The micro-batches' gradient of the shared prefix, through it once."""
@@ -181,6 +183,7 @@ class _UpdateSetting:
 
     model: Any
     adapter: str  # the adapter being trained
+    reference: str | None  # the KL term's adapter: the trained one's frozen start copy, or None (the base model)
     cfg: GRPOConfig
     pad_id: int
     device: Any
@@ -233,10 +236,11 @@ def _ratio_terms(s: _UpdateSetting, fw: _Forwarded, trainer_old: torch.Tensor | 
 
 def _reference_logprobs(s: _UpdateSetting, fw: _Forwarded, temperature: float,
                         prefix: SharedPrefix | None) -> torch.Tensor | None:
-    """The reference policy's log-probs for the KL term (adapters disabled, no gradient); None without it."""
+    """The reference policy's log-probs for the KL term (``s.reference``: the base model or the
+    adapter's start copy; no gradient); None without a KL term."""
     if s.cfg.kl_coef <= 0:
         return None
-    with torch.no_grad(), adapter_context(s.model, None):
+    with torch.no_grad(), adapter_context(s.model, s.reference):
         return policy_token_logprobs(s.model, fw.ids, fw.attn, temperature=temperature, mask=fw.mask, prefix=prefix)
 
 
@@ -326,7 +330,11 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], se
     model, optimizer = policies.model, policies.optimizers[adapter]
     params = list(policies.params[adapter].values())
     device = next(model.parameters()).device
-    setting = _UpdateSetting(model, adapter, cfg, pad_id, device, recompute_old)
+    reference = policies.reference_adapter(adapter) if cfg.start_reference else None  # None: the base model
+    if cfg.start_reference and reference is None:
+        raise ValueError(f"training.grpo.kl_reference is 'start' but adapter {adapter!r} has no frozen start copy: "
+                         "call PolicySet.freeze_start_references() before training (JointTrainer does)")
+    setting = _UpdateSetting(model, adapter, reference, cfg, pad_id, device, recompute_old)
     tallies = {job.role: RoleTally() for job in jobs}
     norms = []
     pre_update: dict[str, dict[int, torch.Tensor]] = {}
@@ -344,13 +352,13 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], se
                 if job.prompt_groups is not None:  # a prefix per micro-batch: its group's prompt
                     for chunk in grouped_micro_batches(piece.active, job.prompt_groups, micro_batch):
                         prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in chunk], device=device,
-                                                 with_reference=cfg.kl_coef > 0) if sharing else _Prefixes()
+                                                 with_reference=cfg.kl_coef > 0, reference=reference) if sharing else _Prefixes()
                         _micro_batch(setting, job, chunk, piece, prefixes, tally=tallies[job.role], first_part=part == 0,
                                      pre_update=pre_update.get(job.role))
                         prefixes.backward(model, adapter)
                     continue
                 prefixes = _Prefixes.run(model, adapter, [job.seqs[i] for i in piece.active], device=device,
-                                         with_reference=cfg.kl_coef > 0) if sharing else _Prefixes()
+                                         with_reference=cfg.kl_coef > 0, reference=reference) if sharing else _Prefixes()
                 for chunk in micro_batches(piece.active, piece.lengths, micro_batch, by_length=settings.length_grouped):
                     _micro_batch(setting, job, chunk, piece, prefixes, tally=tallies[job.role], first_part=part == 0,
                                  pre_update=pre_update.get(job.role))

@@ -38,7 +38,8 @@ What a method ranks with, trains and is evaluated as comes from its spec
 (:func:`cosearch_lib.config.methods.method_spec`); the step has no per-method branches.
 
 Departures from the paper: LoRA adapters on one shared base instead of two full models (so the
-reference policy of the KL term is the base with adapters disabled); a much smaller rollout batch
+reference policy of the KL term is the base with adapters disabled, or with ``grpo.kl_reference: start``
+a frozen copy of the adapters as they started); a much smaller rollout batch
 and learning rate suited to LoRA; sequences whose advantage is exactly 0 are not forwarded (their
 tokens still count in the token-mean denominator, so the policy gradient is the full batch's; their
 KL term, weight 0.001, is left out); one optimizer step per training step unless ``minibatches`` > 1.
@@ -153,6 +154,8 @@ class JointTrainer(TrainingRun):
         # Every rank starts from rank 0's adapters (a fresh LoRA's random init included), before any
         # engine gets them.
         dp.broadcast_params(p for adapter in self.policies.params.values() for p in adapter.values())
+        if cfg.grpo.start_reference:  # the KL term's reference: the adapters as GRPO starts them, before any resume
+            self.policies.freeze_start_references()
         self.served = ServedAdapters(self.policies, self.backend,
                                      self.out_dir / LIVE_ADAPTERS_DIR / (f"rank{dp.rank}" if dp.distributed else ""))
         # The ratio's old log-probs: a disk-reading engine is not the trainer's model (vLLM samples
