@@ -122,6 +122,8 @@ def run_update_options(profile: str, seed: int, n: int, lengths: tuple[int, int]
     cfg = load_profile(profile, seed=seed)
     model, tokenizer, _ = load_policy_model(cfg.models.agent, {"agent": None}, cfg.lora)
     policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})  # lr 0: every update sees the same weights
+    if cfg.training.grpo.start_reference:  # the profile's KL term reads a start copy (a fresh adapter: the base model)
+        policies.freeze_start_references()
     seqs = mixed_length_batch(model, model.get_input_embeddings().num_embeddings, n, *lengths, seed)
     advantages = rng("bench-update-adv", seed).choice([-1.0, 1.0], size=n).tolist()
     jobs = [UpdateJob("agent", seqs, advantages, 1.0)]

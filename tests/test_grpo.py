@@ -42,7 +42,7 @@ def test_the_kl_reference_setting_keys_runs_only_when_set_to_the_start():
 
     assert GRPOConfig().kl_reference is None and GRPOConfig(kl_reference="base").kl_reference is None  # one key
     assert GRPOConfig(kl_reference="start").start_reference
-    assert not GRPOConfig(kl_coef=0.0, kl_reference="start").start_reference  # no KL term: no copies to keep
+    assert GRPOConfig(kl_coef=0.0, kl_reference="start").kl_reference is None  # no KL term: nothing to refer to
     cfg = load_profile("ci")
 
     def keyed(reference):

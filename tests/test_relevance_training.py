@@ -15,6 +15,7 @@ import torch
 from cosearch_lib import experiment
 from cosearch_lib.config import (
     ConfigError,
+    GRPOConfig,
     ProtocolConfig,
     RelevanceConfig,
     RolloutConfig,
@@ -177,6 +178,17 @@ def test_validation_rows_before_the_first_update_and_after_each_due_step(tok, tm
     assert list(val.columns) == list(VALIDATION_COLUMNS)
     assert set(val["method"]) == {RELEVANCE_METHOD} and sorted(val["step"].unique()) == [-1, 0, 1]
     assert (tmp_path / "steps.csv").exists() and (tmp_path / "validation.csv").exists()
+
+
+def test_a_kl_term_toward_the_start_trains_the_relevance_ranker_against_its_frozen_copy(tok, tmp_path):
+    t = relevance_trainer(tok, tmp_path, steps=1, grpo=GRPOConfig(kl_coef=0.1, kl_reference="start"))
+    copy = t.policies.reference_adapter("ranker")
+    start = {n.replace(".ranker.", f".{copy}."): v for n, v in weights(t).items()}
+    rec = t.train_step()
+    frozen = {n: p.detach() for n, p in adapter_parameters(t.policies.model, copy).items()}
+    assert rec["loss/ranker_kl"] == 0.0  # one optimizer step: the policy was its reference in the forward pass
+    assert any(not torch.equal(v, weights(t)[n.replace(f".{copy}.", ".ranker.")]) for n, v in start.items())
+    assert frozen.keys() == start.keys() and all(torch.equal(start[n], frozen[n]) for n in start)
 
 
 def test_resume_ends_on_the_uninterrupted_run(tok, tmp_path):

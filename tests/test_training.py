@@ -308,11 +308,53 @@ def test_the_kl_reference_start_is_a_frozen_copy_of_the_adapter_as_grpo_began_it
         _fresh.optimizers["agent"] = policies.optimizers["agent"]
         _fresh.freeze_start_references()
     loaded = _warm_policies(tok)
-    loaded.load_state_dict(policies.state_dict())
+    loaded.load_state_dict(_warm_policies(tok).state_dict())
     with pytest.raises(ValueError, match="a checkpoint was loaded"):
         loaded.freeze_start_references()
     with pytest.raises(ValueError, match="has no frozen start copy"):
         grpo_update(_warm_policies(tok), "agent", [UpdateJob("agent", seqs, advs, 1.0)], cfg, pad_id=0)
+
+
+@pytest.mark.parametrize("groups", [None, [0, 0, 0, 0]])
+def test_a_shared_prefix_reads_the_start_reference_as_the_rows_do(tok, groups):
+    """With kl_reference: start the shared prompt prefix runs under the start copy for the KL term too:
+    with and without prefix sharing, a KL of 0 at the start and the same gradient; after a step the
+    KL is the same either way (a prefix run under the base model would give it a different value)."""
+    prefix_ids = tok.encode("You are a search agent. Think inside reason tags, then search or answer, and keep it short.")
+    seqs = _prefixed_sequences(tok, prefix_ids)
+    assert shared_prefix_length(seqs) >= 16
+    advs, cfg = [1.0, -0.5, 2.0, -1.5], GRPOConfig(kl_coef=0.5, kl_reference="start")
+    runs = {}
+    for shared in (False, True):
+        policies = _warm_policies(tok, lr=5e-2)
+        policies.freeze_start_references()
+        settings = UpdateSettings(cfg, micro_batch=2, max_grad_norm=0.0, shared_prefix=shared)
+        job = UpdateJob("agent", seqs, advs, 1.0, prompt_groups=groups)  # groups: a prefix per micro-batch
+        runs[shared] = [grpo_update(policies, "agent", [job], settings, pad_id=0) for _ in range(2)]
+    for plain, sharing in zip(runs[False], runs[True]):
+        assert math.isclose(plain["grad_norm"], sharing["grad_norm"], rel_tol=1e-4)
+        assert plain["agent_kl"] == pytest.approx(sharing["agent_kl"], rel=1e-4, abs=1e-9)
+    assert runs[True][0]["agent_kl"] == 0.0 and runs[True][1]["agent_kl"] > 1e-6
+
+
+def test_a_checkpoint_names_its_kl_reference_and_a_resume_with_another_start_is_refused(tok):
+    trained = _warm_policies(tok, lr=5e-2)
+    trained.freeze_start_references()
+    state = trained.state_dict()
+    assert set(state["references"]) == {"agent"} and len(state["references"]["agent"]) == 64
+    same = _warm_policies(tok)
+    same.freeze_start_references()
+    same.load_state_dict(state)  # the same start: accepted
+    other = _warm_policies(tok, seed=2)  # a rebuilt warm start with other weights
+    other.freeze_start_references()
+    with pytest.raises(ValueError, match="KL reference of adapters \\['agent'\\] is not this run's"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="saved: start copies; here: the base model"):
+        _warm_policies(tok).load_state_dict(state)
+    base_state = _warm_policies(tok).state_dict()
+    assert base_state["references"] == {}
+    del base_state["references"]  # a checkpoint older than the setting: the base model's
+    _warm_policies(tok).load_state_dict(base_state)
 
 
 class GradientRecorder:

@@ -205,8 +205,8 @@ class GRPOConfig:
         check.choice("old_logprobs", OLD_LOGPROBS)
         check.numbers("tis_cap", low=1, allow_none=True, why="a cap on pi_trainer / pi_rollout; 1 = weights never above 1")
         check.choice("kl_reference", (None, *KL_REFERENCES))
-        if self.kl_reference == "base":
-            self.kl_reference = None  # "base" is null: one key for one computation
+        if self.kl_reference == "base" or self.kl_coef == 0:
+            self.kl_reference = None  # "base", or no KL term, is null: one key for one computation
 
     @property
     def start_reference(self) -> bool:

@@ -15,6 +15,7 @@ an adapter, ``models.adapter_weights``.
 from __future__ import annotations
 
 import copy
+import hashlib
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -119,27 +120,44 @@ class PolicySet:
         start; a fresh adapter is the base model), as the KL term's reference
         (``training.grpo.kl_reference: start``). It must run before the first optimizer step and
         before a checkpoint is loaded, so that a resumed run rebuilds its reference from the start,
-        not from the checkpoint; checkpoints and saved adapters leave the copies out. Running it again
-        changes nothing."""
+        not from the checkpoint; checkpoints and saved adapters leave the copies out (a checkpoint keeps
+        their digests, and a resume whose rebuilt start differs is refused). Running it again changes
+        nothing."""
         todo = [a for a in self.trainable if a not in self.references]
         if not todo:
             return
         if self._loaded or any(self.optimizers[a].state for a in todo):
             raise ValueError(f"adapters {todo} have moved from their start (a checkpoint was loaded or an optimizer "
                              "stepped): freeze their start references before training or resuming")
+        taken = [a + REFERENCE_SUFFIX for a in todo if a + REFERENCE_SUFFIX in self.model.peft_config]
+        if taken:
+            raise ValueError(f"the model already has adapters named {taken}")
         grads = {n: p.requires_grad for n, p in self.model.named_parameters()}  # peft may flip them: kept
         active = self.model.active_adapter
-        for adapter in todo:
-            name = adapter + REFERENCE_SUFFIX
-            if name in self.model.peft_config:
-                raise ValueError(f"the model already has an adapter named {name!r}")
-            weights = get_peft_model_state_dict(self.model, adapter_name=adapter)
-            self.model.add_adapter(name, copy.deepcopy(self.model.peft_config[adapter]))
-            set_peft_model_state_dict(self.model, weights, adapter_name=name)
-            self.references[adapter] = name
-        self.model.set_adapter(active)
-        for n, p in self.model.named_parameters():
-            p.requires_grad_(grads.get(n, False))  # the copies: frozen
+        try:
+            for adapter in todo:
+                name = adapter + REFERENCE_SUFFIX
+                weights = get_peft_model_state_dict(self.model, adapter_name=adapter)
+                config = copy.deepcopy(self.model.peft_config[adapter])
+                config.init_lora_weights = False  # overwritten at once: no initialiser (some would touch the base)
+                self.model.add_adapter(name, config)
+                set_peft_model_state_dict(self.model, weights, adapter_name=name)
+                self.references[adapter] = name
+        finally:
+            self.model.set_adapter(active)
+            for n, p in self.model.named_parameters():
+                p.requires_grad_(grads.get(n, False))  # the copies: frozen
+
+    def _reference_digests(self) -> dict[str, str]:
+        """{trained adapter: sha256 of its start copy's weights}: what a checkpoint was trained against."""
+        out = {}
+        for adapter, name in sorted(self.references.items()):
+            h = hashlib.sha256()
+            for key, value in sorted(get_peft_model_state_dict(self.model, adapter_name=name).items()):
+                h.update(key.encode())
+                h.update(value.detach().float().cpu().numpy().tobytes())
+            out[adapter] = h.hexdigest()
+        return out
 
     def state_dict(self) -> dict:
         """Adapter weights (trained and frozen, not the start copies: they are rebuilt from the start)
@@ -147,9 +165,21 @@ class PolicySet:
 
         adapters = {a: {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model, adapter_name=a).items()}
                     for a in self.policy_adapters()}
-        return {"adapters": adapters, "optimizers": {a: o.state_dict() for a, o in self.optimizers.items()}}
+        return {"adapters": adapters, "optimizers": {a: o.state_dict() for a, o in self.optimizers.items()},
+                "references": self._reference_digests()}
 
     def load_state_dict(self, state: dict) -> None:
+        """A checkpoint's adapters and optimizer states. Its KL references (the digests of the start copies;
+        none in a run whose KL term reads the base model, or in checkpoints older than the setting) must be
+        this policy set's: a resume whose start changed (a rebuilt warm start) or whose reference setting
+        changed is refused (ValueError)."""
+        saved, ours = state.get("references", {}), self._reference_digests()
+        if saved != ours:
+            changed = sorted(a for a in set(saved) | set(ours) if saved.get(a) != ours.get(a))
+            raise ValueError(f"the checkpoint's KL reference of adapters {changed} is not this run's (saved: "
+                             f"{'start copies' if saved else 'the base model'}; here: "
+                             f"{'start copies' if ours else 'the base model'}): the start or "
+                             "training.grpo.kl_reference changed since it was written")
         self._loaded = True
         for adapter, weights in state["adapters"].items():
             result = set_peft_model_state_dict(self.model, weights, adapter_name=adapter)

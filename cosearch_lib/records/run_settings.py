@@ -49,7 +49,7 @@ def training_settings(cfg: ProfileConfig, methods: Sequence[str], *, steps: int 
     rows = [("methods", ", ".join(methods)), *_shared(cfg),
             ("GRPO steps x questions x G", f"{steps or t.steps} x {t.questions_per_step} x {t.group_size}"),
             ("learning rate agent / ranker", f"{t.agent_lr:g} / {t.ranker_lr:g}"),
-            ("sampling temperature", ro.temperature), ("KL weight", f"{t.grpo.kl_coef:g}"),
+            ("sampling temperature", ro.temperature), ("KL weight", f"{t.grpo.kl_coef:g}" + (" toward the start" if t.grpo.start_reference else "")),
             ("grouping", f"{t.grouping.mode}, k_min {t.grouping.k_min}"),
             ("validation", validation), ("test questions per family", cfg.evaluation.n_per_dataset)]
     if cfg.relevance.enabled:

@@ -72,7 +72,8 @@ ROWS: tuple[tuple[str, str, Callable[[ProfileConfig], str]], ...] = (
     ("rollout temperature", "1.0", lambda c: _number(c.rollout.temperature)),
     ("learning rate", "1e-6", _learning_rates),
     ("$\\epsilon$ / $\\beta$ (k3)", "0.2 / 0.001 (release)",
-     lambda c: f"{_number(c.training.grpo.clip_eps)} / {_number(c.training.grpo.kl_coef)}"),
+     lambda c: f"{_number(c.training.grpo.clip_eps)} / {_number(c.training.grpo.kl_coef)}"
+               + (" (toward the start)" if c.training.grpo.start_reference else "")),
     ("$\\delta$ / $k_\\min$ / $\\gamma$ / Hit cutoffs", "0.8 / 3 / 0.5 / {1,3,5}", _grouping),
     ("warm start", "none (GRPO from the instruct model)", _warm_start),
 )

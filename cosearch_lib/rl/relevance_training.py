@@ -168,6 +168,8 @@ class RelevanceTrainer(TrainingRun):
         # it first generates, again after every update and after a resume (as the joint trainer does).
         self.backend = backend
         self.served = ServedAdapters(self.policies, backend, self.out_dir / LIVE_ADAPTERS_DIR, [self.adapter])
+        if cfg.grpo.start_reference:  # the KL term's reference: the ranker as it starts, before any resume
+            self.policies.freeze_start_references()
         self.update_settings = cfg.update_settings(
             inputs.training, recompute_old=cfg.grpo.recomputes_old_logprobs(generated_by_trainer=not self.served.enabled))
         chat = ChatTokens(inputs.tokenizer)
