@@ -170,11 +170,11 @@ class PolicySet:
 
     def load_state_dict(self, state: dict) -> None:
         """A checkpoint's adapters and optimizer states. Its KL references (the digests of the start copies;
-        none in a run whose KL term reads the base model, or in checkpoints older than the setting) must be
-        this policy set's: a resume whose start changed (a rebuilt warm start) or whose reference setting
-        changed is refused (ValueError)."""
-        saved, ours = state.get("references", {}), self._reference_digests()
-        if saved != ours:
+        none in a run whose KL term reads the base model) must be this policy set's: a resume whose start
+        changed (a rebuilt warm start) or whose reference setting changed is refused (ValueError).
+        Checkpoints written before the digests were kept carry none and are not checked."""
+        saved, ours = state.get("references"), self._reference_digests()
+        if saved is not None and saved != ours:
             changed = sorted(a for a in set(saved) | set(ours) if saved.get(a) != ours.get(a))
             raise ValueError(f"the checkpoint's KL reference of adapters {changed} is not this run's (saved: "
                              f"{'start copies' if saved else 'the base model'}; here: "
