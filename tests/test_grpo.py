@@ -50,6 +50,12 @@ def test_the_kl_reference_setting_keys_runs_only_when_set_to_the_start():
         return dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, grpo=grpo)).fingerprint("training")
 
     assert keyed(None) == keyed("base") == cfg.fingerprint("training") != keyed("start")
+    from cosearch_lib.paths import params_dir
+
+    probe = load_profile(str(params_dir() / "probes" / "laptop_curve_wide_kl.yaml"))  # issue 48's KL probe
+    wide = load_profile("laptop_curve_wide")
+    assert probe.training.grpo.start_reference and probe.training.grpo.kl_coef == 0.04 and wide.training.grpo.kl_coef == 0
+    assert dataclasses.replace(probe.training, grpo=wide.training.grpo, steps=wide.training.steps) == wide.training
 
 
 # --------------------------------------------------------------------------- group_advantages
