@@ -56,6 +56,8 @@ def test_the_kl_reference_setting_keys_runs_only_when_set_to_the_start():
     wide = load_profile("laptop_curve_wide")
     assert probe.training.grpo.start_reference and probe.training.grpo.kl_coef == 0.04 and wide.training.grpo.kl_coef == 0
     assert dataclasses.replace(probe.training, grpo=wide.training.grpo, steps=wide.training.steps) == wide.training
+    stronger = load_profile(str(params_dir() / "probes" / "laptop_curve_wide_kl05.yaml"))
+    assert stronger.training.grpo == dataclasses.replace(probe.training.grpo, kl_coef=0.5)
 
 
 # --------------------------------------------------------------------------- group_advantages
