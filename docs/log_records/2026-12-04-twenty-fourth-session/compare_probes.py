@@ -44,3 +44,27 @@ table_multi = comparison_table(multi, ends, seed=0).assign(a=lambda t: t["a"] + 
 out = pd.concat([table, table_multi], ignore_index=True)
 out.to_csv(HERE / "probe_comparisons.csv", index=False)
 print(out[["a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "n_questions"]].round(3).to_string())
+
+# By hop group, from the runs' ranker calls (records.hop_signal, as notebook 05): searches per trajectory and what a
+# second search paid within a question's G rollouts, over each run's first 2 and last 2 steps of the probes' span.
+from cosearch_lib.config import load_profile  # noqa: E402
+from cosearch_lib.data.qa_formats import load_qa  # noqa: E402
+from cosearch_lib.retrieval.artifacts import corpus_paths  # noqa: E402
+from cosearch_lib.records.hop_signal import hop_signal_table, run_group_size, second_search_table, trajectory_table  # noqa: E402
+
+cfg = load_profile("laptop_curve_wide")
+data_source = {ex.id: ex.data_source for ex in load_qa(corpus_paths(cfg).qa[cfg.training.split])}
+signal, second = [], []
+for name in steps:
+    calls_file = RUNS[name] / "ranker_calls.parquet"
+    if not calls_file.exists():
+        continue
+    calls = pd.read_parquet(calls_file)
+    trajectories = trajectory_table(calls[calls["step"] <= last], data_source, method=name)
+    signal.append(hop_signal_table(trajectories, group_size=run_group_size(steps[name])))
+    second.append(second_search_table(trajectories, seed=0))
+signal, second = pd.concat(signal, ignore_index=True), pd.concat(second, ignore_index=True)
+print(signal.round(3).to_string())
+print(second.round(3).to_string())
+signal.to_csv(HERE / "probe_hop_signal.csv", index=False)
+second.to_csv(HERE / "probe_second_search.csv", index=False)
