@@ -42,7 +42,8 @@ reference policy of the KL term is the base with adapters disabled, or with ``gr
 a frozen copy of the adapters as they started); a much smaller rollout batch
 and learning rate suited to LoRA; sequences whose advantage is exactly 0 are not forwarded (their
 tokens still count in the token-mean denominator, so the policy gradient is the full batch's; their
-KL term, weight 0.001, is left out); one optimizer step per training step unless ``minibatches`` > 1.
+KL term is left out: small at the release's weight 0.001, not at a probe's 0.04 or 0.5, where the
+KL term pulls only the sequences that carry signal); one optimizer step per training step unless ``minibatches`` > 1.
 """
 
 from __future__ import annotations
