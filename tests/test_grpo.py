@@ -58,6 +58,11 @@ def test_the_kl_reference_setting_keys_runs_only_when_set_to_the_start():
     assert dataclasses.replace(probe.training, grpo=wide.training.grpo, steps=wide.training.steps) == wide.training
     stronger = load_profile(str(params_dir() / "probes" / "laptop_curve_wide_kl05.yaml"))
     assert stronger.training.grpo == dataclasses.replace(probe.training.grpo, kl_coef=0.5)
+    lr = load_profile(str(params_dir() / "probes" / "laptop_curve_wide_lr3e4.yaml"))  # the learning-rate probe
+    assert lr.training == dataclasses.replace(wide.training, agent_lr=3e-4, steps=6) and lr.rollout == wide.rollout
+    seqmean = load_profile(str(params_dir() / "probes" / "laptop_curve_wide_seqmean.yaml"))  # the aggregation probe
+    grpo = dataclasses.replace(wide.training.grpo, aggregation="seq-mean-token-mean")
+    assert seqmean.training == dataclasses.replace(wide.training, grpo=grpo, steps=6) and seqmean.rollout == wide.rollout
 
 
 # --------------------------------------------------------------------------- group_advantages
