@@ -7,8 +7,11 @@ overall and on the multi-hop families.
     .venv/bin/python docs/log_records/2026-12-04-twenty-fourth-session/compare_probes.py   # from the repository root
 
 Probes: `kl=0.04` and `kl=0.5` (laptop_curve_wide_kl and laptop_curve_wide_kl05: a k3 KL term toward the warm
-start, training.grpo.kl_reference: start, weights 0.04 and 0.5; this session) and `t=1.0` (laptop_curve_wide_t1;
-the twenty-third session). A probe whose records are not here yet is left out.
+start, training.grpo.kl_reference: start, weights 0.04 and 0.5; the twenty-fourth session, kl=0.5 rerun in the
+twenty-fifth), `lr=3e-4` (laptop_curve_wide_lr3e4: the agent's learning rate 3e-4 instead of 1e-4) and `seq-mean`
+(laptop_curve_wide_seqmean: the loss aggregation seq-mean-token-mean instead of token-mean; both the twenty-fifth
+session) and `t=1.0` (laptop_curve_wide_t1; the twenty-third session). A probe whose records are not here yet is
+left out.
 """
 from pathlib import Path
 
@@ -20,7 +23,8 @@ from cosearch_lib.eval.tables import comparison_table
 HERE = Path(__file__).parent
 LOGS = HERE.parent
 BASELINE = "t=0.8"
-RUNS = {"kl=0.04": HERE / "search_r1_kl", "kl=0.5": HERE / "search_r1_kl05",
+RUNS = {"kl=0.04": HERE / "search_r1_kl", "kl=0.5": HERE / "search_r1_kl05", "lr=3e-4": HERE / "search_r1_lr3e4",
+        "seq-mean": HERE / "search_r1_seqmean",
         "t=1.0": LOGS / "2026-12-04-twenty-third-session" / "search_r1_t1",
         BASELINE: LOGS / "2026-12-02-seventeenth-session" / "search_r1_wide_bf16_to_12"}
 SHOWN = ["rollout/searches_per_traj", "rollout/agent_reward", "rollout/agent_f1", "rollout/agent_best_of_g_f1",
