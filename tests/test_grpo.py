@@ -63,6 +63,8 @@ def test_the_kl_reference_setting_keys_runs_only_when_set_to_the_start():
     seqmean = load_profile(str(params_dir() / "probes" / "laptop_curve_wide_seqmean.yaml"))  # the aggregation probe
     grpo = dataclasses.replace(wide.training.grpo, aggregation="seq-mean-token-mean")
     assert seqmean.training == dataclasses.replace(wide.training, grpo=grpo, steps=6) and seqmean.rollout == wide.rollout
+    multi = load_profile(str(params_dir() / "probes" / "laptop_curve_wide_multi.yaml"))  # multi-hop questions alone
+    assert multi.training == dataclasses.replace(wide.training, families=("multi",), steps=6) and multi.rollout == wide.rollout
 
 
 # --------------------------------------------------------------------------- group_advantages
