@@ -125,7 +125,7 @@ _FLAT_STEP_GLOSSARY: dict[str, str] = {
                           "beside agent_f1, the mean of G: how much better a group's best sample is than its average, "
                           "what GRPO has to work with)",
     "agent_groups_without_signal": "share of the step's questions whose G agent rewards are all equal: zero advantage, "
-                                   "no gradient from that question",
+                                   "no policy gradient from that question (with a KL term, that term's alone)",
     "agent_entropy": "the agent's per-token entropy, estimated as the mean -log p of its sampled tokens (the generation "
                      "backend's log-probs, of the untempered logits: in expectation the entropy at temperature 1, a "
                      "cross-entropy against the tempered samples below it); falling: the policy sharpens",
@@ -158,7 +158,7 @@ _FLAT_STEP_GLOSSARY: dict[str, str] = {
     "<role>_ratio_mean": "mean importance ratio exp(logp - old logp) over tokens",
     "<role>_ratio_max": "largest importance ratio",
     "<role>_adv_mean": "mean advantage of the forwarded sequences",
-    "<role>_n_forwarded": "sequences forwarded (non-zero advantage)",
+    "<role>_n_forwarded": "sequences forwarded (non-zero advantage; every one with a KL term)",
     "<role>_n_tokens": "scored tokens in the forwarded sequences",
     "<role>_pad_frac": "padding positions / all token positions forwarded in the role's micro-batches "
                        "(TrainConfig.length_grouped_micro_batches lowers it); a speed figure: it depends on how "
@@ -207,7 +207,7 @@ _FLAT_RELEVANCE_STEP_GLOSSARY: dict[str, str] = {
                "per cutoff k below K of relevance.hit_ks",
     "hit@K": "mean Hit@K of the same lists (any of the K passages holds the answer)",
     "valid_rate": "share of sampled rankings that followed the protocol",
-    "groups_with_signal": "groups whose G rewards are not all equal (the others get zero advantage: no gradient)",
+    "groups_with_signal": "groups whose G rewards are not all equal (the others get zero advantage: no policy gradient; a KL term's alone)",
     "output_tokens": "mean generated tokens per ranking",
     "ranker_<stat>": "the update's GRPO statistics (as <role>_<stat> of the joint step records)",
     "grad_norm": "ranker adapter gradient norm before clipping",

@@ -373,7 +373,7 @@ class GradientRecorder:
             p.grad = None
 
 
-def _recorded_update(tok, seqs, advs, *, kl_coef=0.0, temperature=1.0, **kw):
+def _recorded_update(tok, seqs, advs, *, kl_coef=0.0, temperature=1.0, trained=None, **kw):
     """One update of a fresh non-zero "agent" adapter (same seed every call): (stats, gradients, model)."""
     model = lora_model(tiny_model(tok), {"agent": None}, LORA)
     torch.manual_seed(1)
@@ -381,7 +381,7 @@ def _recorded_update(tok, seqs, advs, *, kl_coef=0.0, temperature=1.0, **kw):
         torch.nn.init.normal_(p, std=0.05)
     policies = PolicySet(model, {"agent": "agent"}, ["agent"], {"agent": 0.0})
     recorder = policies.optimizers["agent"] = GradientRecorder(policies.params["agent"])
-    stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, temperature)],
+    stats = grpo_update(policies, "agent", [UpdateJob("agent", seqs, advs, temperature, trained=trained)],
                         UpdateSettings(GRPOConfig(kl_coef=kl_coef), max_grad_norm=0.0, **kw), pad_id=0)
     (grads,) = recorder.steps
     return stats, grads, model
@@ -392,6 +392,41 @@ def _assert_same_gradients(a, b):
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-7, msg=name)
     assert any(g.abs().sum() > 0 for g in a.values())
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.5])
+def test_a_kl_term_forwards_the_zero_advantage_sequences_for_it_as_a_whole_batch_loss_does(tok, kl_coef):
+    """The update's gradient equals that of rl.grpo_loss.policy_loss over the whole batch in one call
+    (verl's and the release's loss). Without a KL term a zero-advantage sequence has no gradient and is
+    not forwarded; with one its KL term to the reference (here the base model, adapters off) pulls too."""
+    from cosearch_lib.rl.grpo_loss import policy_loss
+    from cosearch_lib.rl.policy_sequences import padded_batch
+
+    seqs, advs = _sequences(tok), [1.0, 0.0, -0.5, 0.0, 2.0]
+    stats, grads, model = _recorded_update(tok, seqs, advs, kl_coef=kl_coef, micro_batch=2)  # lr 0: unchanged
+    assert stats["agent_n_forwarded"] == (5 if kl_coef else 3)
+    ids, attn, mask, old = padded_batch(seqs, 0, "cpu")
+    params = adapter_parameters(model, "agent")
+    for p in params.values():
+        p.grad = None
+    with torch.no_grad(), model.disable_adapter():
+        ref = policy_token_logprobs(model, ids, attn, temperature=1.0, mask=mask)
+    lp = policy_token_logprobs(model, ids, attn, temperature=1.0, mask=mask)
+    loss, whole = policy_loss(lp, old, torch.tensor(advs), mask, GRPOConfig(kl_coef=kl_coef), ref_logprobs=ref)
+    loss.backward()
+    _assert_same_gradients(grads, {n: p.grad for n, p in params.items()})
+    if kl_coef:  # the zero-advantage sequences' KL term is part of it: their gradient alone is not zero
+        for p in params.values():
+            p.grad = None
+        zero = [i for i, a in enumerate(advs) if a == 0.0]
+        lp = policy_token_logprobs(model, ids[zero], attn[zero], temperature=1.0, mask=mask[zero])
+        alone, alone_stats = policy_loss(lp, old[zero], torch.zeros(len(zero)), mask[zero], GRPOConfig(kl_coef=kl_coef),
+                               ref_logprobs=ref[zero])
+        alone.backward()
+        assert alone_stats["kl"] > 1e-4 and any(p.grad.abs().sum() > 0 for p in params.values())
+        # a sequence not trained on (a ranker call the grouping dropped) is not forwarded, KL term or not
+        dropped, _, _ = _recorded_update(tok, seqs, advs, kl_coef=kl_coef, micro_batch=2, trained=[True, False] + [True] * 3)
+        assert dropped["agent_n_forwarded"] == 4
 
 
 def _mixed_length_sequences(lengths, seed=0):
@@ -532,6 +567,8 @@ def test_a_joint_step_updates_both_adapters_and_not_the_base(tok, tmp_path):
     assert 0 <= rec["loss/agent_logp_drift_mean"] < 1e-4 and 0 <= rec["loss/ranker_logp_drift_mean"] < 1e-4
     assert rec["ranker/grouping_n_groups_post"] >= 1 and not math.isnan(rec["ranker/reward_post"])
     assert t.calls_frame()["group"].ge(0).any()
+    # the KL term is on (kl_coef 0.001): every call the grouping kept is forwarded, none it dropped
+    assert t.cfg.grpo.kl_coef > 0 and rec["loss/ranker_n_forwarded"] == t.calls_frame()["group"].ge(0).sum()
     from cosearch_lib.rl.semantic_grouping import GROUPING_GLOSSARY
     from cosearch_lib.run_schema import describe_step_metric
 

@@ -65,7 +65,7 @@ def behaviour_of(row: Mapping[str, Any]) -> Behaviour:
     trained = None
     scored = _value(row, "loss/agent_n_tokens")
     if agent_fwd and scored and generated and context:
-        # the update trains the groups with signal, not the average trajectory: their generated tokens are
+        # the update trains the groups with signal (every group with a KL term), not the average trajectory: their generated tokens are
         # recorded (agent_n_tokens); their observations taken in proportion (more turns read more passages)
         own = scored / agent_fwd
         trained = prompt + max(context - prompt - generated, 0.0) * own / generated + own

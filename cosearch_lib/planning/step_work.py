@@ -45,7 +45,7 @@ class Behaviour:
     ranker_shared_tokens: float = 110.0  # of those, the part before the question and candidates: what a step's ranker prompts share
     passage_chars: float = 600.0  # a passage before the caps (wiki-18: 100 words)
     chars_per_token: float = 4.0
-    signal_share: float = 1.0  # share of the agent's groups with reward variance (trained); 1: an upper bound
+    signal_share: float = 1.0  # share of the agent's sequences the update forwards (reward variance; all with a KL term); 1: an upper bound
     ranker_calls_trained: float = 1.0  # share of ranker calls in trained groups; 1: an upper bound
     judge_overhead_tokens: float = 25.0  # a scoring ranker's prompt without its one candidate (the query and the question to it)
     agent_generated_tokens: float | None = None  # tokens the agent generates per trajectory, all turns (None: turns x agent_turn_tokens)

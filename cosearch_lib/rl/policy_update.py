@@ -57,6 +57,7 @@ class UpdateJob:
     temperature: float  # the temperature the sequences were sampled at (log-probs are recomputed at it)
     prompt_groups: Sequence[int] | None = None  # sequences with one label share their prompt (G samples of it): micro-batches stay inside a group and run its prompt once
     positions: Sequence[int] | None = None  # each sequence's position in the step's whole batch (data parallel: a rank holds some of them); None: 0, 1, ...
+    trained: Sequence[bool] | None = None  # False: not trained on (a ranker call no surviving group holds): never forwarded, not even for a KL term (its tokens still count in the denominator); None: every sequence
 
     def position(self, i: int) -> int:
         return i if self.positions is None else self.positions[i]
@@ -124,20 +125,26 @@ def update_checkpointing(model: Any, enabled: bool) -> Iterator[None]:
 @dataclass
 class _JobSlice:
     """One job's sequences in one minibatch: those with a gradient (``active``), and what the
-    minibatch's aggregate divides by (all its sequences count, forwarded or not)."""
+    minibatch's aggregate divides by (all its sequences count, forwarded or not).
 
-    active: list[int]  # indices into job.seqs: non-zero advantage and some scored token
+    Without a KL term a sequence whose advantage is 0 has no gradient and is not forwarded; with one
+    (``kl``) its KL term has a gradient, so every sequence of the batch with a scored token is
+    forwarded, as a loss over the whole batch (verl's, the release's) computes it. A sequence not
+    trained on (``UpdateJob.trained``: a ranker call the semantic grouping dropped) is never forwarded."""
+
+    active: list[int]  # indices into job.seqs: some scored token, and a non-zero advantage or a KL term
     lengths: dict[int, int]  # token count of each active sequence
     count: float  # tokens (token-mean) or sequences of this rank's part of the slice
     denominator: float = 1.0  # the same over every rank (:meth:`over_ranks`)
 
     @classmethod
-    def of(cls, job: UpdateJob, part: int, minibatches: int, aggregation: str) -> _JobSlice:
+    def of(cls, job: UpdateJob, part: int, minibatches: int, aggregation: str, *, kl: bool) -> _JobSlice:
         """The slice ``part`` of ``job`` on this rank (round-robin over the step's positions, so a
         rank's slice holds its share of the single-process slice). No collective: its denominator is
         this rank's count until :meth:`over_ranks`."""
         idx = [i for i in range(len(job.seqs)) if job.position(i) % minibatches == part]
-        active = [i for i in idx if job.advantages[i] != 0.0 and any(job.seqs[i].mask)]
+        trained = job.trained or [True] * len(job.seqs)
+        active = [i for i in idx if (job.advantages[i] != 0.0 or (kl and trained[i])) and any(job.seqs[i].mask)]
         count = _count([job.seqs[i] for i in idx], aggregation)
         return cls(active, {i: len(job.seqs[i].ids) for i in active}, count, count or 1.0)
 
@@ -335,19 +342,20 @@ def grpo_update(policies: PolicySet, adapter: str, jobs: Sequence[UpdateJob], se
         raise ValueError(f"training.grpo.kl_reference is 'start' but adapter {adapter!r} has no frozen start copy: "
                          "call PolicySet.freeze_start_references() before training (JointTrainer does)")
     setting = _UpdateSetting(model, adapter, reference, cfg, pad_id, device, recompute_old)
+    kl = cfg.kl_coef > 0  # a KL term: zero-advantage sequences are forwarded too (_JobSlice)
     tallies = {job.role: RoleTally() for job in jobs}
     norms = []
     pre_update: dict[str, dict[int, torch.Tensor]] = {}
     if (recompute_old or cfg.tis_cap is not None) and minibatches > 1:
         for job in jobs:  # the later minibatches' old log-probs, before the first step changes the adapter
-            later = [i for part in range(1, minibatches) for i in _JobSlice.of(job, part, minibatches, cfg.aggregation).active]
+            later = [i for part in range(1, minibatches) for i in _JobSlice.of(job, part, minibatches, cfg.aggregation, kl=kl).active]
             pre_update[job.role] = _pre_update_logprobs(model, adapter, job, later, micro_batch=micro_batch,
                                                         pad_id=pad_id, device=device)
     with update_checkpointing(model, settings.gradient_checkpointing):
         for part in range(minibatches):
             optimizer.zero_grad(set_to_none=True)
             for job in jobs:
-                piece = _JobSlice.of(job, part, minibatches, cfg.aggregation).over_ranks(dp)
+                piece = _JobSlice.of(job, part, minibatches, cfg.aggregation, kl=kl).over_ranks(dp)
                 sharing = settings.shared_prefix and not settings.gradient_checkpointing
                 if job.prompt_groups is not None:  # a prefix per micro-batch: its group's prompt
                     for chunk in grouped_micro_batches(piece.active, job.prompt_groups, micro_batch):

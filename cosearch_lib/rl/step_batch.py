@@ -47,5 +47,6 @@ def role_job(role: str, batch: StepBatch, rewards: StepRewards, groups: StepGrou
     if role == "ranker":
         rows = batch.local_calls()
         return UpdateJob("ranker", ranker_sequences([rewards.calls[i] for i in rows]),
-                         [groups.ranker_advantages[i] for i in rows], temperature, positions=rows)
+                         [groups.ranker_advantages[i] for i in rows], temperature, positions=rows,
+                         trained=[groups.call_groups[i] >= 0 for i in rows])  # a dropped call: no KL term either
     raise ValueError(f"unknown role {role!r}; expected one of {TRAINED_ROLES}")

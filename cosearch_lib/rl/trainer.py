@@ -40,10 +40,9 @@ What a method ranks with, trains and is evaluated as comes from its spec
 Departures from the paper: LoRA adapters on one shared base instead of two full models (so the
 reference policy of the KL term is the base with adapters disabled, or with ``grpo.kl_reference: start``
 a frozen copy of the adapters as they started); a much smaller rollout batch
-and learning rate suited to LoRA; sequences whose advantage is exactly 0 are not forwarded (their
-tokens still count in the token-mean denominator, so the policy gradient is the full batch's; their
-KL term is left out: small at the release's weight 0.001, not at a probe's 0.04 or 0.5, where the
-KL term pulls only the sequences that carry signal); one optimizer step per training step unless ``minibatches`` > 1.
+and learning rate suited to LoRA; without a KL term, sequences whose advantage is exactly 0 are not
+forwarded (their tokens still count in the token-mean denominator, so the gradient is the full
+batch's; with a KL term they are, for it); one optimizer step per training step unless ``minibatches`` > 1.
 """
 
 from __future__ import annotations
