@@ -40,13 +40,7 @@ from cosearch_lib.paths import figures_dir, project_relative, run_dir
 from cosearch_lib.records.ablations import ablation_table, cell_topk, grid_records, missing_cells, topk_table
 from cosearch_lib.records.docs import describe_f1_metric
 from cosearch_lib.records.grid_cells import load_grid
-from cosearch_lib.records.hop_signal import (
-    coverage,
-    hop_signal_table,
-    run_group_size,
-    second_search_table,
-    trajectory_table,
-)
+from cosearch_lib.records.hop_signal import concat_hop_tables, run_hop_tables
 from cosearch_lib.records.ranker_quality import RETRIEVER_ORDER
 from cosearch_lib.records.run_comparison import findings_across_runs
 from cosearch_lib.records.training_runs import (
@@ -303,7 +297,7 @@ def _hop_stamps(profiles: Sequence[str]) -> tuple:
 @lru_cache(maxsize=2)
 def _hop_tables_read(profiles: tuple[str, ...], seed: int, stamps: tuple) -> tuple[dict[str, pd.DataFrame], tuple[str, ...]]:
     """:func:`_hop_tables`, keyed on the stamps of what it reads (``stamps``, :func:`_hop_stamps`)."""
-    tables: dict[str, list[pd.DataFrame]] = {"hop_signal": [], "second_search": [], "coverage": []}
+    runs: list[dict[str, pd.DataFrame]] = []
     missing = []
     for name in profiles:
         cfg = load_profile(name)
@@ -318,17 +312,11 @@ def _hop_tables_read(profiles: tuple[str, ...], seed: int, stamps: tuple) -> tup
         data_source = {ex.id: ex.data_source for ex in load_qa(qa)}
         for method in methods:
             try:
-                steps = read_steps(root, [method])
-                g = run_group_size(steps)
-                trajectories = trajectory_table(read_ranker_calls(root, method), data_source, method=method)
-                signal, second = hop_signal_table(trajectories, group_size=g), second_search_table(trajectories, seed=seed)
+                runs.append(run_hop_tables(read_ranker_calls(root, method), read_steps(root, [method]), data_source,
+                                           method=method, seed=seed))
             except (FileNotFoundError, ValueError) as why:
                 missing.append(f"{name}, {method}: {why}")
-                continue
-            tables["hop_signal"].append(signal)
-            tables["second_search"].append(second)
-            tables["coverage"].append(pd.DataFrame([{"method": method, "group_size": g, **coverage(trajectories, steps)}]))
-    return {key: pd.concat(parts, ignore_index=True) for key, parts in tables.items() if parts}, tuple(missing)
+    return concat_hop_tables(runs), tuple(missing)
 
 
 def _hop_metrics(profiles: Sequence[str], seed: int) -> dict:

@@ -7,9 +7,12 @@ import pytest
 
 from cosearch_lib.records.docs import RESULT_SECTIONS
 from cosearch_lib.records.hop_signal import (
+    HOP_TABLES,
+    concat_hop_tables,
     coverage,
     hop_signal_table,
     run_group_size,
+    run_hop_tables,
     second_search_table,
     trajectory_table,
 )
@@ -118,3 +121,30 @@ def test_a_run_shorter_than_two_spans_has_only_its_all_part(trajectories):
     """With 2 steps and span 2, first and last would be the same steps: only ``all`` is shown."""
     for table in (hop_signal_table(trajectories, group_size=G), second_search_table(trajectories)):
         assert set(table["part"]) == {"all"}
+
+
+def test_a_runs_hop_tables_come_from_its_calls_and_steps_up_to_the_step_asked():
+    """``run_hop_tables`` (notebook 05's and the probe scripts' one way to build them): G from the run's own
+    step records, the calls and steps cut at ``up_to_step``, and ``concat_hop_tables`` stacks runs in order."""
+    calls = pd.DataFrame([row for step in (0, 1, 2) for row in _calls(
+        {"m1/0": (1, 0.0), "m1/1": (2, 1.0 if step < 2 else 0.0), "s1/0": (1, 1.0), "s1/1": (3, 0.0)}, step)])
+    steps = pd.DataFrame({"step": [-1, 0, 1, 2], "rollout/n_questions": [None, 2, 2, 3],
+                          "rollout/n_trajectories": [None, 4, 4, 6]})  # G = 2; step 2 rolled out a question that never searched
+    whole = run_hop_tables(calls, steps, DATA_SOURCE, method="probe")
+    cut = run_hop_tables(calls, steps, DATA_SOURCE, method="probe", up_to_step=1)
+    assert tuple(whole) == HOP_TABLES == tuple(cut)
+    assert whole["coverage"].to_dict(orient="records") == [
+        {"method": "probe", "group_size": 2, "rolled_out": 7, "with_a_search": 6}]
+    assert cut["coverage"].loc[0, "rolled_out"] == 4 and cut["coverage"].loc[0, "with_a_search"] == 4
+    expected = trajectory_table(calls[calls["step"] <= 1], DATA_SOURCE, method="probe")
+    pd.testing.assert_frame_equal(cut["hop_signal"], hop_signal_table(expected, group_size=2))
+    pd.testing.assert_frame_equal(cut["second_search"], second_search_table(expected))
+    multi = cut["second_search"].set_index(["hop", "part"]).loc[("multi", "all")]
+    assert multi["diff"] == pytest.approx(1.0)  # through step 1 the second search paid; step 2's reversal is cut
+    assert whole["second_search"].set_index(["hop", "part"]).loc[("multi", "all"), "diff"] == pytest.approx(2 / 3)
+    both = concat_hop_tables([whole, cut])
+    assert tuple(both) == HOP_TABLES and len(both["coverage"]) == 2
+    assert both["coverage"]["rolled_out"].tolist() == [7, 4]
+    assert concat_hop_tables([]) == {}
+    with pytest.raises(ValueError, match="no single group size"):
+        run_hop_tables(calls, steps.assign(**{"rollout/n_trajectories": [None, 4, 4, 4]}), DATA_SOURCE, method="probe")

@@ -221,8 +221,8 @@ def test_notebook_05_builds_the_hop_tables_once_for_its_figure_and_its_metrics(o
                   "data_source": ["syn_nq", "syn_musique"]}).to_parquet(split)
     monkeypatch.setattr(report, "corpus_paths", lambda cfg: SimpleNamespace(qa={"train": split}))
     builds = []
-    real = report.hop_signal_table
-    monkeypatch.setattr(report, "hop_signal_table", lambda *a, **k: builds.append(1) or real(*a, **k))
+    real = report.run_hop_tables
+    monkeypatch.setattr(report, "run_hop_tables", lambda *a, **k: builds.append(1) or real(*a, **k))
     item = {i.key: i for i in report_items("laptop_curve")}["hop_signal"]
     assert item.missing is None, item.missing
     plt.close(item.figure)

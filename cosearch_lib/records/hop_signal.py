@@ -14,6 +14,9 @@ single-hop and multi-hop families (``eval.benchmark_families.hop_group``).
 * :func:`second_search_table`: within the questions whose G trajectories include both one search and
   more (GRPO's advantage compares a question's own samples), the mean reward of more than one search
   minus that of one, paired over the questions: whether a second search pays.
+* :func:`run_hop_tables`: the three tables of one run (its ranker calls and step records), the one place
+  notebook 05 (``report``) and the probe scripts under ``docs/log_records/`` build them;
+  :func:`concat_hop_tables` joins several runs' tables.
 
 What the calls cannot say: a trajectory that never searched has no call, so its reward is unknown.
 Within a question that has calls it is counted (``searches`` 0, reward NaN) from the group size, and
@@ -26,7 +29,7 @@ call, and :func:`coverage` counts them against the questions the step records sa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pandas as pd
@@ -151,3 +154,32 @@ def second_search_table(trajectories: pd.DataFrame, *, span: int = 2, seed: int 
                     "ci_low": paired.ci_low, "ci_high": paired.ci_high}
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+#: The tables :func:`run_hop_tables` returns, in order.
+HOP_TABLES = ("hop_signal", "second_search", "coverage")
+
+
+def run_hop_tables(calls: pd.DataFrame, steps: pd.DataFrame, data_source: Mapping[str, str], *, method: str,
+                   seed: int = 0, up_to_step: int | None = None) -> dict[str, pd.DataFrame]:
+    """One run's hop-group tables, keyed as :data:`HOP_TABLES`: :func:`hop_signal_table` and
+    :func:`second_search_table` of its trajectories (:func:`trajectory_table` of ``calls``, under ``method``),
+    with G read from its own step records (:func:`run_group_size`), and ``coverage``, one row (``method``,
+    ``group_size`` and :func:`coverage`). ``up_to_step`` keeps the calls and steps up to that step, to compare
+    runs over the steps they share. ValueError as :func:`run_group_size`, :func:`trajectory_table` and
+    :func:`hop_signal_table` (more trajectories of a question than G) raise it."""
+    if up_to_step is not None:
+        calls, steps = calls[calls["step"] <= up_to_step], steps[steps["step"] <= up_to_step]
+    g = run_group_size(steps)
+    trajectories = trajectory_table(calls, data_source, method=method)
+    return {"hop_signal": hop_signal_table(trajectories, group_size=g),
+            "second_search": second_search_table(trajectories, seed=seed),
+            "coverage": pd.DataFrame([{"method": method, "group_size": g, **coverage(trajectories, steps)}])}
+
+
+def concat_hop_tables(runs: Iterable[Mapping[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    """Several runs' :func:`run_hop_tables`, each table stacked in the runs' order; a table no run holds is left
+    out."""
+    runs = list(runs)
+    return {key: pd.concat([run[key] for run in runs if key in run], ignore_index=True) for key in HOP_TABLES
+            if any(key in run for run in runs)}

@@ -54,20 +54,14 @@ print(out[["a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "n_questio
 from cosearch_lib.config import load_profile  # noqa: E402
 from cosearch_lib.data.qa_formats import load_qa  # noqa: E402
 from cosearch_lib.retrieval.artifacts import corpus_paths  # noqa: E402
-from cosearch_lib.records.hop_signal import hop_signal_table, run_group_size, second_search_table, trajectory_table  # noqa: E402
+from cosearch_lib.records.hop_signal import concat_hop_tables, run_hop_tables  # noqa: E402
 
 cfg = load_profile("laptop_curve_wide")
 data_source = {ex.id: ex.data_source for ex in load_qa(corpus_paths(cfg).qa[cfg.training.split])}
-signal, second = [], []
-for name in steps:
-    calls_file = RUNS[name] / "ranker_calls.parquet"
-    if not calls_file.exists():
-        continue
-    calls = pd.read_parquet(calls_file)
-    trajectories = trajectory_table(calls[calls["step"] <= last], data_source, method=name)
-    signal.append(hop_signal_table(trajectories, group_size=run_group_size(steps[name])))
-    second.append(second_search_table(trajectories, seed=0))
-signal, second = pd.concat(signal, ignore_index=True), pd.concat(second, ignore_index=True)
+tables = concat_hop_tables(run_hop_tables(pd.read_parquet(RUNS[name] / "ranker_calls.parquet"), steps[name], data_source,
+                                          method=name, seed=0, up_to_step=last)
+                           for name in steps if (RUNS[name] / "ranker_calls.parquet").exists())
+signal, second = tables["hop_signal"], tables["second_search"]
 print(signal.round(3).to_string())
 print(second.round(3).to_string())
 signal.to_csv(HERE / "probe_hop_signal.csv", index=False)

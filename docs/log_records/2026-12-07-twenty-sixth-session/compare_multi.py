@@ -18,7 +18,7 @@ from cosearch_lib.config import load_profile
 from cosearch_lib.data.qa_formats import load_qa
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.eval.tables import comparison_table
-from cosearch_lib.records.hop_signal import hop_signal_table, run_group_size, second_search_table, trajectory_table
+from cosearch_lib.records.hop_signal import concat_hop_tables, run_hop_tables
 from cosearch_lib.retrieval.artifacts import corpus_paths
 
 HERE = Path(__file__).parent
@@ -49,13 +49,9 @@ print(out[["a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "n_questio
 
 cfg = load_profile("laptop_curve_wide")
 data_source = {ex.id: ex.data_source for ex in load_qa(corpus_paths(cfg).qa[cfg.training.split])}
-signal, second = [], []
-for name, folder in RUNS.items():
-    calls = pd.read_parquet(folder / "ranker_calls.parquet")
-    trajectories = trajectory_table(calls[calls["step"] <= last], data_source, method=name)
-    signal.append(hop_signal_table(trajectories, group_size=run_group_size(steps[name])))
-    second.append(second_search_table(trajectories, seed=0))
-signal, second = pd.concat(signal, ignore_index=True), pd.concat(second, ignore_index=True)
+tables = concat_hop_tables(run_hop_tables(pd.read_parquet(folder / "ranker_calls.parquet"), steps[name], data_source,
+                                          method=name, seed=0, up_to_step=last) for name, folder in RUNS.items())
+signal, second = tables["hop_signal"], tables["second_search"]
 print(signal.round(3).to_string())
 print(second.round(3).to_string())
 signal.to_csv(HERE / "multi_hop_signal.csv", index=False)
