@@ -178,8 +178,6 @@ def run_hop_tables(calls: pd.DataFrame, steps: pd.DataFrame, data_source: Mappin
 
 
 def concat_hop_tables(runs: Iterable[Mapping[str, pd.DataFrame]]) -> dict[str, pd.DataFrame]:
-    """Several runs' :func:`run_hop_tables`, each table stacked in the runs' order; a table no run holds is left
-    out."""
+    """Several runs' :func:`run_hop_tables`, each table stacked in the runs' order; no runs, no tables."""
     runs = list(runs)
-    return {key: pd.concat([run[key] for run in runs if key in run], ignore_index=True) for key in HOP_TABLES
-            if any(key in run for run in runs)}
+    return {key: pd.concat([run[key] for run in runs], ignore_index=True) for key in HOP_TABLES} if runs else {}
