@@ -33,7 +33,7 @@ from matplotlib.patches import Patch
 from cosearch_lib.atomic_io import atomic_path, save_figure, write_table
 from cosearch_lib.config import load_profile
 from cosearch_lib.config.methods import TRAINING_METHODS, RankedBy, method_spec
-from cosearch_lib.data.qa_formats import load_qa, qa_files
+from cosearch_lib.data.qa_formats import qa_files, question_sources
 from cosearch_lib.eval.paper_reference import PAPER_METHOD, oracle_gap_beside_paper, paper_table, turns_beside_paper
 from cosearch_lib.eval.tables import load_records, oracle_gap_intervals, oracle_gap_table, summary_table, turn_distribution
 from cosearch_lib.paths import figures_dir, project_relative, run_dir
@@ -309,7 +309,7 @@ def _hop_tables_read(profiles: tuple[str, ...], seed: int, stamps: tuple) -> tup
         if qa is None or not qa.exists():
             missing.append(f"{name}: no {cfg.training.split!r} split file ({qa or 'data.qa_paths names none'})")
             continue
-        data_source = {ex.id: ex.data_source for ex in load_qa(qa)}
+        data_source = question_sources(qa)
         for method in methods:
             try:
                 runs.append(run_hop_tables(read_ranker_calls(root, method), read_steps(root, [method]), data_source,

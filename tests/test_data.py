@@ -14,7 +14,14 @@ from cosearch_lib.data import downloads as data
 from cosearch_lib.data.corpus_stream import iter_corpus
 from cosearch_lib.data.downloads import HubUnavailableError, merge_parts
 from cosearch_lib.data.passage import split_contents
-from cosearch_lib.data.qa_formats import DataFormatError, QAExample, example_from_row, load_qa, qa_to_frame
+from cosearch_lib.data.qa_formats import (
+    DataFormatError,
+    QAExample,
+    example_from_row,
+    load_qa,
+    qa_to_frame,
+    question_sources,
+)
 
 from tests.fixture_files import (
     TRICKY_PASSAGES,
@@ -120,6 +127,8 @@ def test_cosearch_parquet_nested_and_dotted(tmp_path: Path, flattened: bool) -> 
     assert [e.data_source for e in examples] == ["nq", "hotpotqa", "nq"]
     assert [e.id for e in examples] == ["nq_test_0", "hotpotqa_test_1", "nq_test_2"]
     assert examples[0].split == "test"
+    # the id -> data set join key of per-question records: every row's own data_source, not the folder's
+    assert question_sources(path) == {"nq_test_0": "nq", "hotpotqa_test_1": "hotpotqa", "nq_test_2": "nq"}
     # the nested original survives in extra, also when the file had dotted columns
     assert examples[1].extra["reward_model"]["ground_truth"]["target"] == ["River 1"]
     assert examples[1].extra["extra_info"]["question"] == examples[1].question

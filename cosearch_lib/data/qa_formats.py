@@ -86,6 +86,12 @@ def load_qa(
     return out
 
 
+def question_sources(path: str | os.PathLike) -> dict[str, str]:
+    """Each question's id -> its data set (``data_source``), for the questions of one split file or folder
+    (:func:`load_qa`'s rules, its errors too); a join key for per-question records that carry only the id."""
+    return {ex.id: ex.data_source for ex in load_qa(path)}
+
+
 def qa_to_frame(examples: Sequence[QAExample]) -> pd.DataFrame:
     """One row per example, columns in :class:`QAExample` field order (for tables and plots)."""
 

@@ -52,12 +52,12 @@ print(out[["a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "n_questio
 # By hop group, from the runs' ranker calls (records.hop_signal, as notebook 05): searches per trajectory and what a
 # second search paid within a question's G rollouts, over each run's first 2 and last 2 steps of the probes' span.
 from cosearch_lib.config import load_profile  # noqa: E402
-from cosearch_lib.data.qa_formats import load_qa  # noqa: E402
-from cosearch_lib.retrieval.artifacts import corpus_paths  # noqa: E402
+from cosearch_lib.data.qa_formats import question_sources  # noqa: E402
 from cosearch_lib.records.hop_signal import concat_hop_tables, run_hop_tables  # noqa: E402
+from cosearch_lib.retrieval.artifacts import corpus_paths  # noqa: E402
 
 cfg = load_profile("laptop_curve_wide")
-data_source = {ex.id: ex.data_source for ex in load_qa(corpus_paths(cfg).qa[cfg.training.split])}
+data_source = question_sources(corpus_paths(cfg).qa[cfg.training.split])
 tables = concat_hop_tables(run_hop_tables(pd.read_parquet(RUNS[name] / "ranker_calls.parquet"), steps[name], data_source,
                                           method=name, seed=0, up_to_step=last)
                            for name in steps if (RUNS[name] / "ranker_calls.parquet").exists())

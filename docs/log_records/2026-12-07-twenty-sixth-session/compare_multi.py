@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from cosearch_lib.config import load_profile
-from cosearch_lib.data.qa_formats import load_qa
+from cosearch_lib.data.qa_formats import question_sources
 from cosearch_lib.eval.benchmark_families import hop_group
 from cosearch_lib.eval.tables import comparison_table
 from cosearch_lib.records.hop_signal import concat_hop_tables, run_hop_tables
@@ -48,7 +48,7 @@ out.to_csv(HERE / "multi_comparisons.csv", index=False)
 print(out[["a", "b", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "n_questions"]].round(3).to_string())
 
 cfg = load_profile("laptop_curve_wide")
-data_source = {ex.id: ex.data_source for ex in load_qa(corpus_paths(cfg).qa[cfg.training.split])}
+data_source = question_sources(corpus_paths(cfg).qa[cfg.training.split])
 tables = concat_hop_tables(run_hop_tables(pd.read_parquet(folder / "ranker_calls.parquet"), steps[name], data_source,
                                           method=name, seed=0, up_to_step=last) for name, folder in RUNS.items())
 signal, second = tables["hop_signal"], tables["second_search"]
