@@ -1,13 +1,13 @@
 # The two commands of the README:
 #   make demo   create the virtualenv, install, run every notebook on the embedded default (demo profile)
-#   make test   create the virtualenv if missing, install, run the test suite (make test-scale, make test-vllm: the rest)
+#   make test   create the virtualenv if missing, install, run the test suite (make test-slow, make test-vllm: the rest)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PROFILE ?= demo
 
-.PHONY: help demo test test-fast test-scale test-reference test-slurm test-vllm test-vllm-notebooks test-paper install-vllm check-gpu-extra lint docs install bench clean-runs
+.PHONY: help demo test test-slow test-reference test-slurm test-vllm test-vllm-notebooks test-paper install-vllm check-gpu-extra lint docs install bench clean-runs
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | awk -F'\t' '{printf "make %-10s %s\n", $$1, $$2}'
@@ -55,17 +55,14 @@ demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with
 # make test runs on TEST_WORKERS pytest-xdist workers (tests/conftest.py: threads per worker, the
 # longest test first, the ci starts built once under a lock); TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-test: $(STAMP)  ## run the test suite (all but the vllm, scale, paper and reference tests: make test-vllm, test-scale, test-paper, test-reference)
+test: $(STAMP)  ## run the test suite (all but the slow, vllm, paper and reference tests: make test-slow, test-vllm, test-paper, test-reference)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-test-scale: $(STAMP)  ## notebook 03 on the real ci model through `cosearch run`: GRPO in the kernel, validation, figures; the real LLM judge's two learning tests (CI runs them)
-	$(BIN)/python -m pytest -q -m scale
+test-slow: $(STAMP)  ## the slow tests (CI runs them): notebooks 02 and 03 on the real ci model, gloo and torchrun jobs, runs killed and resumed, the real judge's learning tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "slow and not vllm and not paper and not reference"
 
 test-reference: $(STAMP)  ## by hand: the real ci model against a reference run beside it (2 gloo ranks vs 1 process; notebook 03 stopped by SIGUSR1 and resumed vs uninterrupted)
 	$(BIN)/python -m pytest -q -m reference
-
-test-fast: $(STAMP)  ## the test suite without the slow (papermill, real-model) tests
-	$(BIN)/python -m pytest -q -m "not slow"
 
 test-slurm: $(STAMP)  ## a one-node SLURM cluster on this machine (root, apt): a grid as an array + afterok job (sacct, the runs), then a training task sent SIGUSR1: checkpoint, requeue, resume
 	tests/slurm/local_cluster.sh

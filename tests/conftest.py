@@ -1,5 +1,5 @@
 """Fixtures shared across test modules, and how the suite runs on several pytest-xdist workers
-(`make test` runs two): each worker's torch gets its share of the cores, the test that builds the
+(`make test` and `make test-slow` run two): each worker's torch gets its share of the cores, the test that builds the
 `ci` starts begins first, and the `ci` world, index, warm start and Fixed Ranker are built once,
 under a lock, by whichever worker needs them first."""
 
@@ -12,9 +12,9 @@ import pytest
 
 pytest_plugins = ["tests.timeout_report"]  # a timeout fails one test, never the session
 
-#: Started first: the test that needs the ci starts (on a fresh clone it builds them: a few minutes),
-#: so that they are built while the other worker runs the rest of the suite.
-FIRST = ("test_02_oracle_gap_study_runs_on_ci_profile",)
+#: Started first (`make test-slow`): the longest test, which builds the ci starts that notebook 02's reads too
+#: (on a fresh clone: a few minutes), while the other worker runs the rest.
+FIRST = ("test_03_runs_on_ci_through_cosearch_run",)
 
 
 def pytest_configure(config):
@@ -53,7 +53,7 @@ def ci_agent_start(ci_index):
     """The ``ci`` warm-started agent, built once per machine before a notebook needs it, so that a
     fresh clone's build counts against no cell's timeout (a busy machine once took notebook 02's
     warm-start cell past it) and two workers never train it side by side. Notebook 02's test reads
-    nothing else: its methods leave out the Fixed Ranker (~2 min of ``make test`` less)."""
+    nothing else: its methods leave out the Fixed Ranker (~2 min of ``make test-slow`` less)."""
     from cosearch_lib.atomic_io import build_lock
     from cosearch_lib.experiment import warm_start
     from cosearch_lib.paths import cache_dir

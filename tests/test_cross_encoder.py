@@ -206,7 +206,6 @@ def test_the_ranker_kind_setting_replaces_the_ranker_adapter_and_is_checked():
     assert fields["methods"] == ("agent_scorer",) and fields["scorer_model"] == "c"
 
 
-@pytest.mark.slow
 def test_cosearch_trains_the_cross_encoder_with_grpo_and_resumes_it_from_a_checkpoint(tok, bert_tok, tmp_path):
     with pytest.raises(ValueError, match="needs a scoring ranker"):
         doubles.trainer(tok, doubles.tiny_model(tok), tmp_path / "none", ranker_kind="cross_encoder")

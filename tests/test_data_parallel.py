@@ -310,6 +310,7 @@ def one_rank(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow  # ~30-55 s each on 2 AVX2 cores: gloo jobs of 2 ranks started by torchrun (make test-slow, CI)
 @pytest.mark.parametrize("minibatches", list(TWO_RANK_CASES))
 def test_two_gloo_ranks_train_cosearch_to_the_adapters_and_records_of_one_process(tmp_path, one_rank, minibatches):
     """Both policies (agent and ranker adapters), 3 steps, each rank rolling out and updating half
@@ -330,6 +331,7 @@ def test_two_gloo_ranks_train_cosearch_to_the_adapters_and_records_of_one_proces
     assert {"agent", "ranker"} <= {k.split("/")[0] for k in two["end"]}
 
 
+@pytest.mark.slow
 def test_a_two_rank_run_that_loses_a_rank_mid_step_resumes_to_the_uninterrupted_records(tmp_path, one_rank):
     """SIGKILL to rank 1 in step 2 (after its agent update): torchrun stops the job and names the
     rank; checkpoints of step 1 are whole; a new 2-rank job resumes to the records and adapters of
@@ -348,6 +350,7 @@ def test_a_two_rank_run_that_loses_a_rank_mid_step_resumes_to_the_uninterrupted_
     assert_same_adapters_close(resumed["end"], one_rank[1]["end"])
 
 
+@pytest.mark.slow
 def test_two_ranks_stopped_after_a_rollout_resume_into_its_update_to_the_uninterrupted_records(tmp_path, one_rank):
     """SIGUSR1 reaches rank 0 alone once step 2's rollouts are scored: both ranks stop at the stage
     boundary (exit 75), before the update, with the step's rollouts saved. A new 2-rank job takes
@@ -387,7 +390,7 @@ def test_cosearch_train_on_ci_with_two_gloo_ranks_equals_one_process(tmp_path):
     adapter entries moved, and the two updates differ by under 1% of their norm (at 2 steps: 5.3e-4
     agent, 7.7e-4 ranker; entries to 3.2e-6 after moves of 2.0e-5). One step, not more: what
     further steps add (optimizer state, sampling from updated weights, the epoch wrapping) the
-    scripted trainer's 3-step comparisons above check on every `make test`; this test is the real
+    scripted trainer's 3-step comparisons above check in `make test-slow`; this test is the real
     model, the CLI under torchrun and the validation under data parallelism, and each step here
     costs ~4 min (`make test-reference`, by hand; CI's real-model run on 2 gloo ranks is the paper
     miniature's, `make test-paper`, which validates under data parallelism too). Adam's first step moves an entry by at most the learning

@@ -93,7 +93,6 @@ def test_local_folder_loads_as_causal_lm(tmp_path):
     assert tokenizer.pad_token is not None
 
 
-@pytest.mark.slow
 def test_smollm2_converts_once_and_answers_greedily(tmp_path_factory):
     """Dequantise the bundled GGUF (cached for the session under the real cache dir), check the
     chat tokens were repaired, and that greedy generation stops at <|im_end|>."""

@@ -29,7 +29,6 @@ def isolated_outputs(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.slow
 def test_01_retriever_setup_runs_on_ci_profile(ci_index, isolated_outputs):
     nb_path = next(p for p in list_notebooks() if p.name.startswith("01_"))
     executed = run_notebook(nb_path, "ci", cell_timeout=CELL_TIMEOUT_S, progress=False)
@@ -98,7 +97,6 @@ def _cosearch_run_03(tmp_path: Path, name: str, *params: str, threads: int | Non
 
 
 @pytest.mark.slow
-@pytest.mark.scale
 @pytest.mark.timeout(1800)
 def test_03_runs_on_ci_through_cosearch_run(ci_starts, tmp_path):
     """Notebook 03 end to end on `ci` through the path a cluster takes (`cosearch run` in a
@@ -106,13 +104,13 @@ def test_03_runs_on_ci_through_cosearch_run(ci_starts, tmp_path):
     profiles' path; both roles had non-zero advantages in ci's first step, so both adapters move;
     ci's second step cost 50 s more and covers nothing the first does not: the steps after a first
     one are the resume tests' below and tests/test_training_faults.py's), the validation after it, the
-    Fixed Ranker's quality, the training figures (`make test-scale`, CI). Without the evaluation
+    Fixed Ranker's quality, the training figures (`make test-slow`, CI). Without the evaluation
     before and after GRPO and the hop oracle (~21 trajectories of HF generation): CI runs those
     cells in the paper miniature (`make test-paper`, the same functions through `cosearch evaluate`'s
     parts), and the reference test below runs them here. The same run stopped by SIGUSR1 and resumed bit for bit is
     :func:`test_03_on_ci_stopped_by_sigusr1_resumes_to_the_records_of_the_uninterrupted_run`
     (`make test-reference`, by hand); CI checks the stop's parts apart: the trainer's stop and
-    resume on every `make test` (tests/test_training_faults.py), the command passing the signal
+    resume in `make test-slow` (tests/test_training_faults.py), the command passing the signal
     on to the kernel (tests/test_stop_signals.py), the launched ranks' stop (tests/test_evaluation_shards.py)."""
     proc, log = _cosearch_run_03(tmp_path, "full", "evaluate_policies=false", "steps=1")
     assert proc.wait(timeout=1500) == 0, log.read_text()[-3000:]
@@ -237,7 +235,6 @@ def _stop_handler_armed(proc) -> bool:
     return False
 
 
-@pytest.mark.slow
 def test_04_ablations_builds_tables_from_finished_cells_and_names_the_missing_ones(isolated_outputs):
     import pandas as pd
 
@@ -269,7 +266,6 @@ def test_04_ablations_builds_tables_from_finished_cells_and_names_the_missing_on
         assert (figs / f"{name}.png").stat().st_size > 10_000 and (figs / f"{name}.csv").exists()
 
 
-@pytest.mark.slow
 def test_05_figures_runs_without_records_and_says_what_to_run(isolated_outputs):
     nb_path = next(p for p in list_notebooks() if p.name.startswith("05_"))
     nb = nbformat.read(run_notebook(nb_path, "ci", cell_timeout=CELL_TIMEOUT_S, progress=False), as_version=4)

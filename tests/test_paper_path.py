@@ -328,6 +328,7 @@ def test_an_index_of_another_dimension_than_the_encoder_is_refused(tmp_path: Pat
         check_inputs(load_profile(_without_relevance(tmp_path)), engine=False)
 
 
+@pytest.mark.slow  # ~47 s on 2 AVX2 cores (make test-slow, CI)
 def test_the_fixed_ranker_trains_on_prepared_relevance_data(tmp_path: Path, monkeypatch) -> None:
     """Break 6: paper.yaml left relevance training off and nothing read the appendix's data, so at
     paper scale the "Fixed Ranker" was the untrained instruct model. paper.yaml now turns it on, on a

@@ -105,7 +105,6 @@ def test_cli_models_lists_bundled_models(capsys):
     assert "smollm2-135m-instruct" in out and "all-minilm-l6-v2" in out and "MISSING" not in out
 
 
-@pytest.mark.slow
 def test_build_index_under_torchrun_shares_the_shards_between_ranks(real_format_profile, tmp_path):
     """`torchrun --nproc-per-node 2 cosearch build-index --profile P` (docs/USAGE.md, the cluster path):
     the ranks encode the corpus' shards round-robin, rank 0 merges them into the index the one-process

@@ -155,7 +155,6 @@ def judge():
     return LLMJudgeScorer.from_model(MODEL, LoraSettings())
 
 
-@pytest.mark.slow
 def test_the_judge_scores_a_batch_as_it_scores_each_candidate_alone(judge):
     rows = [make_contents("A", "Short."), make_contents("Bee Cee", "A much longer first sentence about Bee Cee here.")]
     with torch.no_grad():
@@ -164,7 +163,7 @@ def test_the_judge_scores_a_batch_as_it_scores_each_candidate_alone(judge):
     assert torch.allclose(batch, alone, atol=1e-4)  # left padding with its own position ids changes nothing
 
 
-@pytest.mark.scale  # ~1 min of the 135M judge on one core: make test-scale (CI), not make test
+@pytest.mark.slow  # ~1 min of the 135M judge on one core: make test-slow (CI), not make test
 def test_ranker_only_training_of_the_real_judge_raises_held_out_hit_at_1_within_a_few_steps(judge, tmp_path):
     """It fails when the listwise loss cannot move the " Yes" - " No" margin that decides the first pick."""
     rng = random.Random(0)
@@ -185,7 +184,7 @@ def test_ranker_only_training_of_the_real_judge_raises_held_out_hit_at_1_within_
                               atol=1e-5)
 
 
-@pytest.mark.scale  # ~1 min of the 135M judge on one core: make test-scale (CI), not make test
+@pytest.mark.slow  # ~1 min of the 135M judge on one core: make test-slow (CI), not make test
 def test_ranker_only_grpo_of_the_real_judge_raises_held_out_hit_at_1_within_a_few_steps():
     """Issue 35, item 3: the update CoSearch gives its LLM judge (K picks sampled from the
     Plackett-Luce distribution of its scores, group-relative advantages of r_rel,
@@ -236,7 +235,6 @@ def test_ranker_only_grpo_of_the_real_judge_raises_held_out_hit_at_1_within_a_fe
 GRPO_LISTS, GRPO_G, GRPO_STEPS, GRPO_LR = 4, 4, 4, 3e-3
 
 
-@pytest.mark.slow
 def test_the_listwise_logit_ranker_reads_one_identifier_logit_per_candidate():
     scorer = ListwiseLogitScorer.from_model(MODEL, LoraSettings())
     rows = [make_contents(f"T{i}", f"Text {i}.") for i in range(5)]
@@ -277,7 +275,6 @@ def test_the_llm_judge_kind_is_a_scoring_ranker_without_a_ranker_adapter():
         load_profile("ci", training={"llm_judge": {"negatives": -1}})
 
 
-@pytest.mark.slow
 def test_cosearch_trains_the_llm_judge_with_grpo_and_resumes_it_from_a_checkpoint(tok, tmp_path):
     def built(out):
         return doubles.trainer(tok, doubles.tiny_model(tok), out, steps=2, ranker_kind="llm_judge",

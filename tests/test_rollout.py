@@ -155,7 +155,6 @@ def test_invalid_turn_can_continue_with_a_corrective_note(tok, chat):
     assert "did not follow the protocol" in tok.decode(t.token_ids)
 
 
-@pytest.mark.slow
 def test_real_transformers_backend_records_match_teacher_forcing(tok, chat):
     """SmolLM2 rolls out for real; the recorded old logprobs equal a teacher-forced recomputation."""
     from cosearch_lib.models.generation.teacher_forced import reference_logprobs

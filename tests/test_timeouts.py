@@ -36,7 +36,6 @@ def _alive(pid: int) -> bool:
         return f.read().split()[2] != "Z"
 
 
-@pytest.mark.slow
 def test_a_cell_past_its_timeout_fails_naming_the_notebook_and_cell_and_shuts_its_kernel(tmp_path):
     notebook, pid_file = tmp_path / "sleepy.ipynb", tmp_path / "kernel.pid"
     _sleeping_notebook(notebook, 120, pid_file)
@@ -74,7 +73,6 @@ def test_after():
 '''
 
 
-@pytest.mark.slow
 def test_in_a_suite_the_slow_notebook_and_the_hung_test_fail_alone_and_the_summary_is_printed(tmp_path):
     notebook = tmp_path / "sleepy.ipynb"
     _sleeping_notebook(notebook, 120, tmp_path / "kernel.pid")

@@ -65,6 +65,7 @@ def _resume_and_compare(tok, out: Path, uninterrupted, expect_step: int) -> None
     assert not list((out / "checkpoints").glob("*.tmp")) and not list((out / "checkpoints").glob("*.old"))
 
 
+@pytest.mark.slow  # ~26-28 s each on 2 AVX2 cores, most of it a fresh process's imports (make test-slow, CI)
 @pytest.mark.parametrize("point", ["rollout", "update", "checkpoint-state", "checkpoint-manifest"])
 def test_a_run_killed_during_step_2_resumes_from_step_1_to_the_uninterrupted_records(tok, tmp_path, uninterrupted, point):
     out = tmp_path / "run"
@@ -83,6 +84,7 @@ def test_a_run_killed_during_step_2_resumes_from_step_1_to_the_uninterrupted_rec
     _resume_and_compare(tok, out, uninterrupted, expect_step=1)
 
 
+@pytest.mark.slow
 def test_a_stop_signal_stops_after_the_rollout_checkpoints_and_exits_75_then_the_run_resumes(tok, tmp_path, uninterrupted):
     """SIGUSR1 during step 2's rollouts, with scheduled checkpoints switched off: the run stops at the
     stage boundary, step 2's rollouts saved, and writes the checkpoint of step 1 they were sampled
