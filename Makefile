@@ -52,8 +52,8 @@ test-paper: $(VLLM_STAMP)  ## the paper profile's CPU miniature (paper_mini) thr
 demo: $(STAMP)  ## run every notebook on the PROFILE profile (default demo) with papermill
 	$(BIN)/cosearch run --profile $(PROFILE)
 
-# make test runs on TEST_WORKERS pytest-xdist workers (tests/conftest.py: threads per worker, the
-# longest test first, the ci starts built once under a lock); TEST_WORKERS=0: one process.
+# make test and make test-slow run on TEST_WORKERS pytest-xdist workers (tests/conftest.py: threads per
+# worker; in make test-slow the longest test first, the ci starts built once under a lock); TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 test: $(STAMP)  ## run the test suite (all but the slow, vllm, paper and reference tests: make test-slow, test-vllm, test-paper, test-reference)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal

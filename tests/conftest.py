@@ -1,7 +1,7 @@
 """Fixtures shared across test modules, and how the suite runs on several pytest-xdist workers
-(`make test` and `make test-slow` run two): each worker's torch gets its share of the cores, the test that builds the
-`ci` starts begins first, and the `ci` world, index, warm start and Fixed Ranker are built once,
-under a lock, by whichever worker needs them first."""
+(`make test` and `make test-slow` run two): each worker's torch gets its share of the cores; in
+`make test-slow` the test that builds the `ci` starts begins first; the `ci` world, index, warm start
+and Fixed Ranker are built once, under a lock, by whichever worker needs them first."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def test_cosearch_parquet_nested_and_dotted(tmp_path: Path, flattened: bool) -> 
     assert [e.data_source for e in examples] == ["nq", "hotpotqa", "nq"]
     assert [e.id for e in examples] == ["nq_test_0", "hotpotqa_test_1", "nq_test_2"]
     assert examples[0].split == "test"
-    # the id -> data set join key of per-question records: every row's own data_source, not the folder's
+    # the id -> data set join key of per-question records: every row's own data_source
     assert question_sources(path) == {"nq_test_0": "nq", "hotpotqa_test_1": "hotpotqa", "nq_test_2": "nq"}
     # the nested original survives in extra, also when the file had dotted columns
     assert examples[1].extra["reward_model"]["ground_truth"]["target"] == ["River 1"]
@@ -183,6 +183,17 @@ def test_flashrag_non_object_line(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "nq" / "dev.jsonl", flashrag_rows(n=2), raw_lines={2: "[1, 2]"})
     with pytest.raises(DataFormatError, match=r"dev\.jsonl line 2: expected a JSON object"):
         load_qa(path)
+
+
+def test_question_sources_of_a_folder_take_each_files_data_set_and_refuse_an_id_two_share(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "nq" / "test.jsonl", flashrag_rows(n=2))
+    rows = [{**r, "id": f"hq_{r['id']}"} for r in flashrag_rows(n=2)]
+    write_jsonl(tmp_path / "hotpotqa" / "test.jsonl", rows)
+    assert question_sources(tmp_path) == {"hq_test_0": "hotpotqa", "hq_test_1": "hotpotqa",  # each from its folder
+                                          "test_0": "nq", "test_1": "nq"}
+    write_jsonl(tmp_path / "triviaqa" / "test.jsonl", flashrag_rows(n=1))  # FlashRAG's own ids: test_0 again
+    with pytest.raises(DataFormatError, match=r"question id 'test_0' is in both 'nq' and 'triviaqa'"):
+        question_sources(tmp_path)
 
 
 def test_json_array_and_folder_and_suffix(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The batched rollout engine's records: masks cover exactly the agent's tokens, observations are
 masked out, logprobs align with tokens, ranker calls are complete, and each finish path works.
-A scripted backend makes these deterministic; one slow test runs the real transformers backend."""
+A scripted backend makes these deterministic; one test runs the real transformers backend (SmolLM2)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ step changes exactly the trained adapters, and resuming after a kill gives the s
 
 Rollouts come from a scripted backend (a real untrained model fails the protocol on every turn,
 so all rewards would tie and no gradient would flow); the updates run on a real transformers model:
-a tiny random Llama with SmolLM2's tokenizer (fast), and SmolLM2 itself in one slow test."""
+a tiny random Llama with SmolLM2's tokenizer (fast)."""
 
 from __future__ import annotations
 

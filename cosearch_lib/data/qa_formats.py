@@ -88,8 +88,15 @@ def load_qa(
 
 def question_sources(path: str | os.PathLike) -> dict[str, str]:
     """Each question's id -> its data set (``data_source``), for the questions of one split file or folder
-    (:func:`load_qa`'s rules, its errors too); a join key for per-question records that carry only the id."""
-    return {ex.id: ex.data_source for ex in load_qa(path)}
+    (:func:`load_qa`'s rules, its errors too); a join key for per-question records that carry only the id.
+    DataFormatError for an id that two data sets share (FlashRAG numbers each one's rows ``test_0``,
+    ``test_1``, ...): records keyed by it could not say which question they are."""
+    sources: dict[str, str] = {}
+    for ex in load_qa(path):
+        if sources.setdefault(ex.id, ex.data_source) != ex.data_source:
+            raise DataFormatError(f"{path}: question id {ex.id!r} is in both {sources[ex.id]!r} and {ex.data_source!r}; "
+                                  "records keyed by question id need ids unique across data sets")
+    return sources
 
 
 def qa_to_frame(examples: Sequence[QAExample]) -> pd.DataFrame:
