@@ -11,7 +11,8 @@ import torch
 from cosearch_lib.config import ConfigError, LoraSettings, TrainConfig, load_profile
 from cosearch_lib.data.passage import make_contents
 from cosearch_lib.models.listwise_logits import IDENTIFIERS, ListwiseLogitScorer, listwise_messages
-from cosearch_lib.models.llm_judge import LLMJudgeScorer, first_sentence, is_llm_judge_folder, judge_prompt
+from cosearch_lib.models.llm_judge import LLMJudgeScorer, is_llm_judge_folder, judge_prompt
+from cosearch_lib.models.lora_scorer import first_sentence
 from cosearch_lib.rl.listwise_training import (
     ListwiseRecipe,
     first_picks,
@@ -244,6 +245,15 @@ def test_the_listwise_logit_ranker_reads_one_identifier_logit_per_candidate():
         s = scorer.scores("q", rows)
         logits = scorer.model(input_ids=torch.tensor([ids])).logits[0, -1]
     assert s.shape == (5,) and torch.allclose(s, logits[scorer.identifier_ids[:5]])
+    # a checkpoint keeps the adapter's tensors, not the base model's, and loads them back
+    state = scorer.state_dict()
+    assert state and all("lora_" in k for k in state)
+    assert len(state) < sum(1 for _ in scorer.model.parameters())
+    moved = {k: v + 1.0 for k, v in state.items()}
+    scorer.load_state_dict(moved)
+    assert all(torch.equal(v, moved[k]) for k, v in scorer.state_dict().items())
+    with pytest.raises(ValueError, match="missing adapter tensors"):
+        scorer.load_state_dict(dict(list(moved.items())[1:]))
 
 
 # ----------------------------------------------------------------------------- the judge as the ranker policy of a run

@@ -8,7 +8,8 @@ one forward pass ranks the whole list, and a listwise loss on those logits train
 that decides Hit@1 (the generative ranker's SFT spreads its loss over ~54 template tokens).
 
 Same interface as ``models.llm_judge.LLMJudgeScorer`` (``scores(query, contents)``, ``save``,
-``load``, ``param_groups``), so the same listwise training and Plackett-Luce policy use it. Measured
+``load``, and from their base ``models.lora_scorer.LoraScorer`` ``param_groups`` and the adapter-only
+``state_dict``), so the same listwise training and Plackett-Luce policy use it. Measured
 on the embedded world (docs/LOG.md, issue 35): it loses the retriever's position prior under
 shuffled training faster than it learns to read; the pointwise judge is the recipe that read.
 """
@@ -20,13 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peft import get_peft_model
 
 from cosearch_lib.config import LoraSettings
 from cosearch_lib.data.passage import split_contents
-from cosearch_lib.models.llm_judge import first_sentence, load_lora_scorer, save_lora_scorer, single_token_id
-from cosearch_lib.models.lora_policies import peft_lora_config
-from cosearch_lib.models.registry import load_causal_lm
+from cosearch_lib.models.lora_scorer import (
+    LoraScorer,
+    capped_first_sentence,
+    fresh_lora_model,
+    load_lora_scorer,
+    save_lora_scorer,
+    single_token_id,
+)
 
 #: The file a complete folder holds (written last).
 LISTWISE_MARKER = "listwise_logits.json"
@@ -46,9 +51,7 @@ def listwise_messages(query: str, contents: Sequence[str], *, max_chars: int) ->
     blocks = []
     for ident, row in zip(IDENTIFIERS, contents):
         title, text = split_contents(row)
-        sentence = first_sentence(text)
-        if len(sentence) > max_chars:
-            sentence = sentence[: max(max_chars - 1, 0)].rstrip() + "…"
+        sentence = capped_first_sentence(text, max_chars)
         blocks.append(f"[{ident}] {title}\n{sentence}")
     listing = "\n\n".join(blocks)
     content = (f"Search query: {query.strip()}\n\nCandidate passages:\n{listing}\n\n"
@@ -56,29 +59,18 @@ def listwise_messages(query: str, contents: Sequence[str], *, max_chars: int) ->
     return [{"role": "user", "content": content}]
 
 
-class ListwiseLogitScorer(torch.nn.Module):
+class ListwiseLogitScorer(LoraScorer):
     """``scores(query, contents) -> (N,)``: the identifier logits at the first ranking position."""
 
     def __init__(self, model: Any, tokenizer: Any, *, source: str, max_chars: int = 160) -> None:
-        super().__init__()
-        self.model, self.tokenizer, self.source, self.max_chars = model, tokenizer, source, max_chars
+        super().__init__(model, tokenizer, source=source, max_chars=max_chars)
         self.identifier_ids = [single_token_id(tokenizer, c) for c in IDENTIFIERS]
         self.opening_ids = tokenizer.encode(REPLY_OPENING, add_special_tokens=False)
 
     @classmethod
     def from_model(cls, name: str, lora: LoraSettings, *, max_chars: int = 160, device: str | None = None) -> ListwiseLogitScorer:
-
-        base, tokenizer = load_causal_lm(name, device=device)
-        return cls(get_peft_model(base, peft_lora_config(lora), adapter_name=LISTWISE_ADAPTER), tokenizer, source=name,
-                   max_chars=max_chars)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    def param_groups(self, lr: float, head_lr: float | None = None) -> list[dict[str, Any]]:
-        del head_lr
-        return [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": lr}]
+        model, tokenizer = fresh_lora_model(name, lora, LISTWISE_ADAPTER, device=device)
+        return cls(model, tokenizer, source=name, max_chars=max_chars)
 
     def prompt_ids(self, query: str, contents: Sequence[str]) -> list[int]:
         ids = self.tokenizer.apply_chat_template(listwise_messages(query, contents, max_chars=self.max_chars),

@@ -22,27 +22,30 @@ candidate against the ranker prompt's 120-character cap (measured: ~1.5 s per tr
 candidates on one core, against ~5.8 s for 10 capped candidates).
 
 Same interface as ``models.cross_encoder.CrossEncoderScorer``: ``scores(query, contents) -> (N,)``,
-``save(folder)`` / ``load(folder)``, ``device``, ``param_groups(lr, head_lr)``. A saved judge is
-a folder with the LoRA adapter (peft format) and ``llm_judge.json`` (written last: the base model's
-name, the prompt settings).
+``save(folder)`` / ``load(folder)``, ``device``, ``param_groups(lr, head_lr)`` (the last two, and the
+adapter-only ``state_dict``, from ``models.lora_scorer.LoraScorer``). A saved judge is a folder with
+the LoRA adapter (peft format) and ``llm_judge.json`` (written last: the base model's name, the
+prompt settings).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from peft import PeftModel, get_peft_model
 
-from cosearch_lib.atomic_io import atomic_dir
 from cosearch_lib.config import LoraSettings
 from cosearch_lib.data.passage import split_contents
-from cosearch_lib.models.lora_policies import peft_lora_config
-from cosearch_lib.models.registry import load_causal_lm, quiet_loading
+from cosearch_lib.models.lora_scorer import (
+    LoraScorer,
+    capped_first_sentence,
+    fresh_lora_model,
+    load_lora_scorer,
+    save_lora_scorer,
+    single_token_id,
+)
 
 #: The file a complete judge folder holds (written last).
 JUDGE_MARKER = "llm_judge.json"
@@ -51,44 +54,23 @@ JUDGE_ADAPTER = "judge"
 #: The two answers whose logit margin is the score.
 YES, NO = " Yes", " No"
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
-
-
-def first_sentence(text: str) -> str:
-    """``text`` up to its first sentence end (``.``, ``!`` or ``?`` then a space); all of it when none."""
-    text = text.strip()
-    end = _SENTENCE_END.search(text)
-    return text[: end.start()] if end else text
-
-
 def judge_prompt(query: str, contents: str, *, max_chars: int) -> str:
     """The judge's input for one (sub-query, candidate) pair: a raw completion prompt, no chat template
     (the margin is read at the token after ``Answer:``). ``contents`` is the corpus row (title line,
     then text); the first sentence is capped at ``max_chars`` characters."""
     title, text = split_contents(contents)
-    sentence = first_sentence(text)
-    if len(sentence) > max_chars:
-        sentence = sentence[: max(max_chars - 1, 0)].rstrip() + "…"
+    sentence = capped_first_sentence(text, max_chars)
     return (f"Search query: {query.strip()}\nPassage: {title}\n{sentence}\n"
             "Does the passage answer the search query? Answer:")
 
 
-def single_token_id(tokenizer: Any, text: str) -> int:
-    """The id of ``text`` when the tokenizer encodes it as one token; ValueError otherwise."""
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    if len(ids) != 1:
-        raise ValueError(f"the judge needs {text!r} to be one token, but this tokenizer splits it into {len(ids)}: {ids}")
-    return ids[0]
-
-
-class LLMJudgeScorer(torch.nn.Module):
+class LLMJudgeScorer(LoraScorer):
     """``scores(query, contents) -> (N,)``: the " Yes" - " No" logit margin of the ranker LLM
     (its ``judge`` LoRA adapter) on each candidate alone; differentiable in the adapter."""
 
     def __init__(self, model: Any, tokenizer: Any, *, source: str, max_chars: int = 160, max_length: int = 128) -> None:
-        super().__init__()
-        self.model, self.tokenizer, self.source = model, tokenizer, source
-        self.max_chars, self.max_length = max_chars, max_length
+        super().__init__(model, tokenizer, source=source, max_chars=max_chars)
+        self.max_length = max_length
         self.yes_id, self.no_id = single_token_id(tokenizer, YES), single_token_id(tokenizer, NO)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -97,37 +79,8 @@ class LLMJudgeScorer(torch.nn.Module):
                    device: str | None = None) -> LLMJudgeScorer:
         """A fresh judge on causal LM ``name`` (bundled name, local folder or hub id): its LoRA adapter
         starts at B = 0, so the first scores are the base model's own margins."""
-
-        base, tokenizer = load_causal_lm(name, device=device)
-        model = get_peft_model(base, peft_lora_config(lora), adapter_name=JUDGE_ADAPTER)
+        model, tokenizer = fresh_lora_model(name, lora, JUDGE_ADAPTER, device=device)
         return cls(model, tokenizer, source=name, max_chars=max_chars, max_length=max_length)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    def param_groups(self, lr: float, head_lr: float | None = None) -> list[dict[str, Any]]:
-        """The optimizer's parameter groups: the adapter's LoRA tensors at ``lr`` (a judge has no head)."""
-        del head_lr
-        return [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": lr}]
-
-    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
-        """The adapter's tensors only (what training changes): a checkpoint does not copy the base model."""
-        del args, kwargs
-        return {k: v.detach().clone() for k, v in self.model.named_parameters() if v.requires_grad}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True, assign: bool = False) -> Any:
-        """Load :meth:`state_dict`'s tensors back; ValueError when they are not this judge's adapter tensors."""
-        del assign
-        own = {k for k, v in self.model.named_parameters() if v.requires_grad}
-        if strict and set(state) != own:
-            raise ValueError(f"judge state has {len(set(state) - own)} unknown and {len(own - set(state))} missing "
-                             "adapter tensors")
-        params = dict(self.model.named_parameters())
-        with torch.no_grad():
-            for k, v in state.items():
-                params[k].copy_(v)
-        return None
 
     def prompt_ids(self, query: str, contents: Sequence[str]) -> list[list[int]]:
         """Token ids of each candidate's judge prompt, cut from the left to ``max_length`` (the question
@@ -161,31 +114,8 @@ class LLMJudgeScorer(torch.nn.Module):
         return cls(model, tokenizer, source=meta["source"], max_chars=meta["max_chars"], max_length=meta["max_length"])
 
 
-def save_lora_scorer(model: Any, adapter: str, folder: str | Path, marker: str, meta: dict) -> Path:
-    """Write an LLM scorer's one LoRA adapter and its ``marker`` file (``meta``, written last) atomically."""
-    with atomic_dir(Path(folder)) as tmp:
-        model.save_pretrained(tmp, selected_adapters=[adapter])
-        (tmp / marker).write_text(json.dumps(meta, indent=2))
-    return Path(folder)
-
-
-def load_lora_scorer(folder: str | Path, adapter: str, marker: str, *, device: str | None = None) -> tuple[Any, Any, dict]:
-    """(peft model, tokenizer, meta) of a folder written by :func:`save_lora_scorer`: the base model named
-    by its ``source``, the adapter trainable; FileNotFoundError when the marker is missing."""
-    folder = Path(folder)
-    if not (folder / marker).exists():
-        raise FileNotFoundError(f"{folder} is not a saved LLM scorer (no {marker})")
-    meta = json.loads((folder / marker).read_text())
-    base, tokenizer = load_causal_lm(meta["source"], device=device)
-    adapter_dir = folder / adapter if (folder / adapter / "adapter_config.json").exists() else folder
-    with quiet_loading():
-        model = PeftModel.from_pretrained(base, str(adapter_dir), adapter_name=adapter, is_trainable=True)
-    return model, tokenizer, meta
-
-
 def is_llm_judge_folder(folder: str | Path) -> bool:
     return (Path(folder) / JUDGE_MARKER).exists()
 
 
-__all__ = ["JUDGE_ADAPTER", "JUDGE_MARKER", "LLMJudgeScorer", "first_sentence", "is_llm_judge_folder", "judge_prompt",
-           "load_lora_scorer", "save_lora_scorer", "single_token_id"]
+__all__ = ["JUDGE_ADAPTER", "JUDGE_MARKER", "LLMJudgeScorer", "is_llm_judge_folder", "judge_prompt"]
