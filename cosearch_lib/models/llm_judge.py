@@ -54,6 +54,7 @@ JUDGE_ADAPTER = "judge"
 #: The two answers whose logit margin is the score.
 YES, NO = " Yes", " No"
 
+
 def judge_prompt(query: str, contents: str, *, max_chars: int) -> str:
     """The judge's input for one (sub-query, candidate) pair: a raw completion prompt, no chat template
     (the margin is read at the token after ``Answer:``). ``contents`` is the corpus row (title line,
