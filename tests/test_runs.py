@@ -81,6 +81,35 @@ def test_environment_snapshot_names_versions_and_device():
     assert snap["git_sha"] is None or len(snap["git_sha"]) == 40
 
 
+def test_the_snapshot_records_the_commit_the_process_started_on_not_a_later_one(tmp_path, monkeypatch):
+    import subprocess
+
+    from cosearch_lib.records import provenance
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("one")
+    git("add", "a.txt")
+    git("commit", "-qm", "one")
+    monkeypatch.setattr(provenance, "project_root", lambda: tmp_path)
+    provenance.process_commit.cache_clear()
+    try:
+        started = git("rev-parse", "HEAD")
+        assert environment_snapshot()["git_sha"] == started and environment_snapshot()["git_dirty"] is False
+        (tmp_path / "a.txt").write_text("two")
+        git("commit", "-qam", "two")  # work goes on in the tree while the run runs
+        assert provenance.git_sha() != started
+        assert environment_snapshot()["git_sha"] == started  # what the run's code came from
+        (tmp_path / "a.txt").write_text("three")
+        provenance.process_commit.cache_clear()  # a process started now: a commit plus changes to tracked files
+        assert environment_snapshot()["git_dirty"] is True and environment_snapshot()["git_sha"] == git("rev-parse", "HEAD")
+    finally:
+        provenance.process_commit.cache_clear()
+
+
 def test_notebook_selection():
     books = list_notebooks()
     assert books and books[0].name.startswith("01_")

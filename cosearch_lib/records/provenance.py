@@ -1,4 +1,9 @@
-"""Provenance of a run: git SHA, library versions and device, recorded next to every result."""
+"""Provenance of a run: git SHA, library versions and device, recorded next to every result.
+
+The commit is the one this process's code came from: read when this module is first imported, not
+when a record is written, so that a run that lasts across commits (a long training while work goes
+on in the same tree) records what it started on, and whether tracked files differed from it then.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import platform
 import subprocess
 import sys
 import time
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,22 @@ def git_sha(root: Path | None = None) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def git_dirty(root: Path | None = None) -> bool | None:
+    """Whether tracked files differ from HEAD (``git status --porcelain --untracked-files=no``); None outside git."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root or project_root(),
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(out.stdout.strip()) if out.returncode == 0 else None
+
+
+@lru_cache(maxsize=1)
+def process_commit() -> tuple[str | None, bool | None]:
+    """(:func:`git_sha`, :func:`git_dirty`) of the project as this process first saw it (read once, at import)."""
+    return git_sha(), git_dirty()
 
 
 def cpu_model() -> str:
@@ -62,7 +84,11 @@ def environment_snapshot() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": threads,
         "device": device,
-        "git_sha": git_sha(),
+        "git_sha": process_commit()[0],
+        "git_dirty": process_commit()[1],
         "packages": versions,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+process_commit()  # at import: the commit of the code this process loads
