@@ -5,7 +5,6 @@ append itself (rows after the record's earlier ones, written atomically)."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +13,11 @@ import pandas as pd
 from cosearch_lib.atomic_io import write_table
 from cosearch_lib.records.provenance import environment_snapshot
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def run_conditions() -> tuple[dict[str, Any], float, bool]:
     """(environment snapshot, 1-minute load average now, whether tracked files have uncommitted changes)."""
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip())
-    return environment_snapshot(), os.getloadavg()[0], dirty
+    env = environment_snapshot()
+    return env, os.getloadavg()[0], bool(env["git_dirty"])
 
 
 def append_rows(rows: pd.DataFrame, record: str | Path) -> Path:

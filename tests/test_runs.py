@@ -81,19 +81,30 @@ def test_environment_snapshot_names_versions_and_device():
     assert snap["git_sha"] is None or len(snap["git_sha"]) == 40
 
 
-def test_the_snapshot_records_the_commit_the_process_started_on_not_a_later_one(tmp_path, monkeypatch):
+def _scratch_repo(root: Path):
+    """A git repository at ``root`` with one commit of a.txt; returns git(*args) -> stdout there."""
+    import shutil
     import subprocess
 
-    from cosearch_lib.records import provenance
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # not a hook's repository
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args],
+                              cwd=root, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
     git("init", "-q")
-    (tmp_path / "a.txt").write_text("one")
+    (root / "a.txt").write_text("one")
     git("add", "a.txt")
     git("commit", "-qm", "one")
+    return git
+
+
+def test_the_snapshot_records_the_commit_the_process_started_on_not_a_later_one(tmp_path, monkeypatch):
+    from cosearch_lib.records import provenance
+
+    git = _scratch_repo(tmp_path)
     monkeypatch.setattr(provenance, "project_root", lambda: tmp_path)
     provenance.process_commit.cache_clear()
     try:
@@ -101,13 +112,34 @@ def test_the_snapshot_records_the_commit_the_process_started_on_not_a_later_one(
         assert environment_snapshot()["git_sha"] == started and environment_snapshot()["git_dirty"] is False
         (tmp_path / "a.txt").write_text("two")
         git("commit", "-qam", "two")  # work goes on in the tree while the run runs
-        assert provenance.git_sha() != started
-        assert environment_snapshot()["git_sha"] == started  # what the run's code came from
+        now = git("rev-parse", "HEAD")
+        assert now != started and environment_snapshot()["git_sha"] == started  # what the run's code came from
+        assert environment_snapshot(commit_now=True)["git_sha"] == now  # what a kernel started now imports
         (tmp_path / "a.txt").write_text("three")
-        provenance.process_commit.cache_clear()  # a process started now: a commit plus changes to tracked files
-        assert environment_snapshot()["git_dirty"] is True and environment_snapshot()["git_sha"] == git("rev-parse", "HEAD")
+        (tmp_path / "untracked.txt").write_text("not the code")
+        assert environment_snapshot(commit_now=True)["git_dirty"] is True  # a tracked file changed
+        (tmp_path / "a.txt").write_text("two")
+        assert environment_snapshot(commit_now=True)["git_dirty"] is False  # untracked files do not count
     finally:
         provenance.process_commit.cache_clear()
+
+
+def test_a_process_reads_its_commit_when_it_imports_provenance(tmp_path):
+    """Read at import: a record written at the end of a long step (the warm start's, the trainer's) names the
+    commit of the code the process loaded, though HEAD moved on before the record was written."""
+    import subprocess
+    import sys
+
+    git = _scratch_repo(tmp_path)
+    started = git("rev-parse", "HEAD")
+    script = ("import subprocess, sys; from cosearch_lib.records import provenance; "
+              "subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', '-c', 'commit.gpgsign=false', "
+              "'commit', '-q', '--allow-empty', '-m', 'later'], cwd=sys.argv[1], check=True); "
+              "print(provenance.process_commit()[0])")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, "COSEARCH_ROOT": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True,
+                          check=True)
+    assert git("rev-parse", "HEAD") != started and done.stdout.strip() == started
 
 
 def test_notebook_selection():

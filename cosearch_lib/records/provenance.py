@@ -3,6 +3,8 @@
 The commit is the one this process's code came from: read when this module is first imported, not
 when a record is written, so that a run that lasts across commits (a long training while work goes
 on in the same tree) records what it started on, and whether tracked files differed from it then.
+A record of work that a process started now will do (a papermill kernel, which imports the tree as
+it is when it starts) reads the commit now: ``environment_snapshot(commit_now=True)``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ TRACKED_PACKAGES = (
 def git_sha(root: Path | None = None) -> str | None:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root or project_root(), capture_output=True, text=True, timeout=5
+            ["git", "--no-optional-locks", "rev-parse", "HEAD"], cwd=root or project_root(), capture_output=True,
+            text=True, timeout=5
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -37,10 +40,11 @@ def git_sha(root: Path | None = None) -> str | None:
 
 
 def git_dirty(root: Path | None = None) -> bool | None:
-    """Whether tracked files differ from HEAD (``git status --porcelain --untracked-files=no``); None outside git."""
+    """Whether tracked files differ from HEAD (``git status --porcelain --untracked-files=no``); None outside git.
+    ``--no-optional-locks``: it never takes the index lock a ``git commit`` beside it may need."""
     try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root or project_root(),
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+                             cwd=root or project_root(), capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return bool(out.stdout.strip()) if out.returncode == 0 else None
@@ -61,8 +65,11 @@ def cpu_model() -> str:
         return platform.processor() or platform.machine() or "CPU"
 
 
-def environment_snapshot() -> dict[str, Any]:
-    """What produced a result: interpreter, platform, library versions, git SHA, device."""
+def environment_snapshot(*, commit_now: bool = False) -> dict[str, Any]:
+    """What produced a result: interpreter, platform, library versions, git SHA (and ``git_dirty``), device.
+    The commit is :func:`process_commit`'s, or with ``commit_now`` the tree's at this call (for work a process
+    started now will do)."""
+    sha, dirty = (git_sha(), git_dirty()) if commit_now else process_commit()
     versions = {}
     for pkg in TRACKED_PACKAGES:
         try:
@@ -84,8 +91,8 @@ def environment_snapshot() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": threads,
         "device": device,
-        "git_sha": process_commit()[0],
-        "git_dirty": process_commit()[1],
+        "git_sha": sha,
+        "git_dirty": dirty,
         "packages": versions,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

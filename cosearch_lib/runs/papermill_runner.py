@@ -180,7 +180,9 @@ def run_notebook(
     out = Path(out_dir) if out_dir else run_dir(load_profile(profile).profile)  # a profile file names its run folder
     out.mkdir(parents=True, exist_ok=True)
     executed = out / notebook.name
-    record = {"notebook": notebook.name, "profile": profile, "parameters": params, "environment": environment_snapshot()}
+    # the kernel imports the tree as it is now, not as this process found it when it started
+    record = {"notebook": notebook.name, "profile": profile, "parameters": params,
+              "environment": environment_snapshot(commit_now=True)}
     start = time.perf_counter()
     previous = {name: os.environ.get(name) for name in HEADLESS_KERNEL_ENV}
     os.environ.update(HEADLESS_KERNEL_ENV)  # the kernel inherits them
